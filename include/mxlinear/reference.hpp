@@ -1,0 +1,28 @@
+// The CPU reference linear: the oracle every GPU kernel is tested against, and the kernel of last
+// resort on a machine without a GPU. out = deq(A) * deq(W)^T (+ bias), accumulated in fp64 and
+// rounded once to out's dtype. All views must be on the host.
+#pragma once
+
+#include <optional>
+
+#include "mxlinear/format.hpp"
+#include "mxlinear/linear_types.hpp"
+
+namespace mxlinear {
+
+// x: [..., K] bf16, fp16 or fp32, quantized here with `rule`. out: [..., N] bf16, fp16 or fp32.
+// bias: [N] bf16 or fp32, optional.
+void reference_linear(const TensorView& x, const MxWeight& weight,
+                      const std::optional<TensorView>& bias, const TensorView& out,
+                      ScaleRule rule = ScaleRule::kRceil);
+
+// The same layer on an activation that is already quantized.
+void reference_linear(const QuantizedActivation& x, const MxWeight& weight,
+                      const std::optional<TensorView>& bias, const TensorView& out);
+
+// The same, but the unrounded fp64 result into out_f64 (row-major [M, N]); what tests and
+// `mxlinear check` measure errors against.
+void reference_linear_f64(const QuantizedActivation& x, const MxWeight& weight,
+                          const std::optional<TensorView>& bias, double* out_f64);
+
+}  // namespace mxlinear

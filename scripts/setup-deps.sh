@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what the build needs, only where it is missing (safe to run again, and a no-op on a
+# machine that has everything, such as the offline GPU image). Debian/Ubuntu package names.
+set -euo pipefail
+
+need=()
+have_cmd() { command -v "$1" >/dev/null 2>&1; }
+have_file() { [ -e "$1" ]; }
+
+have_cmd cmake || need+=(cmake)
+have_cmd ninja || need+=(ninja-build)
+have_cmd g++ || need+=(g++)
+have_cmd clang-format || need+=(clang-format)
+have_file /usr/include/gtest/gtest.h || need+=(libgtest-dev libgmock-dev)
+have_file /usr/include/benchmark/benchmark.h || need+=(libbenchmark-dev)
+have_file /usr/include/CLI/CLI.hpp || need+=(libcli11-dev)
+have_file /usr/include/nlohmann/json.hpp || need+=(nlohmann-json3-dev)
+have_file /usr/include/fmt/format.h || need+=(libfmt-dev)
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup-deps: installing ${need[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+
+if ! have_cmd nvcc; then
+  if [ -x /usr/local/cuda/bin/nvcc ]; then
+    echo "setup-deps: nvcc is in /usr/local/cuda/bin; add it to PATH" >&2
+  else
+    echo "setup-deps: the CUDA 13 toolkit (nvcc) is required and is not installed" >&2
+  fi
+  exit 1
+fi

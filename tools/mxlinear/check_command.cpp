@@ -1,0 +1,124 @@
+#include "check_command.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "layer_data.hpp"
+#include "mxlinear/reference.hpp"
+
+namespace mxlinear::cli {
+namespace {
+
+struct CheckOptions {
+  LayerSpec spec;
+  std::string out_dtype = "bf16";
+  bool prequantized = false;
+};
+
+DType parse_out_dtype(const std::string& name) {
+  if (name == "bf16") return DType::kBF16;
+  if (name == "fp16") return DType::kF16;
+  return DType::kF32;
+}
+
+// Half an ulp of the output type at 1.0: the rounding a correct kernel may add.
+double output_unit_roundoff(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return std::ldexp(1.0, -8);
+    case DType::kF16:
+      return std::ldexp(1.0, -11);
+    default:
+      return std::ldexp(1.0, -24);
+  }
+}
+
+int run_check(const CheckOptions& options) {
+  LayerSpec spec = options.spec;
+  spec.out_dtype = parse_out_dtype(options.out_dtype);
+  if (spec.seed == 0) spec.seed = std::random_device{}();
+  HostLayer layer = make_random_layer(spec);
+  const auto count = static_cast<std::size_t>(spec.m * spec.n);
+
+  std::vector<double> exact(count);
+  reference_linear_f64(layer.activation_view(), layer.weight_view(), layer.bias_view(),
+                       exact.data());
+
+  std::vector<std::uint8_t> out(count * element_size(spec.out_dtype));
+  const TensorView out_view =
+      TensorView::contiguous(out.data(), {spec.m, spec.n}, spec.out_dtype, Location::kHost);
+  if (options.prequantized) {
+    reference_linear(layer.activation_view(), layer.weight_view(), layer.bias_view(), out_view);
+  } else {
+    reference_linear(layer.x_view(), layer.weight_view(), layer.bias_view(), out_view);
+  }
+  const ErrorStats kernel = compare_with_f64(out.data(), spec.out_dtype, exact);
+
+  // The unquantized layer (bf16 activations, fp32 weights) in fp64: the cost of MXFP8 itself.
+  std::vector<double> unquantized(count, 0.0);
+  for (std::int64_t m = 0; m < spec.m; ++m) {
+    for (std::int64_t n = 0; n < spec.n; ++n) {
+      double acc = layer.bias_f32.empty() ? 0.0 : layer.bias_f32[static_cast<std::size_t>(n)];
+      for (std::int64_t k = 0; k < spec.k; ++k) {
+        std::uint32_t bits =
+            static_cast<std::uint32_t>(layer.x_bf16[static_cast<std::size_t>(m * spec.k + k)])
+            << 16;
+        float x;
+        std::memcpy(&x, &bits, sizeof x);
+        acc += static_cast<double>(x) * layer.w_f32[static_cast<std::size_t>(n * spec.k + k)];
+      }
+      unquantized[static_cast<std::size_t>(m * spec.n + n)] = acc;
+    }
+  }
+  std::vector<float> exact_f32(exact.begin(), exact.end());
+  const ErrorStats quantization = compare_with_f64(exact_f32.data(), DType::kF32, unquantized);
+
+  fmt::print("mxlinear check: kernel reference (CPU, fp64 accumulation)\n");
+  fmt::print("  layer   M={} N={} K={} out={} bias={} activation={} seed={}\n", spec.m, spec.n,
+             spec.k, to_string(spec.out_dtype), spec.bias ? "fp32" : "none",
+             options.prequantized ? "pre-quantized e4m3" : "bf16 (quantized inside, RCEIL)",
+             spec.seed);
+  fmt::print(
+      "  kernel vs fp64 MX result     rel Frobenius {:.3e}  max abs {:.3e}  NaN {}  "
+      "(output rounding alone: ~{:.1e})\n",
+      kernel.relative_frobenius, kernel.max_abs, kernel.nan_count,
+      output_unit_roundoff(spec.out_dtype) / std::sqrt(3.0));
+  fmt::print("  MX layer vs unquantized fp64 rel Frobenius {:.3e}  (the cost of MXFP8 itself)\n",
+             quantization.relative_frobenius);
+  const bool ok =
+      kernel.nan_count == 0 && kernel.relative_frobenius <= output_unit_roundoff(spec.out_dtype);
+  fmt::print("  result  {}\n", ok ? "PASS" : "FAIL");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+void add_check_command(CLI::App& app, int& exit_code) {
+  auto options = std::make_shared<CheckOptions>();
+  CLI::App* cmd = app.add_subcommand("check", "Run one random layer and print its error vs fp64");
+  cmd->add_option("-m,--m", options->spec.m, "tokens (rows of the activation)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("-n,--n", options->spec.n, "output features")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("-k,--k", options->spec.k, "input features, a multiple of 32")
+      ->check(CLI::Range(32, 1 << 16));
+  cmd->add_option("--out-dtype", options->out_dtype, "bf16, fp16 or fp32")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
+  cmd->add_flag("--bias", options->spec.bias, "add an fp32 bias");
+  cmd->add_flag("--prequantized", options->prequantized,
+                "feed the pre-quantized activation entry point");
+  cmd->add_option("--seed", options->spec.seed, "random seed (0: a fresh one)");
+  cmd->callback([options, &exit_code] { exit_code = run_check(*options); });
+}
+
+int run_example() {
+  CheckOptions options;
+  options.spec = LayerSpec{64, 1024, 2048, DType::kBF16, true, 0};
+  return run_check(options);
+}
+
+}  // namespace mxlinear::cli
