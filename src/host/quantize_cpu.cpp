@@ -27,13 +27,7 @@ std::uint8_t quantize_block(const float* values, std::uint8_t* q, ScaleRule rule
 void quantize_rows(const TensorView& x, const TensorView& data, const TensorView& scales,
                    ScaleRule rule) {
   constexpr std::string_view kOp = "quantize_rows";
-  detail::check_view(kOp, "x", x, Location::kHost, {DType::kF32, DType::kBF16, DType::kF16});
-  detail::check_mx_pair(kOp, "out", data, scales, Location::kHost);
-  if (data.rows() != x.rows() || data.cols() != x.cols()) {
-    detail::fail(ErrorCode::kInvalidArgument, kOp, "out.data",
-                 fmt::format("has shape {}; expected the shape of x {}", data.shape_string(),
-                             x.shape_string()));
-  }
+  detail::check_quantize(kOp, x, data, scales, Location::kHost);
   const std::int64_t blocks = x.cols() / kBlockSize;
   auto* q = static_cast<std::uint8_t*>(data.data);
   auto* s = static_cast<std::uint8_t*>(scales.data);

@@ -94,6 +94,17 @@ void check_mx_pair(std::string_view op, std::string_view name, const TensorView&
   }
 }
 
+void check_quantize(std::string_view op, const TensorView& x, const TensorView& data,
+                    const TensorView& scales, Location where) {
+  check_view(op, "x", x, where, {DType::kF32, DType::kBF16, DType::kF16});
+  check_mx_pair(op, "out", data, scales, where);
+  if (data.rows() != x.rows() || data.cols() != x.cols()) {
+    fail(ErrorCode::kInvalidArgument, op, "out.data",
+         fmt::format("has shape {}; expected the shape of x {}", data.shape_string(),
+                     x.shape_string()));
+  }
+}
+
 LinearShape check_linear(std::string_view op, const TensorView& x, const TensorView* x_scales,
                          const MxWeight& weight, const std::optional<TensorView>& bias,
                          const TensorView& out, Location where) {

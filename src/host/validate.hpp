@@ -25,6 +25,11 @@ void check_view(std::string_view op, std::string_view name, const TensorView& vi
 void check_mx_pair(std::string_view op, std::string_view name, const TensorView& data,
                    const TensorView& scales, Location where);
 
+// Checks a quantization's operands: x [..., K] fp32, bf16 or fp16, and data/scales as an MX pair
+// of x's shape.
+void check_quantize(std::string_view op, const TensorView& x, const TensorView& data,
+                    const TensorView& scales, Location where);
+
 // Checks every operand of one linear call and returns its shape. x_scales is null for a bf16 or
 // fp16 activation that the call quantizes itself.
 LinearShape check_linear(std::string_view op, const TensorView& x, const TensorView* x_scales,

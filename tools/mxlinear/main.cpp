@@ -4,14 +4,18 @@
 
 #include <exception>
 
+#include "bench_command.hpp"
 #include "check_command.hpp"
 #include "mxlinear/error.hpp"
+#include "select_command.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"mxlinear: MXFP8 linear layers on Hopper (select, check, benchmark, tune)"};
   app.require_subcommand(0, 1);
   int exit_code = 0;
   mxlinear::cli::add_check_command(app, exit_code);
+  mxlinear::cli::add_bench_command(app, exit_code);
+  mxlinear::cli::add_select_command(app, exit_code);
   try {
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) return mxlinear::cli::run_example();

@@ -1,0 +1,85 @@
+#include "harness.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace mxlinear::bench {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+}  // namespace
+
+int rotation_copies(std::size_t weight_bytes, std::size_t l2_bytes, double factor) {
+  if (weight_bytes == 0) return 1;
+  const double needed = factor * static_cast<double>(l2_bytes) / static_cast<double>(weight_bytes);
+  return std::max(2, static_cast<int>(std::ceil(needed)));
+}
+
+Summary summarize(std::vector<double> samples) {
+  Summary s;
+  if (samples.empty()) return s;
+  std::sort(samples.begin(), samples.end());
+  const std::size_t n = samples.size();
+  s.median = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+  s.min = samples.front();
+  s.max = samples.back();
+  return s;
+}
+
+Traffic count_traffic(std::int64_t m, std::int64_t n, std::int64_t k, std::size_t out_bytes,
+                      bool bf16_activation) {
+  const auto md = static_cast<double>(m), nd = static_cast<double>(n), kd = static_cast<double>(k);
+  Traffic t;
+  const double weights = nd * kd * (1.0 + 1.0 / 32.0);
+  const double activation = bf16_activation ? md * kd * 2.0 : md * kd * (1.0 + 1.0 / 32.0);
+  t.bytes = weights + activation + md * nd * static_cast<double>(out_bytes);
+  t.flops = 2.0 * md * nd * kd;
+  return t;
+}
+
+double floor_us(const Traffic& t, double bandwidth_bytes_per_s, double peak_flops_per_s) {
+  return 1e6 * std::max(t.bytes / bandwidth_bytes_per_s, t.flops / peak_flops_per_s);
+}
+
+std::vector<double> time_graph(const std::function<void(int)>& call, int calls, int warmup,
+                               int replays, cudaStream_t stream) {
+  cudaGraph_t graph;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  try {
+    for (int i = 0; i < calls; ++i) call(i);
+  } catch (...) {
+    cudaGraph_t broken;
+    (void)cudaStreamEndCapture(stream, &broken);
+    if (broken) cudaGraphDestroy(broken);
+    throw;
+  }
+  check(cudaStreamEndCapture(stream, &graph), "end capture");
+  cudaGraphExec_t exec;
+  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  for (int i = 0; i < warmup; ++i) check(cudaGraphLaunch(exec, stream), "warmup");
+  std::vector<double> per_call_us;
+  for (int r = 0; r < replays; ++r) {
+    check(cudaEventRecord(start, stream), "record");
+    check(cudaGraphLaunch(exec, stream), "replay");
+    check(cudaEventRecord(stop, stream), "record");
+    check(cudaEventSynchronize(stop), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    per_call_us.push_back(1000.0 * ms / calls);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return per_call_us;
+}
+
+}  // namespace mxlinear::bench

@@ -1,0 +1,40 @@
+// The benchmark method (docs/TARGETS.md): weights rotate through copies that exceed L2, every
+// figure is the median over replays of one CUDA graph of many calls.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace mxlinear::bench {
+
+// Copies of a weight set needed so that one pass over them is at least `factor` times L2.
+int rotation_copies(std::size_t weight_bytes, std::size_t l2_bytes, double factor = 3.0);
+
+struct Summary {
+  double median = 0, min = 0, max = 0;
+  double spread() const { return median > 0 ? (max - min) / median : 0; }  // (max-min)/median
+};
+Summary summarize(std::vector<double> samples);
+
+// Bytes a linear must move at least: weights + weight scales + activation + output, where the
+// activation is bf16 (quantized inside) or e4m3 + scales (pre-quantized).
+struct Traffic {
+  double bytes = 0;
+  double flops = 0;
+};
+Traffic count_traffic(std::int64_t m, std::int64_t n, std::int64_t k, std::size_t out_bytes,
+                      bool bf16_activation);
+
+// The floor in microseconds: the larger of bytes / bandwidth and flops / peak.
+double floor_us(const Traffic& t, double bandwidth_bytes_per_s, double peak_flops_per_s);
+
+// Captures `calls` invocations of call(i) (i = 0..calls-1) on `stream` into one graph, replays it
+// `warmup` times, then times `replays` replays with events. Returns microseconds per call for each
+// replay. call() must only enqueue work on the stream.
+std::vector<double> time_graph(const std::function<void(int)>& call, int calls, int warmup,
+                               int replays, cudaStream_t stream);
+
+}  // namespace mxlinear::bench

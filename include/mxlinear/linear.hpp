@@ -1,0 +1,47 @@
+// The MXFP8 linear layer on the GPU.
+//
+// Both entry points take views over device memory and run asynchronously on `stream`. With a
+// workspace supplied, a call never allocates, synchronizes or reads device memory from the host,
+// so it can be captured into a CUDA graph. Bad input throws mxlinear::Error before anything is
+// launched; out is written only by a successful launch.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <optional>
+
+#include "mxlinear/format.hpp"
+#include "mxlinear/linear_types.hpp"
+
+namespace mxlinear {
+
+// Scratch memory for the activation quantized inside linear(). An empty workspace (null, 0
+// bytes) makes the call allocate and free one with cudaMallocAsync/cudaFreeAsync on the stream.
+struct Workspace {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+// Bytes of workspace linear() needs for an activation of `rows` rows of `k` features.
+std::size_t linear_workspace_bytes(std::int64_t rows, std::int64_t k);
+
+// out = deq(quantize(x)) * deq(weight)^T (+ bias). x: [..., K] bf16 or fp16 (or fp32); weight:
+// data [N, K] e4m3 + scales [N, K/32] e8m0; bias: [N] bf16 or fp32; out: [..., N] bf16, fp16
+// or fp32 with the rows of x. x is quantized with the default rule (RCEIL).
+void linear(const TensorView& x, const MxWeight& weight, const std::optional<TensorView>& bias,
+            const TensorView& out, cudaStream_t stream, const Workspace& workspace = {});
+
+// The same layer on an activation a producer already quantized.
+void linear(const QuantizedActivation& x, const MxWeight& weight,
+            const std::optional<TensorView>& bias, const TensorView& out, cudaStream_t stream);
+
+// Quantizes x ([..., K] bf16, fp16 or fp32) on the GPU into data/scales, byte-identical to
+// quantize_rows(). data rows must be 16-byte aligned (address and row stride).
+void quantize(const TensorView& x, const TensorView& data, const TensorView& scales,
+              cudaStream_t stream, ScaleRule rule = ScaleRule::kRceil);
+
+// Whether a CUDA device of compute capability 9.0 is present and usable.
+bool gpu_available();
+
+}  // namespace mxlinear

@@ -1,0 +1,160 @@
+// Kernel registry and per-layer selection. A device has an ordered kernel list: Hopper tuned
+// kernels first, then the generic GPU kernel, then the CPU reference. A layer gets the first
+// kernel that supports the device and can implement the layer; a tuned kernel can implement only
+// shapes its tuned table has rows for. Per call, a tuned row for the call's M may hand the call to
+// another kernel and config (e.g. the generic kernel where it is faster).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mxlinear/linear_types.hpp"
+#include "mxlinear/models.hpp"
+#include "mxlinear/tuned_table.hpp"
+
+namespace mxlinear {
+
+// The device selection is made for: the current GPU, the CPU, or a described (fake) one.
+struct DeviceDescription {
+  std::string name = "cpu";
+  std::string arch = "cpu";  // "sm_90a" for compute capability 9.0
+  int sms = 0;
+  bool is_gpu = false;
+
+  // The current CUDA device, or the CPU when there is none.
+  static DeviceDescription current();
+  // "cpu", or "<arch>:<sms>" such as "sm_90a:132" (for reports and tests without that GPU).
+  static DeviceDescription parse(const std::string& spec);
+  std::string to_string() const;
+};
+
+// What a kernel needs to know of a layer to say whether it can run it.
+struct LayerDescription {
+  std::int64_t n = 0, k = 0;
+  DType out_dtype = DType::kBF16;
+  std::optional<DType> bias_dtype;
+  int alignment = 16;  // bytes: the largest power of two dividing every data address and stride
+};
+
+// Ok, or the reason not.
+struct Verdict {
+  std::string reason;
+  bool ok() const { return reason.empty(); }
+};
+
+// One call after validation; every kernel runs on an already quantized activation (the linear
+// quantizes bf16 input first), so every kernel serves both entry points.
+struct KernelCall {
+  QuantizedActivation x;
+  MxWeight weight;
+  std::optional<TensorView> bias;
+  TensorView out;
+  LinearShape shape;
+  cudaStream_t stream = nullptr;
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual std::string_view name() const = 0;
+  // The config names run() accepts; tuned rows must name one of them.
+  virtual std::vector<std::string> configs() const = 0;
+  virtual Verdict is_supported(const DeviceDescription& device) const = 0;
+  virtual Verdict can_implement(const LayerDescription& layer) const = 0;
+  // A tuned kernel claims a layer only where the tuned table has rows for its (N, K).
+  virtual bool needs_tuned_rows() const { return false; }
+  // The config for M when no tuned row names one.
+  virtual std::string default_config(std::int64_t m) const = 0;
+  // Layout preprocessing: a pure rewrite of `in` into `out` (same shapes). Whether its result
+  // may be stored by a weight cache and reloaded without running it again.
+  virtual void prepare_weights(const MxWeight& in, const MxWeight& out,
+                               cudaStream_t stream) const = 0;
+  virtual bool prepared_weights_cacheable() const = 0;
+  virtual void run(const KernelCall& call, const std::string& config) const = 0;
+};
+
+struct Rejection {
+  std::string kernel;
+  std::string reason;
+};
+
+// The selection for one layer on one device.
+struct LayerSelection {
+  LayerDescription layer;
+  const Kernel* kernel = nullptr;  // null only if every kernel refused (see rejected)
+  std::vector<Rejection> rejected;
+  std::vector<std::string> warnings;
+};
+
+// The kernel and config serving one call.
+struct Dispatch {
+  const Kernel* kernel = nullptr;
+  std::string config;
+  std::string why;  // "tuned row <source>" or "default config"
+};
+
+// Environment switches (docs/TUNED_TABLES.md): MXLINEAR_DISABLED_KERNELS=a,b,
+// MXLINEAR_BACKEND=auto|<kernel>, MXLINEAR_LOG=warn|info|debug, MXLINEAR_TUNED_TABLES=p1:p2.
+struct Environment {
+  std::vector<std::string> disabled;
+  std::string backend = "auto";
+  std::string log = "warn";
+  std::vector<std::string> tuned_tables;
+  // Reads the variables through `get` (getenv by default).
+  static Environment from(const std::map<std::string, std::string>& vars);
+  static Environment from_process();
+};
+
+struct ReportRow {
+  ModelLayer layer;
+  LayerSelection selection;
+  std::vector<std::pair<std::int64_t, Dispatch>> per_m;  // dispatch at M = 1, 32, ..., 8192
+};
+
+class Registry {
+ public:
+  // kernels in preference order (tuned kernels first).
+  Registry(std::vector<std::shared_ptr<const Kernel>> kernels, TunedTable table,
+           Environment environment);
+
+  // The process-wide registry: built-in kernels, the shipped tables under configs/, the
+  // tables of MXLINEAR_TUNED_TABLES and the process environment. Warnings go to the log once.
+  static const Registry& global();
+
+  LayerSelection select(const LayerDescription& layer, const DeviceDescription& device) const;
+  Dispatch dispatch(const LayerSelection& selection, const DeviceDescription& device,
+                    std::int64_t m) const;
+  std::vector<ReportRow> report(const std::vector<ModelLayer>& layers,
+                                const DeviceDescription& device, DType out_dtype) const;
+
+  // Warnings from reading the environment and the tables.
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  const std::vector<std::shared_ptr<const Kernel>>& kernels() const { return kernels_; }
+  const TunedTable& table() const { return table_; }
+  const Environment& environment() const { return env_; }
+
+ private:
+  const Kernel* find(std::string_view name) const;
+  std::vector<std::shared_ptr<const Kernel>> kernels_;
+  TunedTable table_;
+  Environment env_;
+  std::vector<std::string> warnings_;
+};
+
+// The built-in kernels in preference order, and the context their tuned rows are parsed with.
+std::vector<std::shared_ptr<const Kernel>> builtin_kernels();
+TableContext table_context(const std::vector<std::shared_ptr<const Kernel>>& kernels);
+
+// Pretty and JSON forms of a report (the CLI's `select`).
+std::string format_report(const std::vector<ReportRow>& rows, const DeviceDescription& device);
+std::string report_json(const std::vector<ReportRow>& rows, const DeviceDescription& device);
+
+}  // namespace mxlinear

@@ -1,0 +1,83 @@
+// Tuned tables: which kernel and config serve a layer shape at a given M on a given GPU, as
+// measured there. Format and rules: docs/TUNED_TABLES.md.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace mxlinear {
+
+// M of a call maps to the bucket = the smallest power of two >= M (M = 1 -> 1, 33 -> 64).
+std::int64_t m_bucket(std::int64_t m);
+
+struct TunedKey {
+  std::string arch;  // "sm_90a"
+  int sms = 0;       // multiprocessor count
+  std::int64_t n = 0, k = 0;
+  bool exact_m = false;  // true: the row is for M == m only; false: for the bucket m
+  std::int64_t m = 0;
+  auto tie() const { return std::tie(arch, sms, n, k, exact_m, m); }
+  bool operator<(const TunedKey& o) const { return tie() < o.tie(); }
+  bool operator==(const TunedKey& o) const { return tie() == o.tie(); }
+};
+
+struct TunedValue {
+  std::string kernel;
+  std::string config;
+  double us = 0;           // measured microseconds per call
+  double error_ratio = 0;  // measured error / allowed error (<= 1)
+  std::string library_version;
+  std::string cuda_version;
+  std::string source;  // "file:line" the row came from
+  bool same_choice(const TunedValue& o) const {
+    return kernel == o.kernel && config == o.config && us == o.us && error_ratio == o.error_ratio &&
+           library_version == o.library_version && cuda_version == o.cuda_version;
+  }
+};
+
+// What a parser must know to accept a row: the kernels and their configs, and the versions a
+// row must carry to be current.
+struct TableContext {
+  std::map<std::string, std::vector<std::string>> kernel_configs;
+  std::string library_version;  // "major.minor"
+  std::string cuda_version;     // "major.minor"; a row must match the major
+};
+
+// How the lines of one table were taken: every data line is accepted, a repeat of an accepted
+// row, or skipped with a warning, never dropped silently.
+struct TableStats {
+  int data_lines = 0;  // lines that are not blank, a comment or the header
+  int accepted = 0;
+  int repeats = 0;  // identical repeats of an accepted row (no effect, no warning)
+  int skipped = 0;  // each has a warning
+};
+
+class TunedTable {
+ public:
+  // Parses one table's text. Every line that is not blank, a comment or the header becomes a
+  // row or a warning naming source:line; nothing throws. Within one table the first row of a
+  // key wins and a later conflicting row is reported; rows of a later add() override earlier
+  // tables.
+  TableStats add(const std::string& text, const std::string& source, const TableContext& context);
+  // Reads a file and adds it; a file that cannot be read is a warning.
+  void add_file(const std::string& path, const TableContext& context);
+
+  // The row for a call: an exact-M row first, then M's bucket, then the nearest bucket below,
+  // then the nearest above. Empty if the shape has no rows on this device.
+  std::optional<TunedValue> lookup(const std::string& arch, int sms, std::int64_t n, std::int64_t k,
+                                   std::int64_t m) const;
+  bool has_shape(const std::string& arch, int sms, std::int64_t n, std::int64_t k) const;
+
+  const std::map<TunedKey, TunedValue>& rows() const { return rows_; }
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
+ private:
+  std::map<TunedKey, TunedValue> rows_;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace mxlinear

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# One call on the H200: build, GPU tests, compute-sanitizer (memcheck, racecheck), SASS summary,
+# the selection report and benchmarks. Everything lands in $OUT (default ./device-out). Steps:
+#   test sanitize sass select bench      (default: all)
+# Extra bench arguments go in $BENCH_ARGS.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/device-out}"
+mkdir -p "$OUT"
+steps="${*:-test sanitize sass select bench}"
+export PATH="$PATH:/usr/local/cuda/bin"
+status=0
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
+  nvcc --version | tail -2
+  cmake --version | head -1
+  uname -r
+} >"$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt"
+
+t0=$(date +%s)
+cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 &&
+  cmake --build build-device -j "$(nproc)" --target quantize_gpu_test generic_gemm_gpu_test \
+    linear_gpu_test mxlinear_cli >>"$OUT/build.log" 2>&1 ||
+  { echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+rm -f "$OUT/build.log"  # kept only when the build fails: the device returns at most 8 files
+gpu_tests=(build-device/tests/gpu/quantize_gpu_test build-device/tests/gpu/generic_gemm_gpu_test
+           build-device/tests/gpu/linear_gpu_test)
+
+if [[ " $steps " == *" test "* ]]; then
+  ctest --test-dir build-device -L gpu --output-on-failure >"$OUT/ctest.log" 2>&1 || status=1
+  tail -5 "$OUT/ctest.log"
+  grep -E "Failed|\*\*\*" "$OUT/ctest.log" | head -20
+fi
+
+if [[ " $steps " == *" sanitize "* ]]; then
+  for tool in memcheck racecheck; do
+    for t in "${gpu_tests[@]}"; do
+      log="$OUT/sanitize.log"
+      echo "== $tool $t" >>"$log"
+      compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" --gtest_brief=1 >>"$log" 2>&1
+      rc=$?
+      echo "$tool $(basename "$t"): rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
+      [ $rc -eq 0 ] || status=1
+    done
+  done
+fi
+
+if [[ " $steps " == *" sass "* ]]; then
+  obj=$(find build-device -name 'generic_gemm.cu.o' | head -1)
+  cuobjdump --dump-sass "$obj" >/tmp/generic_gemm.sass 2>&1
+  for op in HMMA QGMMA HGMMA LDL STL F2FP LDSM LDGSTS; do
+    printf '%-6s %s\n' "$op" "$(grep -c "$op" /tmp/generic_gemm.sass)"
+  done | tee "$OUT/sass-summary.txt"
+fi
+
+if [[ " $steps " == *" select "* ]]; then
+  build-device/tools/mxlinear select --model builtin:minimax-m3.1-flash-tp4 | tee "$OUT/select.txt"
+  build-device/tools/mxlinear select --model builtin:minimax-m3.1-flash-tp4 --json >"$OUT/select.json"
+fi
+
+if [[ " $steps " == *" bench "* ]]; then
+  build-device/tools/mxlinear bench ${BENCH_ARGS:-} --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
+fi
+exit $status

@@ -1,0 +1,28 @@
+// What a GEMM launch needs, as plain data shared by host launchers and device kernels.
+#pragma once
+
+#include <cstdint>
+
+namespace mxlinear::device {
+
+enum class OutType : std::uint8_t { kBF16, kF16, kF32 };
+enum class BiasType : std::uint8_t { kNone, kBF16, kF32 };
+
+// out[m, n] = sum_k deq(a)[m, k] * deq(w)[n, k] (+ bias[n]). Strides are in elements.
+struct GemmParams {
+  const std::uint8_t* a = nullptr;         // [M, K] e4m3, rows 16-byte aligned
+  const std::uint8_t* a_scales = nullptr;  // [M, K/32] e8m0
+  const std::uint8_t* w = nullptr;         // [N, K] e4m3, rows 16-byte aligned
+  const std::uint8_t* w_scales = nullptr;  // [N, K/32] e8m0
+  const void* bias = nullptr;              // [N]
+  void* out = nullptr;                     // [M, N] with row stride ld_out
+  std::int64_t ld_a = 0, ld_a_scales = 0, ld_w = 0, ld_w_scales = 0, ld_out = 0;
+  int m = 0, n = 0, k = 0;
+  OutType out_type = OutType::kBF16;
+  BiasType bias_type = BiasType::kNone;
+  // Both scale matrices have 4-byte aligned rows (base and stride), so the pipeline can copy a
+  // stage's 4 scale bytes per row with cp.async; otherwise they are read from global memory.
+  bool scales_via_cp_async = false;
+};
+
+}  // namespace mxlinear::device

@@ -1,0 +1,28 @@
+// Host-side entry to the activation quantization kernel.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "mxlinear/format.hpp"
+
+namespace mxlinear::device {
+
+enum class InType : std::uint8_t { kBF16, kF16, kF32 };
+
+// x [M, K] (row stride ld_x elements) -> data [M, K] e4m3 (row stride ld_q) and scales
+// [M, K/32] e8m0 (row stride ld_s), byte-identical to the CPU reference.
+struct QuantizeParams {
+  const void* x = nullptr;
+  std::uint8_t* q = nullptr;
+  std::uint8_t* scales = nullptr;
+  std::int64_t ld_x = 0, ld_q = 0, ld_s = 0;
+  int m = 0, k = 0;
+  InType in_type = InType::kBF16;
+  ScaleRule rule = ScaleRule::kRceil;
+};
+
+cudaError_t launch_quantize(const QuantizeParams& p, cudaStream_t stream);
+
+}  // namespace mxlinear::device

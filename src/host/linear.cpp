@@ -1,0 +1,228 @@
+#include "mxlinear/linear.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "device/quantize.hpp"
+#include "host/cuda_check.hpp"
+#include "host/log.hpp"
+#include "host/validate.hpp"
+#include "mxlinear/registry.hpp"
+
+namespace mxlinear {
+namespace {
+
+constexpr std::size_t kWorkspaceAlign = 256;
+
+std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+
+// cp.async moves 16-byte chunks: e4m3 rows must start on 16-byte boundaries.
+void require_aligned_rows(std::string_view op, std::string_view name, const TensorView& v) {
+  const auto address = reinterpret_cast<std::uintptr_t>(v.data);
+  const std::int64_t stride_bytes =
+      v.row_stride() * static_cast<std::int64_t>(element_size(v.dtype));
+  if (address % 16 != 0 || (v.rows() > 1 && stride_bytes % 16 != 0)) {
+    detail::fail(ErrorCode::kInvalidArgument, op, name,
+                 fmt::format("has address {:#x} and row stride {} bytes; expected both to be "
+                             "multiples of 16 bytes",
+                             address, stride_bytes));
+  }
+}
+
+device::InType in_type(DType d) {
+  return d == DType::kBF16 ? device::InType::kBF16
+                           : (d == DType::kF16 ? device::InType::kF16 : device::InType::kF32);
+}
+
+// The largest power of two (up to 256) dividing every address and row stride the kernel reads.
+int alignment_of(std::initializer_list<const TensorView*> views) {
+  std::uintptr_t bits = 256;
+  for (const TensorView* v : views) {
+    bits |= reinterpret_cast<std::uintptr_t>(v->data);
+    if (v->rows() > 1) {
+      bits |= static_cast<std::uintptr_t>(v->row_stride()) * element_size(v->dtype);
+    }
+  }
+  return static_cast<int>(bits & (~bits + 1));
+}
+
+// Selections are made once per (device, layer) and cached, so a call costs a map lookup.
+struct SelectionKey {
+  int device;
+  std::int64_t n, k;
+  DType out;
+  int bias;
+  int alignment;
+  auto tie() const { return std::tie(device, n, k, out, bias, alignment); }
+  bool operator<(const SelectionKey& o) const { return tie() < o.tie(); }
+};
+
+struct CachedSelection {
+  DeviceDescription device;
+  LayerSelection selection;
+};
+
+const CachedSelection& selection_for(const LayerDescription& layer) {
+  static std::mutex mutex;
+  static std::map<SelectionKey, CachedSelection> cache;
+  static std::map<int, DeviceDescription> devices;
+  int device = -1;
+  (void)cudaGetDevice(&device);
+  const SelectionKey key{device,
+                         layer.n,
+                         layer.k,
+                         layer.out_dtype,
+                         layer.bias_dtype ? static_cast<int>(*layer.bias_dtype) : -1,
+                         layer.alignment};
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  auto [dev, added] = devices.try_emplace(device);
+  if (added) dev->second = DeviceDescription::current();
+  CachedSelection entry{dev->second, Registry::global().select(layer, dev->second)};
+  const LayerSelection& s = entry.selection;
+  for (const std::string& w : s.warnings) detail::log(detail::LogLevel::kWarn, w);
+  if (s.kernel && s.kernel->name() == "reference" && entry.device.is_gpu) {
+    detail::log(detail::LogLevel::kWarn,
+                fmt::format("layer {} x {} runs on the CPU reference kernel (slow, synchronizes "
+                            "the stream): {}",
+                            layer.n, layer.k,
+                            s.rejected.empty()
+                                ? ""
+                                : s.rejected.front().kernel + ": " + s.rejected.front().reason));
+  } else if (s.kernel) {
+    detail::log(detail::LogLevel::kInfo, fmt::format("layer {} x {} ({} out) on {}: {}", layer.n,
+                                                     layer.k, to_string(layer.out_dtype),
+                                                     entry.device.to_string(), s.kernel->name()));
+  }
+  return cache.emplace(key, std::move(entry)).first->second;
+}
+
+void run_selected(std::string_view op, const KernelCall& call) {
+  LayerDescription layer;
+  layer.n = call.shape.n;
+  layer.k = call.shape.k;
+  layer.out_dtype = call.out.dtype;
+  if (call.bias) layer.bias_dtype = call.bias->dtype;
+  layer.alignment = alignment_of({&call.x.data, &call.weight.data});
+  const CachedSelection& cached = selection_for(layer);
+  if (!cached.selection.kernel) {
+    std::string reasons;
+    for (const Rejection& r : cached.selection.rejected) {
+      reasons += fmt::format("{}{}: {}", reasons.empty() ? "" : "; ", r.kernel, r.reason);
+    }
+    detail::fail(ErrorCode::kUnsupported, op, "weight",
+                 fmt::format("is a {} x {} layer that no enabled kernel can run ({})", layer.n,
+                             layer.k, reasons));
+  }
+  const Dispatch d = Registry::global().dispatch(cached.selection, cached.device, call.shape.m);
+  if (detail::log_enabled(detail::LogLevel::kDebug)) {
+    detail::log(detail::LogLevel::kDebug,
+                fmt::format("{} x {} x {}: {}/{} ({})", call.shape.m, layer.n, layer.k,
+                            d.kernel->name(), d.config, d.why));
+  }
+  d.kernel->run(call, d.config);
+}
+
+void launch_quantize(std::string_view op, const TensorView& x, const TensorView& data,
+                     const TensorView& scales, ScaleRule rule, cudaStream_t stream) {
+  device::QuantizeParams p;
+  p.x = x.data;
+  p.q = static_cast<std::uint8_t*>(data.data);
+  p.scales = static_cast<std::uint8_t*>(scales.data);
+  p.ld_x = x.row_stride();
+  p.ld_q = data.row_stride();
+  p.ld_s = scales.row_stride();
+  p.m = static_cast<int>(x.rows());
+  p.k = static_cast<int>(x.cols());
+  p.in_type = in_type(x.dtype);
+  p.rule = rule;
+  detail::check_cuda(device::launch_quantize(p, stream),
+                     fmt::format("{}: launching activation quantization", op));
+}
+
+}  // namespace
+
+std::size_t linear_workspace_bytes(std::int64_t rows, std::int64_t k) {
+  const auto data = static_cast<std::size_t>(rows * k);
+  return round_up(data, kWorkspaceAlign) + round_up(data / kBlockSize, kWorkspaceAlign);
+}
+
+void linear(const TensorView& x, const MxWeight& weight, const std::optional<TensorView>& bias,
+            const TensorView& out, cudaStream_t stream, const Workspace& workspace) {
+  constexpr std::string_view kOp = "linear";
+  const LinearShape shape =
+      detail::check_linear(kOp, x, nullptr, weight, bias, out, Location::kDevice);
+  if (shape.m == 0) return;
+  const std::size_t needed = linear_workspace_bytes(shape.m, shape.k);
+  const bool allocate = workspace.data == nullptr && workspace.bytes == 0;
+  if (!allocate) {
+    if (workspace.data == nullptr || workspace.bytes < needed) {
+      detail::fail(ErrorCode::kInvalidArgument, kOp, "workspace",
+                   fmt::format("has {} bytes at {}; expected at least {} bytes for M = {}, "
+                               "K = {} (linear_workspace_bytes)",
+                               workspace.bytes, workspace.data, needed, shape.m, shape.k));
+    }
+    if (reinterpret_cast<std::uintptr_t>(workspace.data) % kWorkspaceAlign != 0) {
+      detail::fail(ErrorCode::kInvalidArgument, kOp, "workspace",
+                   fmt::format("has address {}; expected a multiple of {} bytes", workspace.data,
+                               kWorkspaceAlign));
+    }
+  }
+  void* buffer = workspace.data;
+  if (allocate) detail::check_cuda(cudaMallocAsync(&buffer, needed, stream), "linear: workspace");
+  auto* bytes = static_cast<std::uint8_t*>(buffer);
+  const TensorView q =
+      TensorView::contiguous(bytes, {shape.m, shape.k}, DType::kE4M3, Location::kDevice);
+  const TensorView s = TensorView::contiguous(
+      bytes + round_up(static_cast<std::size_t>(shape.m * shape.k), kWorkspaceAlign),
+      {shape.m, shape.k / kBlockSize}, DType::kE8M0, Location::kDevice);
+  try {
+    launch_quantize(kOp, x, q, s, ScaleRule::kRceil, stream);
+    run_selected(kOp,
+                 KernelCall{QuantizedActivation{q, s, x.dtype}, weight, bias, out, shape, stream});
+  } catch (...) {
+    if (allocate) (void)cudaFreeAsync(buffer, stream);
+    throw;
+  }
+  if (allocate) detail::check_cuda(cudaFreeAsync(buffer, stream), "linear: workspace free");
+}
+
+void linear(const QuantizedActivation& x, const MxWeight& weight,
+            const std::optional<TensorView>& bias, const TensorView& out, cudaStream_t stream) {
+  constexpr std::string_view kOp = "linear";
+  const LinearShape shape =
+      detail::check_linear(kOp, x.data, &x.scales, weight, bias, out, Location::kDevice);
+  if (shape.m == 0) return;
+  run_selected(kOp, KernelCall{x, weight, bias, out, shape, stream});
+}
+
+void quantize(const TensorView& x, const TensorView& data, const TensorView& scales,
+              cudaStream_t stream, ScaleRule rule) {
+  constexpr std::string_view kOp = "quantize";
+  detail::check_quantize(kOp, x, data, scales, Location::kDevice);
+  require_aligned_rows(kOp, "out.data", data);
+  if (x.rows() == 0) return;
+  launch_quantize(kOp, x, data, scales, rule, stream);
+}
+
+bool gpu_available() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();  // clear the sticky "no device" status for later calls
+    return false;
+  }
+  int device = 0;
+  int major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    return false;
+  }
+  return major == 9;
+}
+
+}  // namespace mxlinear

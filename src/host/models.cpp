@@ -1,0 +1,86 @@
+#include "mxlinear/models.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <fstream>
+
+#include "host/validate.hpp"
+
+namespace mxlinear {
+namespace {
+
+// MiniMax-M3.1-Flash, tensor parallel 4, with its speculative draft model: every MXFP8 linear of
+// one rank (docs/TARGETS.md, from the seed pull request's validation table).
+const std::vector<ModelLayer>& minimax_m31_flash_tp4() {
+  static const std::vector<ModelLayer> layers = {
+      {"self_attn.qkv_proj", 2560, 6144, 60},
+      {"self_attn.o_proj", 6144, 2048, 60},
+      {"shared_experts.gate_up_proj", 1536, 6144, 57},
+      {"shared_experts.down_proj", 6144, 768, 57},
+      {"dense_mlp.gate_up_proj", 6144, 6144, 8},
+      {"dense_mlp.down_proj", 6144, 3072, 8},
+      {"draft.qkv_proj", 2304, 6144, 5},
+      {"draft.o_proj", 6144, 2048, 5},
+      {"draft.fused_ctx_kv_proj", 1280, 6144, 1},
+  };
+  return layers;
+}
+
+bool parse_int(std::string_view text, std::int64_t& out) {
+  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\r')) text.remove_suffix(1);
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+}  // namespace
+
+std::vector<std::string> builtin_model_names() { return {"minimax-m3.1-flash-tp4"}; }
+
+std::vector<ModelLayer> builtin_model(const std::string& name) {
+  if (name == "minimax-m3.1-flash-tp4") return minimax_m31_flash_tp4();
+  detail::fail(
+      ErrorCode::kInvalidArgument, "builtin_model", "name",
+      fmt::format("is '{}'; expected one of: {}", name, fmt::join(builtin_model_names(), ", ")));
+}
+
+std::vector<ModelLayer> load_model_csv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    detail::fail(
+        ErrorCode::kInvalidArgument, "load_model_csv", "path",
+        fmt::format("is '{}', which cannot be opened; expected a readable CSV file", path));
+  }
+  std::vector<ModelLayer> layers;
+  std::string line;
+  for (int line_no = 1; std::getline(in, line); ++line_no) {
+    if (line.empty() || line[0] == '#' || line.rfind("name,", 0) == 0) continue;
+    std::vector<std::string_view> fields;
+    std::string_view rest = line;
+    for (std::size_t comma; (comma = rest.find(',')) != std::string_view::npos;) {
+      fields.push_back(rest.substr(0, comma));
+      rest.remove_prefix(comma + 1);
+    }
+    fields.push_back(rest);
+    std::int64_t n = 0, k = 0, count = 0;
+    if (fields.size() != 4 || !parse_int(fields[1], n) || !parse_int(fields[2], k) ||
+        !parse_int(fields[3], count) || n < 1 || k < 32 || k % 32 != 0 || count < 1 ||
+        n > (1 << 24) || k > (1 << 24) || count > (1 << 20)) {
+      detail::fail(ErrorCode::kInvalidArgument, "load_model_csv", "path",
+                   fmt::format("has {}:{}: '{}'; expected 'name,N,K,count' with N >= 1, K a "
+                               "positive multiple of 32 and count >= 1",
+                               path, line_no, line));
+    }
+    layers.push_back({std::string(fields[0]), n, k, static_cast<int>(count)});
+  }
+  return layers;
+}
+
+std::vector<ModelLayer> load_model(const std::string& spec) {
+  constexpr std::string_view kBuiltin = "builtin:";
+  if (spec.rfind(kBuiltin, 0) == 0) return builtin_model(spec.substr(kBuiltin.size()));
+  return load_model_csv(spec);
+}
+
+}  // namespace mxlinear

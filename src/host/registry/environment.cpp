@@ -1,0 +1,45 @@
+#include <cstdlib>
+#include <sstream>
+
+#include "mxlinear/registry.hpp"
+
+namespace mxlinear {
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep)) {
+    const auto b = item.find_first_not_of(" \t");
+    const auto e = item.find_last_not_of(" \t");
+    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+  }
+  return out;
+}
+
+}  // namespace
+
+Environment Environment::from(const std::map<std::string, std::string>& vars) {
+  Environment env;
+  auto get = [&vars](const char* name) -> std::string {
+    const auto it = vars.find(name);
+    return it == vars.end() ? "" : it->second;
+  };
+  env.disabled = split(get("MXLINEAR_DISABLED_KERNELS"), ',');
+  if (const std::string b = get("MXLINEAR_BACKEND"); !b.empty()) env.backend = b;
+  if (const std::string l = get("MXLINEAR_LOG"); !l.empty()) env.log = l;
+  env.tuned_tables = split(get("MXLINEAR_TUNED_TABLES"), ':');
+  return env;
+}
+
+Environment Environment::from_process() {
+  std::map<std::string, std::string> vars;
+  for (const char* name :
+       {"MXLINEAR_DISABLED_KERNELS", "MXLINEAR_BACKEND", "MXLINEAR_LOG", "MXLINEAR_TUNED_TABLES"}) {
+    if (const char* v = std::getenv(name)) vars[name] = v;
+  }
+  return from(vars);
+}
+
+}  // namespace mxlinear

@@ -1,0 +1,171 @@
+#include "mxlinear/registry.hpp"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "host/log.hpp"
+#include "host/registry/shipped_tables.hpp"
+
+#ifndef MXLINEAR_VERSION_MAJOR_MINOR
+#error "the build defines MXLINEAR_VERSION_MAJOR_MINOR"
+#endif
+
+namespace mxlinear {
+namespace {
+
+bool contains(const std::vector<std::string>& v, std::string_view s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+std::string names_of(const std::vector<std::shared_ptr<const Kernel>>& kernels) {
+  std::vector<std::string> names;
+  for (const auto& k : kernels) names.emplace_back(k->name());
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+}  // namespace
+
+TableContext table_context(const std::vector<std::shared_ptr<const Kernel>>& kernels) {
+  TableContext context;
+  for (const auto& k : kernels) context.kernel_configs[std::string(k->name())] = k->configs();
+  context.library_version = MXLINEAR_VERSION_MAJOR_MINOR;
+  context.cuda_version = fmt::format("{}.{}", CUDART_VERSION / 1000, (CUDART_VERSION % 1000) / 10);
+  return context;
+}
+
+Registry::Registry(std::vector<std::shared_ptr<const Kernel>> kernels, TunedTable table,
+                   Environment environment)
+    : kernels_(std::move(kernels)), table_(std::move(table)), env_(std::move(environment)) {
+  warnings_ = table_.warnings();
+  for (const std::string& name : env_.disabled) {
+    if (!find(name)) {
+      warnings_.push_back(fmt::format(
+          "MXLINEAR_DISABLED_KERNELS names '{}', which is not a kernel; valid names: {}", name,
+          names_of(kernels_)));
+    }
+  }
+  if (env_.backend != "auto" && !find(env_.backend)) {
+    warnings_.push_back(fmt::format(
+        "MXLINEAR_BACKEND is '{}', which is not a kernel; using automatic selection. Valid: "
+        "auto, {}",
+        env_.backend, names_of(kernels_)));
+    env_.backend = "auto";
+  }
+  if (env_.log != "warn" && env_.log != "info" && env_.log != "debug") {
+    warnings_.push_back(
+        fmt::format("MXLINEAR_LOG is '{}'; expected warn, info or debug", env_.log));
+  }
+}
+
+const Registry& Registry::global() {
+  static const Registry registry = [] {
+    auto kernels = builtin_kernels();
+    const TableContext context = table_context(kernels);
+    const Environment env = Environment::from_process();
+    TunedTable table;
+    for (const auto& [name, text] : detail::shipped_tables()) {
+      table.add(std::string(text), fmt::format("configs/{}", name), context);
+    }
+    for (const std::string& path : env.tuned_tables) table.add_file(path, context);
+    Registry r(std::move(kernels), std::move(table), env);
+    for (const std::string& w : r.warnings()) detail::log(detail::LogLevel::kWarn, w);
+    return r;
+  }();
+  return registry;
+}
+
+const Kernel* Registry::find(std::string_view name) const {
+  for (const auto& k : kernels_) {
+    if (k->name() == name) return k.get();
+  }
+  return nullptr;
+}
+
+LayerSelection Registry::select(const LayerDescription& layer,
+                                const DeviceDescription& device) const {
+  LayerSelection s;
+  s.layer = layer;
+  std::vector<const Kernel*> order;
+  if (const Kernel* forced = env_.backend == "auto" ? nullptr : find(env_.backend)) {
+    order.push_back(forced);
+  }
+  for (const auto& k : kernels_) {
+    if (std::find(order.begin(), order.end(), k.get()) == order.end()) order.push_back(k.get());
+  }
+  for (const Kernel* k : order) {
+    std::string reason;
+    if (contains(env_.disabled, k->name())) {
+      reason = "disabled by MXLINEAR_DISABLED_KERNELS";
+    } else if (Verdict v = k->is_supported(device); !v.ok()) {
+      reason = v.reason;
+    } else if (k->needs_tuned_rows() &&
+               !table_.has_shape(device.arch, device.sms, layer.n, layer.k)) {
+      reason = fmt::format("no tuned rows for {} x {} on {} with {} SMs", layer.n, layer.k,
+                           device.arch, device.sms);
+    } else if (Verdict c = k->can_implement(layer); !c.ok()) {
+      reason = c.reason;
+    }
+    if (reason.empty()) {
+      s.kernel = k;
+      break;
+    }
+    s.rejected.push_back({std::string(k->name()), reason});
+  }
+  if (env_.backend != "auto" && (!s.kernel || s.kernel->name() != env_.backend)) {
+    const std::string why = s.rejected.empty() ? "" : s.rejected.front().reason;
+    s.warnings.push_back(fmt::format(
+        "MXLINEAR_BACKEND={} cannot run layer {} x {} ({}); using automatic selection: {}",
+        env_.backend, layer.n, layer.k, why, s.kernel ? s.kernel->name() : "none"));
+  }
+  return s;
+}
+
+Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescription& device,
+                            std::int64_t m) const {
+  Dispatch d;
+  d.kernel = selection.kernel;
+  if (!d.kernel) return d;
+  const bool forced = env_.backend != "auto";
+  if (const auto row =
+          table_.lookup(device.arch, device.sms, selection.layer.n, selection.layer.k, m)) {
+    const Kernel* k = find(row->kernel);
+    // A row may hand this M to another kernel (a tuned row for the generic kernel where it is
+    // faster), but never to one that is disabled, unsupported or unable, and never against a
+    // forced backend.
+    const bool usable = k && !contains(env_.disabled, k->name()) && k->is_supported(device).ok() &&
+                        k->can_implement(selection.layer).ok() &&
+                        (!forced || k == selection.kernel);
+    if (usable) {
+      d.kernel = k;
+      d.config = row->config;
+      d.why = fmt::format("tuned row {}", row->source);
+      return d;
+    }
+  }
+  d.config = d.kernel->default_config(m);
+  d.why = "default config";
+  return d;
+}
+
+std::vector<ReportRow> Registry::report(const std::vector<ModelLayer>& layers,
+                                        const DeviceDescription& device, DType out_dtype) const {
+  std::vector<ReportRow> rows;
+  for (const ModelLayer& layer : layers) {
+    ReportRow row;
+    row.layer = layer;
+    LayerDescription desc;
+    desc.n = layer.n;
+    desc.k = layer.k;
+    desc.out_dtype = out_dtype;
+    row.selection = select(desc, device);
+    for (std::int64_t m : {1, 32, 128, 512, 2048, 8192}) {
+      row.per_m.emplace_back(m, dispatch(row.selection, device, m));
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace mxlinear

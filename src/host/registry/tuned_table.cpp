@@ -1,0 +1,232 @@
+#include "mxlinear/tuned_table.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <string_view>
+
+namespace mxlinear {
+namespace {
+
+constexpr std::string_view kHeader =
+    "arch,sms,n,k,m,kernel,config,us,error_ratio,mxlinear_version,cuda_version";
+constexpr std::size_t kFields = 11;
+constexpr std::size_t kMaxLine = 1024;
+constexpr std::int64_t kMaxExtent = std::numeric_limits<std::int32_t>::max();
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
+
+bool parse_int(std::string_view s, std::int64_t lo, std::int64_t hi, std::int64_t& out) {
+  s = trim(s);
+  if (s.empty()) return false;
+  std::int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi) return false;
+  out = v;
+  return true;
+}
+
+bool parse_real(std::string_view s, double& out) {
+  s = trim(s);
+  if (s.empty() || s.size() > 64) return false;
+  // strtod needs a terminated string; from_chars for double is missing from older libstdc++.
+  const std::string copy(s);
+  char* end = nullptr;
+  const double v = std::strtod(copy.c_str(), &end);
+  if (end != copy.c_str() + copy.size() || !std::isfinite(v) || v < 0) return false;
+  out = v;
+  return true;
+}
+
+bool is_power_of_two(std::int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+bool printable(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7F; });
+}
+
+// A field as it may appear in a message: printable, at most 40 characters.
+std::string shown(std::string_view field) {
+  std::string out(field.substr(0, 40));
+  for (char& c : out) {
+    if (c < 0x20 || c >= 0x7F) c = '?';
+  }
+  return field.size() > 40 ? out + "..." : out;
+}
+
+std::string major_of(const std::string& version) { return version.substr(0, version.find('.')); }
+
+// One data row, or the reason it is rejected.
+std::string parse_row(std::string_view line, const TableContext& context, TunedKey& key,
+                      TunedValue& value) {
+  std::vector<std::string_view> f;
+  std::size_t start = 0;
+  while (f.size() <= kFields) {
+    const std::size_t comma = line.find(',', start);
+    f.push_back(trim(line.substr(start, comma - start)));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  if (f.size() != kFields) {
+    return fmt::format("has {} fields; expected {} ({})",
+                       f.size() > kFields ? "more than 11" : std::to_string(f.size()), kFields,
+                       kHeader);
+  }
+  if (f[0].empty() || !printable(f[0])) return "has an empty or unprintable arch";
+  key.arch = std::string(f[0]);
+  std::int64_t sms = 0;
+  if (!parse_int(f[1], 1, 4096, sms))
+    return fmt::format("has sms '{}'; expected 1..4096", shown(f[1]));
+  key.sms = static_cast<int>(sms);
+  if (!parse_int(f[2], 1, kMaxExtent, key.n)) {
+    return fmt::format("has n '{}'; expected 1..{}", shown(f[2]), kMaxExtent);
+  }
+  if (!parse_int(f[3], 32, kMaxExtent, key.k) || key.k % 32 != 0) {
+    return fmt::format("has k '{}'; expected a multiple of 32 in 32..{}", shown(f[3]), kMaxExtent);
+  }
+  std::string_view m = f[4];
+  key.exact_m = !m.empty() && m.front() == '=';
+  if (key.exact_m) m.remove_prefix(1);
+  if (!parse_int(m, 1, kMaxExtent, key.m) || (!key.exact_m && !is_power_of_two(key.m))) {
+    return fmt::format("has m '{}'; expected a power-of-two bucket (64) or an exact M (=48)",
+                       shown(f[4]));
+  }
+  value.kernel = std::string(f[5]);
+  const auto kernel = context.kernel_configs.find(value.kernel);
+  if (kernel == context.kernel_configs.end()) {
+    std::vector<std::string> names;
+    for (const auto& [name, configs] : context.kernel_configs) names.push_back(name);
+    return fmt::format("names kernel '{}'; expected one of: {}", shown(f[5]),
+                       fmt::join(names, ", "));
+  }
+  value.config = std::string(f[6]);
+  const auto& configs = kernel->second;
+  if (std::find(configs.begin(), configs.end(), value.config) == configs.end()) {
+    return fmt::format("names config '{}' of kernel {}; expected one of: {}", shown(f[6]),
+                       value.kernel, fmt::join(configs, ", "));
+  }
+  if (!parse_real(f[7], value.us))
+    return fmt::format("has us '{}'; expected a number >= 0", shown(f[7]));
+  if (!parse_real(f[8], value.error_ratio) || value.error_ratio > 1.0) {
+    return fmt::format(
+        "has error_ratio '{}'; expected a number in 0..1 (a config that failed "
+        "its accuracy check is never used)",
+        shown(f[8]));
+  }
+  value.library_version = std::string(f[9]);
+  value.cuda_version = std::string(f[10]);
+  if (value.library_version != context.library_version) {
+    return fmt::format("is stale: tuned with mxlinear {}; this is mxlinear {}", shown(f[9]),
+                       context.library_version);
+  }
+  if (major_of(value.cuda_version) != major_of(context.cuda_version)) {
+    return fmt::format("is stale: tuned with CUDA {}; this is CUDA {}", shown(f[10]),
+                       context.cuda_version);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::int64_t m_bucket(std::int64_t m) {
+  std::int64_t b = 1;
+  while (b < m && b < (std::int64_t{1} << 40)) b <<= 1;
+  return b;
+}
+
+TableStats TunedTable::add(const std::string& text, const std::string& source,
+                           const TableContext& context) {
+  TableStats stats;
+  std::map<TunedKey, TunedValue> mine;
+  std::size_t start = 0;
+  int line_no = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view raw(text.data() + start, end - start);
+    start = end + 1;
+    ++line_no;
+    const std::string where = fmt::format("{}:{}", source, line_no);
+    if (raw.size() > kMaxLine) {
+      ++stats.data_lines;
+      ++stats.skipped;
+      warnings_.push_back(fmt::format("{}: line of {} bytes skipped; expected at most {}", where,
+                                      raw.size(), kMaxLine));
+      continue;
+    }
+    const std::string_view line = trim(raw);
+    if (line.empty() || line.front() == '#' || line == kHeader) continue;
+    ++stats.data_lines;
+    TunedKey key;
+    TunedValue value;
+    const std::string reason = parse_row(line, context, key, value);
+    if (!reason.empty()) {
+      ++stats.skipped;
+      warnings_.push_back(fmt::format("{}: row skipped: it {}", where, reason));
+      continue;
+    }
+    value.source = where;
+    const auto [it, inserted] = mine.emplace(key, value);
+    if (inserted) {
+      ++stats.accepted;
+    } else if (it->second.same_choice(value)) {
+      ++stats.repeats;
+    } else {
+      ++stats.skipped;
+      warnings_.push_back(
+          fmt::format("{}: row skipped: it repeats the key of {} with a different "
+                      "value; the first row wins",
+                      where, it->second.source));
+    }
+  }
+  for (auto& [key, value] : mine) rows_[key] = value;  // a later table overrides
+  return stats;
+}
+
+void TunedTable::add_file(const std::string& path, const TableContext& context) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    warnings_.push_back(fmt::format("{}: tuned table cannot be read; it is ignored", path));
+    return;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  add(text.str(), path, context);
+}
+
+std::optional<TunedValue> TunedTable::lookup(const std::string& arch, int sms, std::int64_t n,
+                                             std::int64_t k, std::int64_t m) const {
+  TunedKey key{arch, sms, n, k, true, m};
+  if (auto it = rows_.find(key); it != rows_.end()) return it->second;
+  key.exact_m = false;
+  key.m = m_bucket(m);
+  if (auto it = rows_.find(key); it != rows_.end()) return it->second;
+  // The nearest bucket of this shape: below first (its tiles fit), then above.
+  auto same_shape_bucket = [&](const TunedKey& k2) {
+    return !k2.exact_m && k2.arch == arch && k2.sms == sms && k2.n == n && k2.k == k;
+  };
+  const auto above = rows_.lower_bound(key);
+  if (above != rows_.begin() && same_shape_bucket(std::prev(above)->first)) {
+    return std::prev(above)->second;
+  }
+  if (above != rows_.end() && same_shape_bucket(above->first)) return above->second;
+  return std::nullopt;
+}
+
+bool TunedTable::has_shape(const std::string& arch, int sms, std::int64_t n, std::int64_t k) const {
+  auto it = rows_.lower_bound(TunedKey{arch, sms, n, k, false, 0});
+  return it != rows_.end() && it->first.arch == arch && it->first.sms == sms && it->first.n == n &&
+         it->first.k == k;
+}
+
+}  // namespace mxlinear

@@ -1,0 +1,45 @@
+// Kernels for registry tests: a stand-in for a Hopper tuned kernel, and a recorder. They never
+// touch a GPU.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mxlinear/registry.hpp"
+
+namespace mxlinear::test {
+
+class FakeKernel : public Kernel {
+ public:
+  FakeKernel(std::string name, bool tuned, std::vector<std::string> configs,
+             std::string arch = "sm_90a", std::int64_t max_k = 1 << 20)
+      : name_(std::move(name)),
+        tuned_(tuned),
+        configs_(std::move(configs)),
+        arch_(std::move(arch)),
+        max_k_(max_k) {}
+  std::string_view name() const override { return name_; }
+  std::vector<std::string> configs() const override { return configs_; }
+  Verdict is_supported(const DeviceDescription& d) const override {
+    if (d.arch != arch_) return {"needs " + arch_};
+    return {};
+  }
+  Verdict can_implement(const LayerDescription& l) const override {
+    if (l.k > max_k_) return {"K above " + std::to_string(max_k_)};
+    return {};
+  }
+  bool needs_tuned_rows() const override { return tuned_; }
+  std::string default_config(std::int64_t) const override { return configs_.front(); }
+  void prepare_weights(const MxWeight&, const MxWeight&, cudaStream_t) const override {}
+  bool prepared_weights_cacheable() const override { return true; }
+  void run(const KernelCall&, const std::string&) const override {}
+
+ private:
+  std::string name_;
+  bool tuned_;
+  std::vector<std::string> configs_;
+  std::string arch_;
+  std::int64_t max_k_;
+};
+
+}  // namespace mxlinear::test

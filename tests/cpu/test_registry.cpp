@@ -1,0 +1,194 @@
+// Selection on a described (fake) device: no GPU needed.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "cpu/registry_test_kernels.hpp"
+#include "mxlinear/registry.hpp"
+
+namespace mxlinear::test {
+namespace {
+
+using ::testing::HasSubstr;
+
+const DeviceDescription kH200 = DeviceDescription::parse("sm_90a:132");
+
+std::vector<std::shared_ptr<const Kernel>> kernels() {
+  return {std::make_shared<FakeKernel>("tuned", true, std::vector<std::string>{"t64", "t128"}),
+          std::make_shared<FakeKernel>("general", false, std::vector<std::string>{"g1", "g2"}),
+          std::make_shared<FakeKernel>("cpu", false, std::vector<std::string>{"fp64"}, "cpu")};
+}
+
+// Makes the fake "cpu" kernel accept any device, like the real reference kernel.
+std::vector<std::shared_ptr<const Kernel>> kernels_with_fallback() {
+  auto k = kernels();
+  k.back() = std::make_shared<FakeKernel>("cpu", false, std::vector<std::string>{"fp64"}, "sm_90a");
+  return k;
+}
+
+TableContext context_for(const std::vector<std::shared_ptr<const Kernel>>& ks) {
+  TableContext c = table_context(ks);
+  return c;
+}
+
+std::string row(const std::string& m, const std::string& kernel, const std::string& config,
+                std::int64_t n = 2560, std::int64_t k = 6144, const std::string& us = "10.5") {
+  const TableContext c = context_for(kernels());
+  return "sm_90a,132," + std::to_string(n) + "," + std::to_string(k) + "," + m + "," + kernel +
+         "," + config + "," + us + ",0.2," + c.library_version + "," + c.cuda_version + "\n";
+}
+
+Registry make(const std::string& table_text, std::map<std::string, std::string> env = {}) {
+  auto ks = kernels_with_fallback();
+  TunedTable table;
+  table.add(table_text, "test.csv", context_for(ks));
+  return Registry(ks, std::move(table), Environment::from(env));
+}
+
+LayerDescription layer(std::int64_t n, std::int64_t k) {
+  LayerDescription l;
+  l.n = n;
+  l.k = k;
+  return l;
+}
+
+TEST(Registry, TunedShapePicksTheTunedKernel) {
+  const Registry r = make(row("64", "tuned", "t64"));
+  const LayerSelection s = r.select(layer(2560, 6144), kH200);
+  ASSERT_NE(s.kernel, nullptr);
+  EXPECT_EQ(s.kernel->name(), "tuned");
+  EXPECT_TRUE(s.rejected.empty());
+}
+
+TEST(Registry, UntunedShapeFallsThroughWithTheReason) {
+  const Registry r = make(row("64", "tuned", "t64"));
+  const LayerSelection s = r.select(layer(6144, 768), kH200);
+  ASSERT_NE(s.kernel, nullptr);
+  EXPECT_EQ(s.kernel->name(), "general");
+  ASSERT_EQ(s.rejected.size(), 1u);
+  EXPECT_EQ(s.rejected[0].kernel, "tuned");
+  EXPECT_THAT(s.rejected[0].reason, HasSubstr("no tuned rows for 6144 x 768"));
+}
+
+TEST(Registry, TunedRowsOfAnotherSmCountDoNotClaimTheLayer) {
+  const Registry r = make(row("64", "tuned", "t64"));
+  const LayerSelection s = r.select(layer(2560, 6144), DeviceDescription::parse("sm_90a:114"));
+  ASSERT_NE(s.kernel, nullptr);
+  EXPECT_EQ(s.kernel->name(), "general");
+}
+
+TEST(Registry, DisabledKernelIsSkipped) {
+  const Registry r = make(row("64", "tuned", "t64"), {{"MXLINEAR_DISABLED_KERNELS", "tuned"}});
+  const LayerSelection s = r.select(layer(2560, 6144), kH200);
+  EXPECT_EQ(s.kernel->name(), "general");
+  EXPECT_THAT(s.rejected[0].reason, HasSubstr("MXLINEAR_DISABLED_KERNELS"));
+}
+
+TEST(Registry, UnknownKernelNamesInTheEnvironmentWarnWithTheValidNames) {
+  const Registry r =
+      make("", {{"MXLINEAR_DISABLED_KERNELS", "tuned, nope"}, {"MXLINEAR_BACKEND", "fast"}});
+  ASSERT_EQ(r.warnings().size(), 2u);
+  EXPECT_THAT(r.warnings()[0], HasSubstr("'nope'"));
+  EXPECT_THAT(r.warnings()[0], HasSubstr("tuned, general, cpu"));
+  EXPECT_THAT(r.warnings()[1], HasSubstr("'fast'"));
+  EXPECT_EQ(r.environment().backend, "auto");
+}
+
+TEST(Registry, ForcedBackendGoesFirst) {
+  const Registry r = make(row("64", "tuned", "t64"), {{"MXLINEAR_BACKEND", "general"}});
+  const LayerSelection s = r.select(layer(2560, 6144), kH200);
+  EXPECT_EQ(s.kernel->name(), "general");
+  EXPECT_TRUE(s.warnings.empty());
+  // A forced backend also overrides tuned rows that name another kernel.
+  const Dispatch d = r.dispatch(s, kH200, 64);
+  EXPECT_EQ(d.kernel->name(), "general");
+  EXPECT_EQ(d.config, "g1");
+}
+
+TEST(Registry, ForcedBackendThatCannotImplementFallsBackWithAWarning) {
+  // The tuned kernel has no rows for this shape, so forcing it must not fail the layer.
+  const Registry r = make(row("64", "tuned", "t64"), {{"MXLINEAR_BACKEND", "tuned"}});
+  const LayerSelection s = r.select(layer(6144, 768), kH200);
+  ASSERT_NE(s.kernel, nullptr);
+  EXPECT_EQ(s.kernel->name(), "general");
+  ASSERT_EQ(s.warnings.size(), 1u);
+  EXPECT_THAT(s.warnings[0], HasSubstr("MXLINEAR_BACKEND=tuned cannot run layer 6144 x 768"));
+  EXPECT_THAT(s.warnings[0], HasSubstr("using automatic selection: general"));
+}
+
+TEST(Registry, EveryKernelRefusingLeavesNoKernelAndAllReasons) {
+  const Registry r = make("", {{"MXLINEAR_DISABLED_KERNELS", "general,cpu"}});
+  const LayerSelection s = r.select(layer(6144, 768), kH200);
+  EXPECT_EQ(s.kernel, nullptr);
+  EXPECT_EQ(s.rejected.size(), 3u);
+}
+
+TEST(Registry, PerMBucketDispatchExactRowsWinAndRowsMayPickTheGeneralKernel) {
+  const std::string table = row("1", "general", "g2") + row("64", "tuned", "t64") +
+                            row("128", "tuned", "t128") + row("=48", "tuned", "t128");
+  const Registry r = make(table);
+  const LayerSelection s = r.select(layer(2560, 6144), kH200);
+  ASSERT_EQ(s.kernel->name(), "tuned");
+  auto at = [&](std::int64_t m) {
+    const Dispatch d = r.dispatch(s, kH200, m);
+    return std::string(d.kernel->name()) + "/" + d.config;
+  };
+  EXPECT_EQ(at(1), "general/g2");  // bucket 1 is routed to the general kernel
+  EXPECT_EQ(at(33), "tuned/t64");  // bucket 64
+  EXPECT_EQ(at(64), "tuned/t64");
+  EXPECT_EQ(at(48), "tuned/t128");    // the exact row beats bucket 64
+  EXPECT_EQ(at(65), "tuned/t128");    // bucket 128
+  EXPECT_EQ(at(4096), "tuned/t128");  // no bucket 4096: the nearest below
+  EXPECT_EQ(at(2), "general/g2");     // no bucket 2: the nearest below is bucket 1
+}
+
+TEST(Registry, DisabledKernelNamedByARowIsNotUsed) {
+  const Registry r = make(row("1", "general", "g2") + row("64", "tuned", "t64"),
+                          {{"MXLINEAR_DISABLED_KERNELS", "general"}});
+  const LayerSelection s = r.select(layer(2560, 6144), kH200);
+  const Dispatch d = r.dispatch(s, kH200, 1);
+  EXPECT_EQ(d.kernel->name(), "tuned");
+  EXPECT_EQ(d.why, "default config");
+}
+
+TEST(Registry, ReportForTheBuiltinModelOnADescribedH200) {
+  const Registry r = make(row("64", "tuned", "t64") + row("64", "tuned", "t64", 1536, 6144));
+  const auto rows = r.report(builtin_model("minimax-m3.1-flash-tp4"), kH200, DType::kBF16);
+  ASSERT_EQ(rows.size(), 9u);
+  std::map<std::string, std::string> chosen;
+  for (const auto& row_ : rows) chosen[row_.layer.name] = row_.selection.kernel->name();
+  EXPECT_EQ(chosen["self_attn.qkv_proj"], "tuned");
+  EXPECT_EQ(chosen["shared_experts.gate_up_proj"], "tuned");
+  EXPECT_EQ(chosen["self_attn.o_proj"], "general");
+  EXPECT_EQ(chosen["draft.fused_ctx_kv_proj"], "general");
+  const std::string text = format_report(rows, kH200);
+  EXPECT_THAT(text, HasSubstr("self_attn.qkv_proj"));
+  EXPECT_THAT(text, HasSubstr("tuned: no tuned rows for 6144 x 2048 on sm_90a with 132 SMs"));
+  const std::string json = report_json(rows, kH200);
+  EXPECT_THAT(json, HasSubstr("\"kernel\": \"tuned\""));
+  EXPECT_THAT(json, HasSubstr("\"count\": 60"));
+}
+
+TEST(Registry, BuiltinKernelsOnTheCpuAndOnADescribedH200) {
+  const auto ks = builtin_kernels();
+  Registry r(ks, TunedTable{}, Environment{});
+  const auto model = builtin_model("minimax-m3.1-flash-tp4");
+  for (const auto& row_ : r.report(model, DeviceDescription::parse("cpu"), DType::kBF16)) {
+    EXPECT_EQ(row_.selection.kernel->name(), "reference");
+    EXPECT_THAT(row_.selection.rejected.at(0).reason, HasSubstr("needs a GPU"));
+  }
+  for (const auto& row_ : r.report(model, kH200, DType::kBF16)) {
+    EXPECT_EQ(row_.selection.kernel->name(), "generic");
+    EXPECT_EQ(r.dispatch(row_.selection, kH200, 1).config, "bm16_bn32_wm16_wn16_wk4_s8");
+    EXPECT_EQ(r.dispatch(row_.selection, kH200, 8192).config, "bm128_bn128_wm64_wn32_wk1_s4");
+  }
+  LayerDescription misaligned = layer(2560, 6144);
+  misaligned.alignment = 4;
+  const LayerSelection s = r.select(misaligned, kH200);
+  EXPECT_EQ(s.kernel->name(), "reference");
+  EXPECT_THAT(s.rejected.at(0).reason, HasSubstr("16-byte aligned"));
+}
+
+}  // namespace
+}  // namespace mxlinear::test

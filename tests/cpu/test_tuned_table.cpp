@@ -1,0 +1,164 @@
+// The tuned-table parser: every bad line is a warning naming file:line, nothing throws, and no
+// line is dropped silently (TableStats accounts for each).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+
+#include "cpu/registry_test_kernels.hpp"
+#include "mxlinear/tuned_table.hpp"
+#include "support/random.hpp"
+
+namespace mxlinear::test {
+namespace {
+
+using ::testing::HasSubstr;
+
+TableContext context() {
+  TableContext c;
+  c.kernel_configs = {{"tuned", {"t64", "t128"}}, {"generic", {"g"}}};
+  c.library_version = "0.1";
+  c.cuda_version = "13.0";
+  return c;
+}
+
+const std::string kGood = "sm_90a,132,2560,6144,64,tuned,t64,10.5,0.25,0.1,13.0";
+
+void expect_accounted(const TableStats& s) {
+  EXPECT_EQ(s.data_lines, s.accepted + s.repeats + s.skipped);
+}
+
+TEST(TunedTable, MBucketIsTheNextPowerOfTwo) {
+  EXPECT_EQ(m_bucket(1), 1);
+  EXPECT_EQ(m_bucket(2), 2);
+  EXPECT_EQ(m_bucket(3), 4);
+  EXPECT_EQ(m_bucket(33), 64);
+  EXPECT_EQ(m_bucket(64), 64);
+  EXPECT_EQ(m_bucket(8192), 8192);
+}
+
+TEST(TunedTable, GoodRowIsAcceptedWithItsSource) {
+  TunedTable t;
+  const TableStats s = t.add(
+      "# comment\narch,sms,n,k,m,kernel,config,us,error_ratio,mxlinear_version,cuda_version\n" +
+          kGood + "\r\n",
+      "a.csv", context());
+  EXPECT_EQ(s.accepted, 1);
+  EXPECT_TRUE(t.warnings().empty());
+  const auto v = t.lookup("sm_90a", 132, 2560, 6144, 40);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->config, "t64");
+  EXPECT_EQ(v->source, "a.csv:3");
+  EXPECT_DOUBLE_EQ(v->us, 10.5);
+}
+
+struct BadRow {
+  const char* line;
+  const char* expect;
+};
+
+TEST(TunedTable, EveryMalformedRowIsAWarningNamingFileAndLine) {
+  const BadRow rows[] = {
+      {"sm_90a,132,2560,6144,64,tuned,t64,10.5,0.25,0.1", "has 10 fields"},
+      {"sm_90a,132,2560,6144,64,tuned,t64,10.5,0.25,0.1,13.0,extra", "more than 11"},
+      {"sm_90a,0,2560,6144,64,tuned,t64,10.5,0.25,0.1,13.0", "sms '0'"},
+      {"sm_90a,132,-5,6144,64,tuned,t64,10.5,0.25,0.1,13.0", "n '-5'"},
+      {"sm_90a,132,99999999999999999999999,6144,64,tuned,t64,1,0.2,0.1,13.0", "has n"},
+      {"sm_90a,132,2560,6100,64,tuned,t64,10.5,0.25,0.1,13.0", "multiple of 32"},
+      {"sm_90a,132,2560,6144,48,tuned,t64,10.5,0.25,0.1,13.0", "power-of-two bucket"},
+      {"sm_90a,132,2560,6144,=0,tuned,t64,10.5,0.25,0.1,13.0", "has m '=0'"},
+      {"sm_90a,132,2560,6144,64,fast,t64,10.5,0.25,0.1,13.0",
+       "kernel 'fast'; expected one of: generic, tuned"},
+      {"sm_90a,132,2560,6144,64,tuned,t256,10.5,0.25,0.1,13.0", "config 't256' of kernel tuned"},
+      {"sm_90a,132,2560,6144,64,tuned,t64,nan,0.25,0.1,13.0", "us 'nan'"},
+      {"sm_90a,132,2560,6144,64,tuned,t64,1e999,0.25,0.1,13.0", "us '1e999'"},
+      {"sm_90a,132,2560,6144,64,tuned,t64,10,1.5,0.1,13.0", "error_ratio '1.5'"},
+      {"sm_90a,132,2560,6144,64,tuned,t64,10,0.5,0.0,13.0", "stale: tuned with mxlinear 0.0"},
+      {"sm_90a,132,2560,6144,64,tuned,t64,10,0.5,0.1,12.8", "stale: tuned with CUDA 12.8"},
+      {",132,2560,6144,64,tuned,t64,10,0.5,0.1,13.0", "empty or unprintable arch"},
+  };
+  std::string text;
+  for (const BadRow& r : rows) text += std::string(r.line) + "\n";
+  TunedTable t;
+  const TableStats s = t.add(text, "bad.csv", context());
+  expect_accounted(s);
+  EXPECT_EQ(s.accepted, 0);
+  ASSERT_EQ(t.warnings().size(), std::size(rows));
+  for (std::size_t i = 0; i < std::size(rows); ++i) {
+    EXPECT_THAT(t.warnings()[i], HasSubstr("bad.csv:" + std::to_string(i + 1) + ": row skipped"));
+    EXPECT_THAT(t.warnings()[i], HasSubstr(rows[i].expect)) << rows[i].line;
+  }
+  EXPECT_TRUE(t.rows().empty());
+}
+
+TEST(TunedTable, DuplicateKeysResolveDeterministicallyFirstRowWins) {
+  TunedTable t;
+  const std::string other = "sm_90a,132,2560,6144,64,tuned,t128,9.0,0.25,0.1,13.0";
+  const TableStats s = t.add(kGood + "\n" + kGood + "\n" + other + "\n", "d.csv", context());
+  EXPECT_EQ(s.accepted, 1);
+  EXPECT_EQ(s.repeats, 1);
+  EXPECT_EQ(s.skipped, 1);
+  ASSERT_EQ(t.warnings().size(), 1u);
+  EXPECT_THAT(t.warnings()[0], HasSubstr("d.csv:3: row skipped: it repeats the key of d.csv:1"));
+  EXPECT_EQ(t.lookup("sm_90a", 132, 2560, 6144, 64)->config, "t64");
+}
+
+TEST(TunedTable, ALaterTableOverridesRowsOfAnEarlierOne) {
+  TunedTable t;
+  t.add(kGood + "\n", "shipped.csv", context());
+  t.add("sm_90a,132,2560,6144,64,tuned,t128,9.0,0.25,0.1,13.0\n", "user.csv", context());
+  EXPECT_EQ(t.lookup("sm_90a", 132, 2560, 6144, 64)->config, "t128");
+  EXPECT_EQ(t.lookup("sm_90a", 132, 2560, 6144, 64)->source, "user.csv:1");
+}
+
+TEST(TunedTable, MissingFileIsAWarning) {
+  TunedTable t;
+  t.add_file("/nonexistent/mxlinear/table.csv", context());
+  ASSERT_EQ(t.warnings().size(), 1u);
+  EXPECT_THAT(t.warnings()[0], HasSubstr("cannot be read"));
+}
+
+TEST(TunedTable, OverlongLineIsSkippedWithAWarning) {
+  TunedTable t;
+  const TableStats s = t.add(std::string(5000, 'x') + "\n" + kGood, "long.csv", context());
+  expect_accounted(s);
+  EXPECT_EQ(s.accepted, 1);
+  EXPECT_THAT(t.warnings().at(0), HasSubstr("long.csv:1: line of 5000 bytes skipped"));
+}
+
+// The shapes a fuzzer throws: random bytes, every truncation of a valid table, huge numbers.
+// None may crash, throw, or change the table without a warning.
+TEST(TunedTable, RandomBytesTruncationsAndHugeNumbersNeverCrashOrChangeSilently) {
+  auto rng = make_rng();
+  const std::string table =
+      "# t\n" + kGood + "\nsm_90a,132,6144,768,=48,generic,g,3,0.1,0.1,13.0\n";
+  for (std::size_t cut = 0; cut <= table.size(); ++cut) {
+    TunedTable t;
+    const TableStats s = t.add(table.substr(0, cut), "cut.csv", context());
+    expect_accounted(s);
+    EXPECT_EQ(static_cast<int>(t.rows().size()), s.accepted);
+  }
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_int_distribution<int> length(0, 400);
+  for (int i = 0; i < 2000; ++i) {
+    std::string junk(static_cast<std::size_t>(length(rng)), '\0');
+    for (char& c : junk) c = static_cast<char>(byte(rng));
+    TunedTable t;
+    const TableStats s = t.add(junk, "junk.csv", context());
+    expect_accounted(s);
+    EXPECT_EQ(static_cast<int>(t.warnings().size()), s.skipped);
+  }
+  for (const char* huge :
+       {"9223372036854775808", "18446744073709551616", "1e308", "-0", "0x10", "2147483648"}) {
+    TunedTable t;
+    const std::string line =
+        std::string("sm_90a,132,") + huge + ",6144,64,tuned,t64,1,0.1,0.1,13.0";
+    const TableStats s = t.add(line, "huge.csv", context());
+    EXPECT_EQ(s.skipped, 1) << huge;
+    EXPECT_TRUE(t.rows().empty()) << huge;
+  }
+}
+
+}  // namespace
+}  // namespace mxlinear::test

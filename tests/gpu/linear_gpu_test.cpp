@@ -1,0 +1,284 @@
+// The public linear API on the GPU: both entry points, shapes, workspace, graphs, errors.
+#include <cuda_bf16.h>
+#include <gmock/gmock.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "gpu/gpu_support.hpp"
+#include "mxlinear/error.hpp"
+#include "mxlinear/quantize.hpp"
+#include "mxlinear/reference.hpp"
+#include "support/random.hpp"
+
+namespace mxlinear::test {
+namespace {
+
+std::vector<std::uint16_t> random_bf16(std::size_t count, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::uint16_t> v(count);
+  for (auto& x : v) {
+    const __nv_bfloat16 b = __float2bfloat16_rn(normal(rng));
+    std::memcpy(&x, &b, 2);
+  }
+  return v;
+}
+
+struct Layer {
+  std::int64_t b, s, n, k;
+  std::vector<std::uint16_t> x;  // [b, s, k] bf16
+  MxOperand w;
+  DeviceBuffer dx;
+  DeviceMx dw;
+  MxWeight weight() const { return {dw.data_view(), dw.scales_view()}; }
+  TensorView x_view() const {
+    TensorView v = TensorView::contiguous(dx.get(), {b, s, k}, DType::kBF16, Location::kDevice);
+    return v;
+  }
+};
+
+Layer make_layer(std::int64_t b, std::int64_t s, std::int64_t n, std::int64_t k,
+                 std::mt19937_64& rng) {
+  Layer l{
+      b,  s, n, k, random_bf16(static_cast<std::size_t>(b * s * k), rng), random_operand(n, k, rng),
+      {}, {}};
+  l.dx = DeviceBuffer::from(l.x);
+  l.dw = upload(l.w);
+  return l;
+}
+
+// The CPU reference of the same layer, bf16 output, [b*s, n].
+std::vector<std::uint16_t> cpu_reference(const Layer& l) {
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(l.b * l.s * l.n));
+  auto x = l.x;
+  auto wd = l.w.data;
+  auto ws = l.w.scales;
+  reference_linear(
+      TensorView::contiguous(x.data(), {l.b * l.s, l.k}, DType::kBF16, Location::kHost),
+      {TensorView::contiguous(wd.data(), {l.n, l.k}, DType::kE4M3, Location::kHost),
+       TensorView::contiguous(ws.data(), {l.n, l.k / 32}, DType::kE8M0, Location::kHost)},
+      std::nullopt,
+      TensorView::contiguous(out.data(), {l.b * l.s, l.n}, DType::kBF16, Location::kHost));
+  return out;
+}
+
+// Elements farther than the tolerance of MXFP8.md for bf16 output (scale taken from the reference).
+int count_mismatches(const std::vector<std::uint16_t>& got, const std::vector<std::uint16_t>& want,
+                     std::int64_t k) {
+  int bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    float g, w;
+    std::uint32_t gb = static_cast<std::uint32_t>(got[i]) << 16,
+                  wb = static_cast<std::uint32_t>(want[i]) << 16;
+    std::memcpy(&g, &gb, 4);
+    std::memcpy(&w, &wb, 4);
+    // Both are roundings of sums over the same products: a bf16 ulp apart at most, plus the
+    // fp32 accumulation slack (bounded here by K/32 * 2^-22 relative to |w|; |w| ~ sqrt(K)).
+    const double tol = 2.0 * tolerance(w, std::sqrt(static_cast<double>(k)) * 8.0, k, DType::kBF16);
+    if (!(std::fabs(double(g) - double(w)) <= tol)) ++bad;
+  }
+  return bad;
+}
+
+TEST(LinearGpu, Bf16ActivationOf3DShapeMatchesCpuReference) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  Layer l = make_layer(2, 50, 72, 544, rng);
+  DeviceBuffer out(static_cast<std::size_t>(l.b * l.s * l.n) * 2);
+  out.poison();
+  linear(l.x_view(), l.weight(), std::nullopt,
+         TensorView::contiguous(out.get(), {l.b, l.s, l.n}, DType::kBF16, Location::kDevice),
+         nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(count_mismatches(out.download<std::uint16_t>(static_cast<std::size_t>(l.b * l.s * l.n)),
+                             cpu_reference(l), l.k),
+            0);
+}
+
+TEST(LinearGpu, PrequantizedActivationGivesTheSameBitsAsTheBf16Path) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  Layer l = make_layer(1, 100, 130, 96, rng);
+  const std::int64_t m = l.b * l.s;
+  DeviceBuffer q(static_cast<std::size_t>(m * l.k));
+  DeviceBuffer s(static_cast<std::size_t>(m * l.k / 32));
+  const TensorView qv = TensorView::contiguous(q.get(), {m, l.k}, DType::kE4M3, Location::kDevice);
+  const TensorView sv =
+      TensorView::contiguous(s.get(), {m, l.k / 32}, DType::kE8M0, Location::kDevice);
+  quantize(TensorView::contiguous(l.dx.get(), {m, l.k}, DType::kBF16, Location::kDevice), qv, sv,
+           nullptr);
+  DeviceBuffer out1(static_cast<std::size_t>(m * l.n) * 4),
+      out2(static_cast<std::size_t>(m * l.n) * 4);
+  out1.poison();
+  out2.poison();
+  const TensorView o1 =
+      TensorView::contiguous(out1.get(), {m, l.n}, DType::kF32, Location::kDevice);
+  const TensorView o2 =
+      TensorView::contiguous(out2.get(), {m, l.n}, DType::kF32, Location::kDevice);
+  linear(QuantizedActivation{qv, sv, DType::kBF16}, l.weight(), std::nullopt, o1, nullptr);
+  linear(TensorView::contiguous(l.dx.get(), {m, l.k}, DType::kBF16, Location::kDevice), l.weight(),
+         std::nullopt, o2, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto a = out1.download<std::uint32_t>(static_cast<std::size_t>(m * l.n));
+  const auto b = out2.download<std::uint32_t>(static_cast<std::size_t>(m * l.n));
+  EXPECT_EQ(a, b);
+  for (std::uint32_t bits : a) ASSERT_NE(bits, 0xFFFFFFFFu) << "an output was not written";
+}
+
+TEST(LinearGpu, OutputRowStrideLeavesTheGapUntouched) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  Layer l = make_layer(1, 7, 33, 64, rng);
+  const std::int64_t ld = 40;
+  DeviceBuffer out(static_cast<std::size_t>(7 * ld) * 2);
+  out.poison();
+  linear(l.x_view(), l.weight(), std::nullopt,
+         TensorView::matrix(out.get(), 7, 33, ld, DType::kBF16, Location::kDevice), nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto raw = out.download<std::uint16_t>(static_cast<std::size_t>(7 * ld));
+  std::vector<std::uint16_t> packed;
+  for (std::int64_t r = 0; r < 7; ++r) {
+    for (std::int64_t c = 0; c < ld; ++c) {
+      const std::uint16_t v = raw[static_cast<std::size_t>(r * ld + c)];
+      if (c < 33) {
+        packed.push_back(v);
+      } else {
+        EXPECT_EQ(v, 0xFFFF) << "gap element [" << r << ", " << c << "] was written";
+      }
+    }
+  }
+  EXPECT_EQ(count_mismatches(packed, cpu_reference(l), l.k), 0);
+}
+
+TEST(LinearGpu, InfInTheActivationMakesItsRowNaN) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  Layer l = make_layer(1, 5, 16, 64, rng);
+  l.x[2 * 64 + 40] = 0x7F80;  // +Inf in row 2
+  l.dx = DeviceBuffer::from(l.x);
+  DeviceBuffer out(5 * 16 * 4);
+  out.poison();
+  linear(l.x_view(), l.weight(), std::nullopt,
+         TensorView::contiguous(out.get(), {5, 16}, DType::kF32, Location::kDevice), nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto v = out.download<float>(80);
+  for (int i = 0; i < 80; ++i)
+    EXPECT_EQ(std::isnan(v[static_cast<std::size_t>(i)]), i / 16 == 2) << i;
+}
+
+TEST(LinearGpu, ZeroRowsIsANoOp) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  Layer l = make_layer(1, 1, 16, 64, rng);
+  DeviceBuffer out(64);
+  out.poison();
+  linear(TensorView::contiguous(l.dx.get(), {0, 64}, DType::kBF16, Location::kDevice), l.weight(),
+         std::nullopt, TensorView::contiguous(out.get(), {0, 16}, DType::kBF16, Location::kDevice),
+         nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (std::uint8_t b : out.download<std::uint8_t>(64)) EXPECT_EQ(b, 0xFF);
+}
+
+TEST(LinearGpu, GraphReplayMatchesEagerWithACallerWorkspace) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  for (std::int64_t m : {1, 100, 1000}) {
+    Layer l = make_layer(1, m, 257, 544, rng);
+    DeviceBuffer ws(linear_workspace_bytes(m, l.k));
+    DeviceBuffer eager(static_cast<std::size_t>(m * l.n) * 2),
+        graphed(static_cast<std::size_t>(m * l.n) * 2);
+    eager.poison();
+    graphed.poison();
+    cudaStream_t stream;
+    MXL_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const Workspace w{ws.get(), ws.size()};
+    linear(l.x_view(), l.weight(), std::nullopt,
+           TensorView::contiguous(eager.get(), {m, l.n}, DType::kBF16, Location::kDevice), stream,
+           w);
+    cudaGraph_t graph;
+    MXL_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    linear(l.x_view(), l.weight(), std::nullopt,
+           TensorView::contiguous(graphed.get(), {m, l.n}, DType::kBF16, Location::kDevice), stream,
+           w);
+    MXL_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t exec;
+    MXL_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    MXL_CUDA_OK(cudaGraphLaunch(exec, stream));
+    MXL_CUDA_OK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(eager.download<std::uint16_t>(static_cast<std::size_t>(m * l.n)),
+              graphed.download<std::uint16_t>(static_cast<std::size_t>(m * l.n)))
+        << "M=" << m;
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
+// e4m3 rows that are not 16-byte aligned are beyond the generic kernel (cp.async); the registry
+// hands such a layer to the CPU reference kernel, which must still give the right answer.
+TEST(LinearGpu, MisalignedWeightRowsFallBackToTheReferenceKernel) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  Layer l = make_layer(1, 6, 24, 96, rng);
+  // Re-lay the weight with rows 100 bytes apart: 4-byte aligned only.
+  const std::int64_t ld = 100;
+  std::vector<std::uint8_t> padded(static_cast<std::size_t>(l.n * ld), 0);
+  for (std::int64_t r = 0; r < l.n; ++r) {
+    std::copy_n(l.w.data.begin() + r * l.k, l.k, padded.begin() + r * ld);
+  }
+  DeviceBuffer wd = DeviceBuffer::from(padded);
+  const MxWeight w{TensorView::matrix(wd.get(), l.n, l.k, ld, DType::kE4M3, Location::kDevice),
+                   l.dw.scales_view()};
+  DeviceBuffer out(static_cast<std::size_t>(6 * 24) * 2);
+  out.poison();
+  linear(l.x_view(), w, std::nullopt,
+         TensorView::contiguous(out.get(), {1, 6, 24}, DType::kBF16, Location::kDevice), nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(count_mismatches(out.download<std::uint16_t>(6 * 24), cpu_reference(l), l.k), 0);
+}
+
+TEST(LinearGpu, BadInputIsRejectedBeforeAnyLaunch) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  Layer l = make_layer(1, 4, 16, 64, rng);
+  DeviceBuffer out(4 * 16 * 2);
+  out.poison();
+  const TensorView o = TensorView::contiguous(out.get(), {4, 16}, DType::kBF16, Location::kDevice);
+  using ::testing::HasSubstr;
+  // Weight scales of the wrong shape.
+  MxWeight bad_scales = l.weight();
+  bad_scales.scales =
+      TensorView::contiguous(l.dw.scales.get(), {16, 3}, DType::kE8M0, Location::kDevice);
+  try {
+    linear(l.x_view(), bad_scales, std::nullopt, o, nullptr);
+    ADD_FAILURE() << "wrong weight scales were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "weight.scales");
+    EXPECT_THAT(e.what(), HasSubstr("expected [16, 2]"));
+  }
+  // A workspace that is too small.
+  DeviceBuffer small(64);
+  try {
+    linear(l.x_view(), l.weight(), std::nullopt, o, nullptr, Workspace{small.get(), small.size()});
+    ADD_FAILURE() << "a small workspace was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "workspace");
+    EXPECT_THAT(e.what(), HasSubstr("expected at least"));
+  }
+  // Host memory where device memory is expected.
+  std::vector<std::uint16_t> host(4 * 16);
+  try {
+    linear(l.x_view(), l.weight(), std::nullopt,
+           TensorView::contiguous(host.data(), {4, 16}, DType::kBF16, Location::kHost), nullptr);
+    ADD_FAILURE() << "a host output was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "out");
+    EXPECT_THAT(e.what(), HasSubstr("expected device memory"));
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (std::uint8_t b : out.download<std::uint8_t>(out.size())) ASSERT_EQ(b, 0xFF);
+}
+
+}  // namespace
+}  // namespace mxlinear::test

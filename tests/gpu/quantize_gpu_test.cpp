@@ -1,0 +1,169 @@
+// The GPU activation quantizer must equal the CPU reference byte for byte.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "gpu/gpu_support.hpp"
+#include "mxlinear/quantize.hpp"
+#include "support/random.hpp"
+
+namespace mxlinear::test {
+namespace {
+
+std::vector<std::uint8_t> encode_as(const std::vector<float>& values, DType dtype) {
+  std::vector<std::uint8_t> raw(values.size() * element_size(dtype));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::kBF16) {
+      const __nv_bfloat16 v = __float2bfloat16_rn(values[i]);
+      std::memcpy(raw.data() + 2 * i, &v, 2);
+    } else if (dtype == DType::kF16) {
+      const __half v = __float2half_rn(values[i]);
+      std::memcpy(raw.data() + 2 * i, &v, 2);
+    } else {
+      std::memcpy(raw.data() + 4 * i, &values[i], 4);
+    }
+  }
+  return raw;
+}
+
+// Quantizes [rows, k] (row stride ld_x elements) on CPU and GPU and compares every byte.
+void expect_gpu_matches_cpu(const std::vector<float>& values, std::int64_t rows, std::int64_t k,
+                            std::int64_t ld_x, DType dtype, ScaleRule rule) {
+  SCOPED_TRACE(::testing::Message()
+               << "rows=" << rows << " k=" << k << " ld_x=" << ld_x << " dtype=" << to_string(dtype)
+               << " rule=" << (rule == ScaleRule::kRceil ? "rceil" : "floor"));
+  std::vector<std::uint8_t> raw = encode_as(values, dtype);
+  const TensorView host_x = TensorView::matrix(raw.data(), rows, k, ld_x, dtype, Location::kHost);
+  std::vector<std::uint8_t> cpu_q(static_cast<std::size_t>(rows * k));
+  std::vector<std::uint8_t> cpu_s(static_cast<std::size_t>(rows * k / 32));
+  quantize_rows(
+      host_x, TensorView::contiguous(cpu_q.data(), {rows, k}, DType::kE4M3, Location::kHost),
+      TensorView::contiguous(cpu_s.data(), {rows, k / 32}, DType::kE8M0, Location::kHost), rule);
+
+  DeviceBuffer x = DeviceBuffer::from(raw);
+  DeviceBuffer q(cpu_q.size());
+  DeviceBuffer s(cpu_s.size());
+  q.poison();
+  s.poison();
+  quantize(TensorView::matrix(x.get(), rows, k, ld_x, dtype, Location::kDevice),
+           TensorView::contiguous(q.get(), {rows, k}, DType::kE4M3, Location::kDevice),
+           TensorView::contiguous(s.get(), {rows, k / 32}, DType::kE8M0, Location::kDevice),
+           nullptr, rule);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto gpu_q = q.download<std::uint8_t>(cpu_q.size());
+  const auto gpu_s = s.download<std::uint8_t>(cpu_s.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < cpu_q.size() && bad < 5; ++i) {
+    if (gpu_q[i] != cpu_q[i]) {
+      ++bad;
+      ADD_FAILURE() << "data byte " << i << ": gpu " << int(gpu_q[i]) << " cpu " << int(cpu_q[i]);
+    }
+  }
+  for (std::size_t i = 0; i < cpu_s.size() && bad < 10; ++i) {
+    if (gpu_s[i] != cpu_s[i]) {
+      ++bad;
+      ADD_FAILURE() << "scale " << i << ": gpu " << int(gpu_s[i]) << " cpu " << int(cpu_s[i]);
+    }
+  }
+}
+
+// Values of very different magnitudes per block, so scales cover a wide range.
+std::vector<float> random_values(std::int64_t rows, std::int64_t ld_x, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-30, 30);
+  std::vector<float> v(static_cast<std::size_t>(rows * ld_x));
+  float block_scale = 1.0f;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i % 32 == 0) block_scale = std::ldexp(1.0f, exponent(rng));
+    v[i] = normal(rng) * block_scale;
+  }
+  return v;
+}
+
+TEST(QuantizeGpu, RandomInputsBitExactForEveryDtypeRuleAndShape) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (ScaleRule rule : {ScaleRule::kRceil, ScaleRule::kFloor}) {
+      for (auto [rows, k] :
+           {std::pair<std::int64_t, std::int64_t>{1, 32}, {7, 96}, {100, 544}, {1000, 2048}}) {
+        expect_gpu_matches_cpu(random_values(rows, k, rng), rows, k, k, dtype, rule);
+      }
+    }
+  }
+}
+
+TEST(QuantizeGpu, StridedAndUnalignedRowsTakeTheScalarPathBitExact) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    // ld_x = 96 + 3 elements breaks 16-byte alignment of every row but the first.
+    expect_gpu_matches_cpu(random_values(33, 99, rng), 33, 96, 99, dtype, ScaleRule::kRceil);
+  }
+}
+
+TEST(QuantizeGpu, EdgeBlocksBitExact) {
+  MXL_REQUIRE_GPU();
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::vector<float>> blocks;
+  blocks.push_back(std::vector<float>(32, 0.0f));  // all zero
+  std::vector<float> huge(32, 1.0f);
+  huge[5] = 1e30f;
+  blocks.push_back(huge);  // one huge value
+  std::vector<float> sub(32);
+  for (int i = 0; i < 32; ++i) sub[i] = std::ldexp(static_cast<float>(i - 16), -140);
+  blocks.push_back(sub);  // fp32 subnormals only
+  for (int e : {-20, 0, 7, 20}) {
+    std::vector<float> straddle(32);
+    const float edge = std::ldexp(448.0f, e);
+    for (int i = 0; i < 32; ++i) {
+      straddle[i] =
+          i % 3 == 0 ? std::nextafter(edge, inf) : (i % 3 == 1 ? edge : std::nextafter(edge, 0.0f));
+    }
+    blocks.push_back(straddle);  // around 448 * 2^e
+  }
+  std::vector<float> with_nan(32, 2.0f);
+  with_nan[31] = nan;
+  blocks.push_back(with_nan);
+  std::vector<float> with_inf(32, -3.0f);
+  with_inf[0] = inf;
+  blocks.push_back(with_inf);
+  std::vector<float> with_ninf(32, 0.5f);
+  with_ninf[17] = -inf;
+  blocks.push_back(with_ninf);
+  std::vector<float> at_max(32, 1.0f);
+  at_max[3] = FLT_MAX;
+  at_max[4] = -FLT_MAX;
+  blocks.push_back(at_max);
+  blocks.push_back(std::vector<float>(32, FLT_MIN));
+  std::vector<float> values;
+  for (const auto& b : blocks) values.insert(values.end(), b.begin(), b.end());
+  const auto rows = static_cast<std::int64_t>(blocks.size());
+  for (ScaleRule rule : {ScaleRule::kRceil, ScaleRule::kFloor}) {
+    // One block per row, and the same blocks as one long row.
+    expect_gpu_matches_cpu(values, rows, 32, 32, DType::kF32, rule);
+    expect_gpu_matches_cpu(values, 1, rows * 32, rows * 32, DType::kF32, rule);
+  }
+  // bf16 and fp16 see the same blocks after their own rounding (fp16 overflows to Inf).
+  expect_gpu_matches_cpu(values, rows, 32, 32, DType::kBF16, ScaleRule::kRceil);
+  expect_gpu_matches_cpu(values, rows, 32, 32, DType::kF16, ScaleRule::kRceil);
+}
+
+TEST(QuantizeGpu, ZeroRowsIsANoOp) {
+  MXL_REQUIRE_GPU();
+  DeviceBuffer q(64);
+  q.poison();
+  quantize(TensorView::contiguous(q.get(), {0, 64}, DType::kBF16, Location::kDevice),
+           TensorView::contiguous(q.get(), {0, 64}, DType::kE4M3, Location::kDevice),
+           TensorView::contiguous(q.get(), {0, 2}, DType::kE8M0, Location::kDevice), nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (std::uint8_t b : q.download<std::uint8_t>(64)) EXPECT_EQ(b, 0xFF);
+}
+
+}  // namespace
+}  // namespace mxlinear::test
