@@ -46,6 +46,20 @@ double floor_us(const Traffic& t, double bandwidth_bytes_per_s, double peak_flop
   return 1e6 * std::max(t.bytes / bandwidth_bytes_per_s, t.flops / peak_flops_per_s);
 }
 
+std::int64_t pad16(std::int64_t m) { return (m + 15) / 16 * 16; }
+
+double geomean(const std::vector<double>& values) {
+  double log_sum = 0;
+  int count = 0;
+  for (double v : values) {
+    if (v > 0) {
+      log_sum += std::log(v);
+      ++count;
+    }
+  }
+  return count ? std::exp(log_sum / count) : 0.0;
+}
+
 std::vector<double> time_graph(const std::function<void(int)>& call, int calls, int warmup,
                                int replays, cudaStream_t stream) {
   cudaGraph_t graph;

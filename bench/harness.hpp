@@ -31,6 +31,12 @@ Traffic count_traffic(std::int64_t m, std::int64_t n, std::int64_t k, std::size_
 // The floor in microseconds: the larger of bytes / bandwidth and flops / peak.
 double floor_us(const Traffic& t, double bandwidth_bytes_per_s, double peak_flops_per_s);
 
+// The smallest multiple of 16 >= m (cuBLASLt FP8 needs it).
+std::int64_t pad16(std::int64_t m);
+
+// Geometric mean (of positive values; 0 for none).
+double geomean(const std::vector<double>& values);
+
 // Captures `calls` invocations of call(i) (i = 0..calls-1) on `stream` into one graph, replays it
 // `warmup` times, then times `replays` replays with events. Returns microseconds per call for each
 // replay. call() must only enqueue work on the stream.

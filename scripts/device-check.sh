@@ -54,7 +54,7 @@ if [[ " $steps " == *" sass "* ]]; then
   cuobjdump --dump-sass "$obj" >/tmp/generic_gemm.sass 2>&1
   for op in HMMA QGMMA HGMMA LDL STL F2FP LDSM LDGSTS; do
     printf '%-6s %s\n' "$op" "$(grep -c "$op" /tmp/generic_gemm.sass)"
-  done | tee "$OUT/sass-summary.txt"
+  done | tee -a "$OUT/machine.txt"  # the device returns at most 8 files
 fi
 
 if [[ " $steps " == *" select "* ]]; then
@@ -63,6 +63,7 @@ if [[ " $steps " == *" select "* ]]; then
 fi
 
 if [[ " $steps " == *" bench "* ]]; then
-  build-device/tools/mxlinear bench ${BENCH_ARGS:-} --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
+  build-device/tools/mxlinear bench ${BENCH_ARGS:-} --json "$OUT/bench.json" \
+    --markdown "$OUT/bench.md" 2>&1 | tee "$OUT/bench.txt"
 fi
 exit $status

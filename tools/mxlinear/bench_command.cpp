@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -15,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "anchors.hpp"
+#include "device_data.hpp"
 #include "harness.hpp"
 #include "mxlinear/error.hpp"
 #include "mxlinear/linear.hpp"
@@ -25,15 +28,17 @@
 namespace mxlinear::cli {
 namespace {
 
-// The project brief's H200 ceilings, until `bench --ceilings` measures them (docs/TARGETS.md).
-constexpr double kBriefBandwidth = 4.36e12;
-constexpr double kBriefBf16Peak = 790e12;
+using nlohmann::json;
 
 struct BenchOptions {
   std::string model = "builtin:minimax-m3.1-flash-tp4";
   std::vector<std::int64_t> ms = {1, 32, 128, 512, 2048, 8192};
+  std::vector<std::int64_t> step_ms = {32, 128};
   std::string anchors;
-  std::string json;
+  std::string json_path;
+  std::string markdown_path;
+  bool ceilings_only = false;
+  bool step = false;
   int replays = 10;
 };
 
@@ -47,7 +52,7 @@ void cuda(cudaError_t e, const char* what) {
 struct DeviceMemory {
   void* ptr = nullptr;
   explicit DeviceMemory(std::size_t bytes) {
-    cuda(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 1)), "cudaMalloc");
+    cuda(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 16)), "cudaMalloc");
   }
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
@@ -55,110 +60,321 @@ struct DeviceMemory {
   std::uint8_t* bytes() const { return static_cast<std::uint8_t*>(ptr); }
 };
 
-// tri_mx and friends from the brief, keyed by (n, k, m).
+struct Ceilings {
+  double read_bytes_per_s = 0, bf16_flops = 0, fp8_flops = 0;
+};
+
+// Read bandwidth over 2 GiB, and the cuBLAS bf16 / cuBLASLt FP8 rates at 8192^3.
+Ceilings measure_ceilings(bench::Anchors& anchors, cudaStream_t stream) {
+  Ceilings c;
+  const std::size_t bytes = std::size_t{2} << 30;
+  {
+    DeviceMemory data(bytes), sink(16);
+    bench::fill_e4m3(data.bytes(), bytes, 7, stream);
+    const auto t = bench::summarize(bench::time_graph(
+        [&](int) { bench::read_all(data.ptr, bytes, static_cast<unsigned*>(sink.ptr), stream); }, 3,
+        1, 5, stream));
+    c.read_bytes_per_s = static_cast<double>(bytes) / (t.median * 1e-6);
+  }
+  const int n = 8192;
+  const std::size_t elems = static_cast<std::size_t>(n) * n;
+  DeviceMemory a(elems * 2), b(elems * 2), out(elems * 2);
+  bench::fill_bf16(a.ptr, elems, 1, stream);
+  bench::fill_bf16(b.ptr, elems, 2, stream);
+  const double flops = 2.0 * n * n * n;
+  const auto bf16 = bench::summarize(bench::time_graph(
+      [&](int) { anchors.bf16_gemm(a.ptr, b.ptr, out.ptr, n, n, n, stream); }, 3, 1, 5, stream));
+  c.bf16_flops = flops / (bf16.median * 1e-6);
+  bench::fill_e4m3(a.bytes(), elems, 3, stream);
+  bench::fill_e4m3(b.bytes(), elems, 4, stream);
+  const auto fp8 = bench::summarize(bench::time_graph(
+      [&](int) { anchors.fp8_gemm(a.ptr, b.ptr, out.ptr, n, n, n, stream); }, 3, 1, 5, stream));
+  c.fp8_flops = flops / (fp8.median * 1e-6);
+  return c;
+}
+
+// tri_mx (Triton dot_scaled) from the brief's table, keyed by (n, k, m).
 std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, double> load_tri_mx(
     const std::string& path) {
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, double> table;
   if (path.empty()) return table;
   std::ifstream in(path);
-  if (!in)
+  if (!in) {
     throw Error(ErrorCode::kInvalidArgument, "anchors",
                 fmt::format("bench: argument 'anchors' is '{}', which cannot be opened", path));
+  }
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty() || line[0] == '#' || line.rfind("layer,", 0) == 0) continue;
     std::stringstream ss(line);
-    std::string field;
     std::vector<std::string> f;
-    while (std::getline(ss, field, ',')) f.push_back(field);
+    for (std::string field; std::getline(ss, field, ',');) f.push_back(field);
     if (f.size() < 8) continue;
     table[{std::stoll(f[1]), std::stoll(f[2]), std::stoll(f[3])}] = std::stod(f[7]);
   }
   return table;
 }
 
-// A layer's weights, rotated through enough copies to defeat L2, plus one host copy for checks.
-struct RotatingWeights {
+// One layer shape's weights in every form the kernels and anchors take, rotated through enough
+// copies to defeat L2.
+struct LayerWeights {
   std::int64_t n, k;
   int copies;
   std::size_t data_bytes, scale_bytes;
-  std::unique_ptr<DeviceMemory> data, scales;
-  std::vector<std::uint8_t> host_data, host_scales;
+  DeviceMemory data, scales, bf16;
 
-  RotatingWeights(std::int64_t n_, std::int64_t k_, std::size_t l2, std::mt19937_64& rng)
-      : n(n_), k(k_), data_bytes(static_cast<std::size_t>(n_ * k_)), scale_bytes(data_bytes / 32) {
-    copies = bench::rotation_copies(data_bytes + scale_bytes, l2);
-    host_data.resize(data_bytes);
-    host_scales.resize(scale_bytes);
-    std::uint64_t state = rng();
-    auto next = [&state] {
-      state ^= state << 13;
-      state ^= state >> 7;
-      state ^= state << 17;
-      return state;
-    };
-    for (auto& b : host_data) {
-      std::uint8_t v = static_cast<std::uint8_t>(next() >> 56);
-      if ((v & 0x7F) == 0x7F) v = 0x3F;
-      b = v;
-    }
-    for (auto& s : host_scales) s = static_cast<std::uint8_t>(117 + (next() >> 61));
-    data = std::make_unique<DeviceMemory>(data_bytes * static_cast<std::size_t>(copies));
-    scales = std::make_unique<DeviceMemory>(scale_bytes * static_cast<std::size_t>(copies));
-    for (int c = 0; c < copies; ++c) {
-      cuda(cudaMemcpy(data->bytes() + c * data_bytes, host_data.data(), data_bytes,
-                      cudaMemcpyHostToDevice),
-           "upload");
-      cuda(cudaMemcpy(scales->bytes() + c * scale_bytes, host_scales.data(), scale_bytes,
-                      cudaMemcpyHostToDevice),
-           "upload");
-    }
+  LayerWeights(std::int64_t n_, std::int64_t k_, std::size_t l2, std::uint64_t seed,
+               cudaStream_t stream)
+      : n(n_),
+        k(k_),
+        copies(bench::rotation_copies(static_cast<std::size_t>(n_ * k_), l2)),
+        data_bytes(static_cast<std::size_t>(n_ * k_)),
+        scale_bytes(data_bytes / 32),
+        data(data_bytes * static_cast<std::size_t>(copies)),
+        scales(scale_bytes * static_cast<std::size_t>(copies)),
+        bf16(data_bytes * 2 * static_cast<std::size_t>(copies)) {
+    bench::fill_e4m3(data.bytes(), data_bytes * static_cast<std::size_t>(copies), seed, stream);
+    bench::fill_scales(scales.bytes(), scale_bytes * static_cast<std::size_t>(copies), seed + 1,
+                       117, 124, stream);
+    bench::fill_bf16(bf16.ptr, data_bytes * static_cast<std::size_t>(copies), seed + 2, stream);
   }
   MxWeight view(int copy) const {
-    return {TensorView::contiguous(data->bytes() + (copy % copies) * data_bytes, {n, k},
-                                   DType::kE4M3, Location::kDevice),
-            TensorView::contiguous(scales->bytes() + (copy % copies) * scale_bytes, {n, k / 32},
-                                   DType::kE8M0, Location::kDevice)};
+    const std::size_t c = static_cast<std::size_t>(copy % copies);
+    return {TensorView::contiguous(data.bytes() + c * data_bytes, {n, k}, DType::kE4M3,
+                                   Location::kDevice),
+            TensorView::contiguous(scales.bytes() + c * scale_bytes, {n, k / 32}, DType::kE8M0,
+                                   Location::kDevice)};
+  }
+  const void* bf16_copy(int copy) const {
+    return bf16.bytes() + static_cast<std::size_t>(copy % copies) * data_bytes * 2;
   }
 };
 
-// Checks a few rows of out (bf16 [m, n]) against the fp64 reference; returns the worst relative
-// Frobenius error over those rows.
-double check_rows(const RotatingWeights& w, const std::vector<std::uint8_t>& xq,
-                  const std::vector<std::uint8_t>& xs, const DeviceMemory& out, std::int64_t m) {
+// Worst relative Frobenius error of a few output rows (bf16 [m, n]) against the fp64 reference.
+double check_rows(const LayerWeights& w, const DeviceMemory& xq, const DeviceMemory& xs,
+                  const DeviceMemory& out, std::int64_t m) {
   const std::int64_t n = w.n, k = w.k;
-  std::set<std::int64_t> rows = {0, m - 1, m / 2, m / 3};
-  double worst = 0;
-  auto wd = w.host_data;
-  auto ws = w.host_scales;
+  std::vector<std::uint8_t> wd(w.data_bytes), ws(w.scale_bytes);
+  cuda(cudaMemcpy(wd.data(), w.data.ptr, wd.size(), cudaMemcpyDeviceToHost), "download");
+  cuda(cudaMemcpy(ws.data(), w.scales.ptr, ws.size(), cudaMemcpyDeviceToHost), "download");
   const MxWeight host_w{
       TensorView::contiguous(wd.data(), {n, k}, DType::kE4M3, Location::kHost),
       TensorView::contiguous(ws.data(), {n, k / 32}, DType::kE8M0, Location::kHost)};
+  double worst = 0;
   std::vector<std::uint16_t> got(static_cast<std::size_t>(n));
-  for (std::int64_t r : rows) {
-    auto qd = std::vector<std::uint8_t>(xq.begin() + r * k, xq.begin() + (r + 1) * k);
-    auto qs = std::vector<std::uint8_t>(xs.begin() + r * k / 32, xs.begin() + (r + 1) * k / 32);
+  for (std::int64_t r : std::set<std::int64_t>{0, m - 1, m / 2, m / 3}) {
+    std::vector<std::uint8_t> qd(static_cast<std::size_t>(k)), qs(static_cast<std::size_t>(k / 32));
+    cuda(cudaMemcpy(qd.data(), xq.bytes() + r * k, qd.size(), cudaMemcpyDeviceToHost), "download");
+    cuda(cudaMemcpy(qs.data(), xs.bytes() + r * k / 32, qs.size(), cudaMemcpyDeviceToHost),
+         "download");
     const QuantizedActivation a{
         TensorView::contiguous(qd.data(), {1, k}, DType::kE4M3, Location::kHost),
         TensorView::contiguous(qs.data(), {1, k / 32}, DType::kE8M0, Location::kHost),
         DType::kBF16};
     std::vector<double> ref(static_cast<std::size_t>(n));
     reference_linear_f64(a, host_w, std::nullopt, ref.data());
-    cuda(cudaMemcpy(got.data(), out.bytes() + r * n * 2, static_cast<std::size_t>(n) * 2,
-                    cudaMemcpyDeviceToHost),
+    cuda(cudaMemcpy(got.data(), out.bytes() + r * n * 2, got.size() * 2, cudaMemcpyDeviceToHost),
          "download");
     double e2 = 0, r2 = 0;
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::uint32_t bits = static_cast<std::uint32_t>(got[static_cast<std::size_t>(i)]) << 16;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const std::uint32_t bits = static_cast<std::uint32_t>(got[i]) << 16;
       float v;
       std::memcpy(&v, &bits, 4);
-      const double d = static_cast<double>(v) - ref[static_cast<std::size_t>(i)];
+      const double d = static_cast<double>(v) - ref[i];
       e2 += std::isnan(d) ? 1e300 : d * d;
-      r2 += ref[static_cast<std::size_t>(i)] * ref[static_cast<std::size_t>(i)];
+      r2 += ref[i] * ref[i];
     }
     worst = std::max(worst, std::sqrt(e2 / r2));
   }
   return worst;
+}
+
+std::string dispatch_name(std::int64_t n, std::int64_t k, std::int64_t m) {
+  const DeviceDescription device = DeviceDescription::current();
+  LayerDescription layer;
+  layer.n = n;
+  layer.k = k;
+  const Registry& registry = Registry::global();
+  const Dispatch d = registry.dispatch(registry.select(layer, device), device, m);
+  return d.kernel ? fmt::format("{}/{}", d.kernel->name(), d.config) : "none";
+}
+
+// Times one (layer, M): our linear (full and GEMM only) and the two anchors.
+json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m,
+                  bench::Anchors& anchors, const Ceilings& ceil, double tri_mx, int replays,
+                  cudaStream_t stream) {
+  const std::int64_t n = w.n, k = w.k, mp = bench::pad16(m);
+  DeviceMemory x(static_cast<std::size_t>(mp * k) * 2), xq(static_cast<std::size_t>(mp * k)),
+      xs(static_cast<std::size_t>(mp * k / 32)), out(static_cast<std::size_t>(mp * n) * 2),
+      ws(linear_workspace_bytes(m, k));
+  bench::fill_bf16(x.ptr, static_cast<std::size_t>(mp * k), static_cast<std::uint64_t>(m * 31 + n),
+                   stream);
+  const TensorView xv = TensorView::contiguous(x.ptr, {m, k}, DType::kBF16, Location::kDevice);
+  const TensorView qv = TensorView::contiguous(xq.ptr, {m, k}, DType::kE4M3, Location::kDevice);
+  const TensorView sv =
+      TensorView::contiguous(xs.ptr, {m, k / 32}, DType::kE8M0, Location::kDevice);
+  const TensorView ov = TensorView::contiguous(out.ptr, {m, n}, DType::kBF16, Location::kDevice);
+  cuda(cudaMemsetAsync(xq.ptr, 0, static_cast<std::size_t>(mp * k), stream), "zero pad");
+  quantize(xv, qv, sv, stream);
+  cuda(cudaMemsetAsync(out.ptr, 0xFF, static_cast<std::size_t>(mp * n) * 2, stream), "poison");
+  const QuantizedActivation xa{qv, sv, DType::kBF16};
+  linear(xa, w.view(0), std::nullopt, ov, stream);
+  cuda(cudaStreamSynchronize(stream), "sync");
+  const double err = check_rows(w, xq, xs, out, m);
+  const bool ok = err <= 4e-3;  // bf16 output: a few units of 2^-8 at most
+  json row = {{"layer", name},
+              {"n", n},
+              {"k", k},
+              {"m", m},
+              {"kernel", dispatch_name(n, k, m)},
+              {"check_rel_error", err},
+              {"check", ok ? "ok" : "WRONG"}};
+  const int calls = std::max(w.copies, 8);
+  auto median = [&](const std::function<void(int)>& f) {
+    return bench::summarize(bench::time_graph(f, calls, 2, replays, stream));
+  };
+  const bench::Traffic t = bench::count_traffic(m, n, k, 2, false);
+  row["floor_us"] = bench::floor_us(t, ceil.read_bytes_per_s, ceil.bf16_flops);
+  if (ok) {
+    const Workspace workspace{ws.ptr, linear_workspace_bytes(m, k)};
+    const auto full =
+        median([&](int i) { linear(xv, w.view(i), std::nullopt, ov, stream, workspace); });
+    const auto gemm = median([&](int i) { linear(xa, w.view(i), std::nullopt, ov, stream); });
+    row["linear_us"] = full.median;
+    row["linear_spread"] = full.spread();
+    row["gemm_us"] = gemm.median;
+    row["gemm_spread"] = gemm.spread();
+    row["gemm_tb_s"] = t.bytes / gemm.median / 1e6;
+    row["gemm_tflop_s"] = t.flops / gemm.median / 1e6;
+    row["rotation_copies"] = w.copies;
+    row["calls_per_graph"] = calls;
+  }
+  try {
+    const auto bf16 = median([&](int i) {
+      anchors.bf16_gemm(x.ptr, w.bf16_copy(i), out.ptr, static_cast<int>(m), static_cast<int>(n),
+                        static_cast<int>(k), stream);
+    });
+    row["cublas_bf16_us"] = bf16.median;
+    const auto fp8 = median([&](int i) {
+      anchors.fp8_gemm(xq.ptr, w.view(i).data.data, out.ptr, static_cast<int>(mp),
+                       static_cast<int>(n), static_cast<int>(k), stream);
+    });
+    row["cublaslt_fp8_tensor_us"] = fp8.median;
+    row["fp8_m_padded_to"] = mp;
+  } catch (const std::exception& e) {
+    row["anchor_error"] = e.what();
+    (void)cudaGetLastError();
+  }
+  if (!std::isnan(tri_mx)) row["tri_mx_us"] = tri_mx;
+  return row;
+}
+
+double value_or_nan(const json& row, const char* key) {
+  return row.contains(key) ? row[key].get<double>() : NAN;
+}
+
+// The decode step: every layer instance of the model with its own weights, back to back in one
+// graph, for our linear (bf16 activations, quantized inside) and the two anchors.
+json bench_step(const std::vector<ModelLayer>& layers, std::int64_t m, bench::Anchors& anchors,
+                int replays, cudaStream_t stream) {
+  std::int64_t max_n = 0, max_k = 0;
+  std::vector<ModelLayer> instances;
+  for (const auto& l : layers) {
+    for (int c = 0; c < l.count; ++c) instances.push_back(l);
+    max_n = std::max(max_n, l.n);
+    max_k = std::max(max_k, l.k);
+  }
+  std::vector<std::unique_ptr<DeviceMemory>> data, scales, bf16;
+  double weight_bytes = 0;
+  for (std::size_t i = 0; i < instances.size(); ++i) {
+    const auto nk = static_cast<std::size_t>(instances[i].n * instances[i].k);
+    data.push_back(std::make_unique<DeviceMemory>(nk));
+    scales.push_back(std::make_unique<DeviceMemory>(nk / 32));
+    bf16.push_back(std::make_unique<DeviceMemory>(nk * 2));
+    bench::fill_e4m3(data.back()->bytes(), nk, 100 + i, stream);
+    bench::fill_scales(scales.back()->bytes(), nk / 32, 200 + i, 117, 124, stream);
+    bench::fill_bf16(bf16.back()->ptr, nk, 300 + i, stream);
+    weight_bytes += static_cast<double>(nk) * (1.0 + 1.0 / 32);
+  }
+  const std::int64_t mp = bench::pad16(m);
+  DeviceMemory x(static_cast<std::size_t>(mp * max_k) * 2),
+      xq(static_cast<std::size_t>(mp * max_k)), xs(static_cast<std::size_t>(mp * max_k / 32)),
+      out(static_cast<std::size_t>(mp * max_n) * 2), ws(linear_workspace_bytes(m, max_k));
+  bench::fill_bf16(x.ptr, static_cast<std::size_t>(mp * max_k), 9, stream);
+  cuda(cudaMemsetAsync(xq.ptr, 0, static_cast<std::size_t>(mp * max_k), stream), "zero");
+  const Workspace workspace{ws.ptr, linear_workspace_bytes(m, max_k)};
+  const int calls = static_cast<int>(instances.size());
+  auto step_ms = [&](const std::function<void(int)>& f) {
+    return bench::summarize(bench::time_graph(f, calls, 2, replays, stream)).median * calls / 1000;
+  };
+  json row = {{"m", m}, {"gemms", calls}, {"weight_bytes", weight_bytes}};
+  row["mxlinear_ms"] = step_ms([&](int i) {
+    const auto& l = instances[static_cast<std::size_t>(i)];
+    linear(TensorView::contiguous(x.ptr, {m, l.k}, DType::kBF16, Location::kDevice),
+           MxWeight{TensorView::contiguous(data[static_cast<std::size_t>(i)]->ptr, {l.n, l.k},
+                                           DType::kE4M3, Location::kDevice),
+                    TensorView::contiguous(scales[static_cast<std::size_t>(i)]->ptr,
+                                           {l.n, l.k / 32}, DType::kE8M0, Location::kDevice)},
+           std::nullopt, TensorView::contiguous(out.ptr, {m, l.n}, DType::kBF16, Location::kDevice),
+           stream, workspace);
+  });
+  try {
+    row["cublas_bf16_ms"] = step_ms([&](int i) {
+      const auto& l = instances[static_cast<std::size_t>(i)];
+      anchors.bf16_gemm(x.ptr, bf16[static_cast<std::size_t>(i)]->ptr, out.ptr, static_cast<int>(m),
+                        static_cast<int>(l.n), static_cast<int>(l.k), stream);
+    });
+    row["cublaslt_fp8_tensor_ms"] = step_ms([&](int i) {
+      const auto& l = instances[static_cast<std::size_t>(i)];
+      anchors.fp8_gemm(xq.ptr, data[static_cast<std::size_t>(i)]->ptr, out.ptr,
+                       static_cast<int>(mp), static_cast<int>(l.n), static_cast<int>(l.k), stream);
+    });
+  } catch (const std::exception& e) {
+    row["anchor_error"] = e.what();
+    (void)cudaGetLastError();
+  }
+  return row;
+}
+
+std::string markdown(const json& doc) {
+  std::string s = fmt::format(
+      "# mxlinear bench on {}\n\nCeilings measured in this run: read {:.2f} TB/s, cuBLAS bf16 "
+      "{:.0f} TFLOP/s, cuBLASLt FP8 {:.0f} TFLOP/s (8192^3).\n\n"
+      "| layer | N x K | M | kernel/config | linear us | gemm us | cuBLAS bf16 us | cuBLASLt FP8 "
+      "us "
+      "| tri_mx us | x bf16 | x fp8 | x tri_mx | floor us | check |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      doc["gpu"].get<std::string>(), doc["ceilings"]["read_tb_s"].get<double>(),
+      doc["ceilings"]["bf16_tflop_s"].get<double>(), doc["ceilings"]["fp8_tflop_s"].get<double>());
+  for (const json& r : doc["rows"]) {
+    const double g = value_or_nan(r, "gemm_us");
+    s += fmt::format(
+        "| {} | {}x{} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.2f} | "
+        "{:.2f} | {:.2f} | {:.2f} | {} |\n",
+        r["layer"].get<std::string>(), r["n"].get<std::int64_t>(), r["k"].get<std::int64_t>(),
+        r["m"].get<std::int64_t>(), r["kernel"].get<std::string>(), value_or_nan(r, "linear_us"), g,
+        value_or_nan(r, "cublas_bf16_us"), value_or_nan(r, "cublaslt_fp8_tensor_us"),
+        value_or_nan(r, "tri_mx_us"), value_or_nan(r, "cublas_bf16_us") / g,
+        value_or_nan(r, "cublaslt_fp8_tensor_us") / g, value_or_nan(r, "tri_mx_us") / g,
+        value_or_nan(r, "floor_us"), r["check"].get<std::string>());
+  }
+  s += "\nSpeed-ups are anchor time / our GEMM time (above 1: we are faster); geometric means over "
+       "shapes:\n\n| M | x cuBLAS bf16 | x cuBLASLt FP8 | x tri_mx |\n|---|---|---|---|\n";
+  for (const json& g : doc["geomeans"]) {
+    s += fmt::format("| {} | {:.2f} | {:.2f} | {:.2f} |\n", g["m"].get<std::int64_t>(),
+                     g["vs_cublas_bf16"].get<double>(), g["vs_cublaslt_fp8"].get<double>(),
+                     g["vs_tri_mx"].get<double>());
+  }
+  if (doc.contains("step")) {
+    s += "\nDecode-step replay (all layer instances, own weights, one graph), ms per step:\n\n"
+         "| M | mxlinear | cuBLAS bf16 | cuBLASLt FP8 |\n|---|---|---|---|\n";
+    for (const json& r : doc["step"]) {
+      s += fmt::format("| {} | {:.3f} | {:.3f} | {:.3f} |\n", r["m"].get<std::int64_t>(),
+                       value_or_nan(r, "mxlinear_ms"), value_or_nan(r, "cublas_bf16_ms"),
+                       value_or_nan(r, "cublaslt_fp8_tensor_ms"));
+    }
+  }
+  return s;
 }
 
 int run_bench(const BenchOptions& o) {
@@ -171,142 +387,96 @@ int run_bench(const BenchOptions& o) {
   cuda(cudaGetDevice(&device), "device");
   cuda(cudaGetDeviceProperties(&prop, device), "properties");
   const auto l2 = static_cast<std::size_t>(prop.l2CacheSize);
-  const auto tri_mx = load_tri_mx(o.anchors);
-  const std::vector<ModelLayer> layers = load_model(o.model);
-  std::vector<std::pair<std::int64_t, std::int64_t>> shapes;
-  std::map<std::pair<std::int64_t, std::int64_t>, std::string> shape_names;
-  for (const auto& l : layers) {
-    if (!shape_names.count({l.n, l.k})) {
-      shapes.push_back({l.n, l.k});
-      shape_names[{l.n, l.k}] = l.name;
-    }
-  }
   cudaStream_t stream;
   cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-  std::mt19937_64 rng(12345);
-  nlohmann::json rows = nlohmann::json::array();
+  bench::Anchors anchors;
+  const Ceilings ceil = measure_ceilings(anchors, stream);
   fmt::print(
-      "mxlinear bench on {} ({} SMs, L2 {} MiB); floor uses the brief's {} TB/s and {} TFLOP/s "
-      "(bf16)\n",
-      prop.name, prop.multiProcessorCount, l2 >> 20, kBriefBandwidth / 1e12, kBriefBf16Peak / 1e12);
-  fmt::print("{:<28} {:>11} {:>5} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>7}  {}\n", "layer",
-             "NxK", "M", "linear_us", "gemm_us", "TB/s", "TFLOP/s", "floor_us", "tri_mx", "x_tri",
-             "check", "kernel/config");
-  for (const auto& [n, k] : shapes) {
-    RotatingWeights w(n, k, l2, rng);
+      "mxlinear bench on {} ({} SMs, L2 {} MiB)\nceilings: read {:.2f} TB/s, cuBLAS bf16 "
+      "{:.0f} TFLOP/s, cuBLASLt FP8 {:.0f} TFLOP/s\n",
+      prop.name, prop.multiProcessorCount, l2 >> 20, ceil.read_bytes_per_s / 1e12,
+      ceil.bf16_flops / 1e12, ceil.fp8_flops / 1e12);
+  json doc = {{"gpu", prop.name},
+              {"sms", prop.multiProcessorCount},
+              {"l2_bytes", l2},
+              {"method",
+               "weights rotate through copies >= 3x L2; one CUDA graph of >= 8 calls per "
+               "figure; median of replays; cuBLASLt FP8 with M padded to 16"},
+              {"ceilings",
+               {{"read_tb_s", ceil.read_bytes_per_s / 1e12},
+                {"bf16_tflop_s", ceil.bf16_flops / 1e12},
+                {"fp8_tflop_s", ceil.fp8_flops / 1e12}}},
+              {"rows", json::array()},
+              {"geomeans", json::array()}};
+  if (!o.ceilings_only) {
+    const auto tri_mx = load_tri_mx(o.anchors);
+    const std::vector<ModelLayer> layers = load_model(o.model);
+    std::vector<std::pair<std::int64_t, std::int64_t>> shapes;
+    std::map<std::pair<std::int64_t, std::int64_t>, std::string> names;
+    for (const auto& l : layers) {
+      if (names.emplace(std::make_pair(l.n, l.k), l.name).second) shapes.push_back({l.n, l.k});
+    }
+    fmt::print("{:<28} {:>10} {:>5} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>7} {:>6}  {}\n",
+               "layer", "NxK", "M", "linear", "gemm", "cublas16", "lt_fp8", "tri_mx", "x_bf16",
+               "x_fp8", "x_tri", "check", "kernel/config (times in us)");
+    std::uint64_t seed = 1;
+    for (const auto& [n, k] : shapes) {
+      LayerWeights w(n, k, l2, seed++, stream);
+      for (std::int64_t m : o.ms) {
+        const auto it = tri_mx.find({n, k, m});
+        json row = bench_figure(names[{n, k}], w, m, anchors, ceil,
+                                it == tri_mx.end() ? NAN : it->second, o.replays, stream);
+        const double g = value_or_nan(row, "gemm_us");
+        fmt::print(
+            "{:<28} {:>10} {:>5} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>8.1f} {:>7.2f} {:>7.2f} "
+            "{:>7.2f} {:>6}  {}{}\n",
+            names[{n, k}], fmt::format("{}x{}", n, k), m, value_or_nan(row, "linear_us"), g,
+            value_or_nan(row, "cublas_bf16_us"), value_or_nan(row, "cublaslt_fp8_tensor_us"),
+            value_or_nan(row, "tri_mx_us"), value_or_nan(row, "cublas_bf16_us") / g,
+            value_or_nan(row, "cublaslt_fp8_tensor_us") / g, value_or_nan(row, "tri_mx_us") / g,
+            row["check"].get<std::string>(), row["kernel"].get<std::string>(),
+            row.contains("anchor_error")
+                ? " anchor error: " + row["anchor_error"].get<std::string>()
+                : "");
+        std::fflush(stdout);
+        doc["rows"].push_back(row);
+      }
+    }
     for (std::int64_t m : o.ms) {
-      // Activation: bf16 ~ N(0, 1), and its quantized form for the GEMM-only timing.
-      std::vector<std::uint16_t> x(static_cast<std::size_t>(m * k));
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      for (auto& v : x) {
-        float f = normal(rng);
-        std::uint32_t bits;
-        std::memcpy(&bits, &f, 4);
-        v = static_cast<std::uint16_t>(bits >> 16);
+      std::vector<double> bf16, fp8, tri;
+      for (const json& r : doc["rows"]) {
+        if (r["m"] != m) continue;
+        const double g = value_or_nan(r, "gemm_us");
+        bf16.push_back(value_or_nan(r, "cublas_bf16_us") / g);
+        fp8.push_back(value_or_nan(r, "cublaslt_fp8_tensor_us") / g);
+        tri.push_back(value_or_nan(r, "tri_mx_us") / g);
       }
-      DeviceMemory dx(x.size() * 2), xq(static_cast<std::size_t>(m * k)),
-          xs(static_cast<std::size_t>(m * k / 32)), out(static_cast<std::size_t>(m * n) * 2),
-          ws(linear_workspace_bytes(m, k));
-      cuda(cudaMemcpy(dx.ptr, x.data(), x.size() * 2, cudaMemcpyHostToDevice), "upload");
-      const TensorView xv = TensorView::contiguous(dx.ptr, {m, k}, DType::kBF16, Location::kDevice);
-      const TensorView qv = TensorView::contiguous(xq.ptr, {m, k}, DType::kE4M3, Location::kDevice);
-      const TensorView sv =
-          TensorView::contiguous(xs.ptr, {m, k / 32}, DType::kE8M0, Location::kDevice);
-      const TensorView ov =
-          TensorView::contiguous(out.ptr, {m, n}, DType::kBF16, Location::kDevice);
-      quantize(xv, qv, sv, stream);
-      cuda(cudaMemsetAsync(out.ptr, 0xFF, static_cast<std::size_t>(m * n) * 2, stream), "poison");
-      linear(QuantizedActivation{qv, sv, DType::kBF16}, w.view(0), std::nullopt, ov, stream);
-      cuda(cudaStreamSynchronize(stream), "sync");
-      std::vector<std::uint8_t> hq(static_cast<std::size_t>(m * k)),
-          hs(static_cast<std::size_t>(m * k / 32));
-      cuda(cudaMemcpy(hq.data(), xq.ptr, hq.size(), cudaMemcpyDeviceToHost), "download");
-      cuda(cudaMemcpy(hs.data(), xs.ptr, hs.size(), cudaMemcpyDeviceToHost), "download");
-      const double err = check_rows(w, hq, hs, out, m);
-      const bool ok = err <= 4e-3;  // bf16 output: a few units of 2^-8 at most
-      const DeviceDescription device_desc = DeviceDescription::current();
-      LayerDescription layer_desc;
-      layer_desc.n = n;
-      layer_desc.k = k;
-      const Registry& registry = Registry::global();
-      const Dispatch dispatch =
-          registry.dispatch(registry.select(layer_desc, device_desc), device_desc, m);
-      const std::string kernel_name =
-          dispatch.kernel ? fmt::format("{}/{}", dispatch.kernel->name(), dispatch.config) : "none";
-      nlohmann::json row = {{"layer", shape_names[{n, k}]},
-                            {"n", n},
-                            {"k", k},
-                            {"m", m},
-                            {"kernel", kernel_name},
-                            {"check_rel_error", err},
-                            {"check", ok ? "ok" : "WRONG"}};
-      double linear_us = NAN, gemm_us = NAN;
-      if (ok) {
-        const int calls = std::max(w.copies, 8);
-        const Workspace workspace{ws.ptr, linear_workspace_bytes(m, k)};
-        const auto full = bench::summarize(bench::time_graph(
-            [&](int i) { linear(xv, w.view(i), std::nullopt, ov, stream, workspace); }, calls, 2,
-            o.replays, stream));
-        const auto gemm = bench::summarize(bench::time_graph(
-            [&](int i) {
-              linear(QuantizedActivation{qv, sv, DType::kBF16}, w.view(i), std::nullopt, ov,
-                     stream);
-            },
-            calls, 2, o.replays, stream));
-        linear_us = full.median;
-        gemm_us = gemm.median;
-        row["linear_us"] = linear_us;
-        row["linear_spread"] = full.spread();
-        row["gemm_us"] = gemm_us;
-        row["gemm_spread"] = gemm.spread();
-        row["rotation_copies"] = w.copies;
-        row["calls_per_graph"] = calls;
+      doc["geomeans"].push_back({{"m", m},
+                                 {"vs_cublas_bf16", bench::geomean(bf16)},
+                                 {"vs_cublaslt_fp8", bench::geomean(fp8)},
+                                 {"vs_tri_mx", bench::geomean(tri)}});
+      fmt::print("geomean M={:>5}: x cuBLAS bf16 {:.2f}, x cuBLASLt FP8 {:.2f}, x tri_mx {:.2f}\n",
+                 m, bench::geomean(bf16), bench::geomean(fp8), bench::geomean(tri));
+    }
+    if (o.step) {
+      doc["step"] = json::array();
+      for (std::int64_t m : o.step_ms) {
+        json row = bench_step(layers, m, anchors, o.replays, stream);
+        fmt::print(
+            "decode step M={}: mxlinear {:.3f} ms, cuBLAS bf16 {:.3f} ms, cuBLASLt FP8 {:.3f} "
+            "ms ({} GEMMs){}\n",
+            m, value_or_nan(row, "mxlinear_ms"), value_or_nan(row, "cublas_bf16_ms"),
+            value_or_nan(row, "cublaslt_fp8_tensor_ms"), row["gemms"].get<int>(),
+            row.contains("anchor_error")
+                ? " anchor error: " + row["anchor_error"].get<std::string>()
+                : "");
+        doc["step"].push_back(row);
       }
-      const bench::Traffic t = bench::count_traffic(m, n, k, 2, false);
-      const double floor = bench::floor_us(t, kBriefBandwidth, kBriefBf16Peak);
-      row["floor_us"] = floor;
-      row["gemm_tb_s"] = t.bytes / gemm_us / 1e6;
-      row["gemm_tflop_s"] = t.flops / gemm_us / 1e6;
-      const auto anchor = tri_mx.find({n, k, m});
-      const double tri = anchor == tri_mx.end() ? NAN : anchor->second;
-      if (!std::isnan(tri)) {
-        row["tri_mx_us"] = tri;
-        row["speedup_vs_tri_mx"] = tri / gemm_us;
-      }
-      rows.push_back(row);
-      fmt::print(
-          "{:<28} {:>11} {:>5} {:>10.2f} {:>10.2f} {:>8.2f} {:>8.1f} {:>9.2f} {:>9.1f} {:>8.2f}x "
-          "{:>7}  {}\n",
-          shape_names[{n, k}], fmt::format("{}x{}", n, k), m, linear_us, gemm_us,
-          t.bytes / gemm_us / 1e6, t.flops / gemm_us / 1e6, floor, tri, tri / gemm_us,
-          ok ? "ok" : "WRONG", kernel_name);
-      std::fflush(stdout);
     }
   }
   cudaStreamDestroy(stream);
-  // Geometric mean over shapes of the speed-up against tri_mx, per M (the issues' goal metric).
-  fmt::print("\ngeometric mean over shapes of tri_mx_us / gemm_us:");
-  for (std::int64_t m : o.ms) {
-    double log_sum = 0;
-    int count = 0;
-    for (const auto& row : rows) {
-      if (row["m"] == m && row.contains("speedup_vs_tri_mx")) {
-        log_sum += std::log(row["speedup_vs_tri_mx"].get<double>());
-        ++count;
-      }
-    }
-    if (count) fmt::print("  M={}: {:.2f}x", m, std::exp(log_sum / count));
-  }
-  fmt::print("\n");
-  if (!o.json.empty()) {
-    nlohmann::json doc = {
-        {"gpu", prop.name},
-        {"sms", prop.multiProcessorCount},
-        {"l2_bytes", l2},
-        {"method", "rotating weights >= 3x L2, one CUDA graph per figure, median of replays"},
-        {"rows", rows}};
-    std::ofstream(o.json) << doc.dump(2) << "\n";
-  }
+  if (!o.json_path.empty()) std::ofstream(o.json_path) << doc.dump(2) << "\n";
+  if (!o.markdown_path.empty() && !o.ceilings_only) std::ofstream(o.markdown_path) << markdown(doc);
   return 0;
 }
 
@@ -317,8 +487,12 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand("bench", "Time the linear per layer shape and M on the GPU");
   cmd->add_option("--model", o->model, "builtin:<name> or a CSV of name,N,K,count");
   cmd->add_option("--m", o->ms, "token counts")->delimiter(',');
-  cmd->add_option("--anchors", o->anchors, "CSV of brief anchors (bench/anchors/*.csv)");
-  cmd->add_option("--json", o->json, "write the results as JSON here");
+  cmd->add_flag("--step", o->step, "also time the decode-step replay of every layer instance");
+  cmd->add_option("--step-m", o->step_ms, "token counts for --step")->delimiter(',');
+  cmd->add_flag("--ceilings", o->ceilings_only, "only measure read bandwidth and bf16/FP8 peaks");
+  cmd->add_option("--anchors", o->anchors, "CSV of the brief's anchors (bench/anchors/*.csv)");
+  cmd->add_option("--json", o->json_path, "write the results as JSON here");
+  cmd->add_option("--markdown", o->markdown_path, "write a Markdown report here");
   cmd->add_option("--replays", o->replays, "timed graph replays per figure")
       ->check(CLI::Range(3, 1000));
   cmd->callback([o, &exit_code] { exit_code = run_bench(*o); });

@@ -1,0 +1,75 @@
+#include <cuda_bf16.h>
+
+#include "device_data.hpp"
+
+namespace mxlinear::bench {
+namespace {
+
+__device__ std::uint64_t mix(std::uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  return x ^ (x >> 33);
+}
+
+__global__ void fill_e4m3_kernel(std::uint8_t* data, std::size_t count, std::uint64_t seed) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    std::uint8_t v = static_cast<std::uint8_t>(mix(seed ^ (i * 0x9E3779B97F4A7C15ULL)));
+    if ((v & 0x7F) == 0x7F) v ^= 0x40;
+    data[i] = v;
+  }
+}
+
+__global__ void fill_scales_kernel(std::uint8_t* data, std::size_t count, std::uint64_t seed,
+                                   int lo, int span) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    data[i] = static_cast<std::uint8_t>(lo + mix(seed ^ (i * 0x9E3779B97F4A7C15ULL)) % span);
+  }
+}
+
+__global__ void fill_bf16_kernel(__nv_bfloat16* data, std::size_t count, std::uint64_t seed) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::uint64_t r = mix(seed ^ (i * 0x9E3779B97F4A7C15ULL));
+    data[i] = __float2bfloat16_rn(static_cast<float>(r >> 40) * 0x1p-23f - 1.0f);
+  }
+}
+
+__global__ void read_all_kernel(const uint4* data, std::size_t count, unsigned* sink) {
+  unsigned acc = 0;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcs(data + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;  // keeps the loads; practically never stores
+}
+
+constexpr int kThreads = 256;
+constexpr int kBlocks = 132 * 16;
+
+}  // namespace
+
+void fill_e4m3(std::uint8_t* data, std::size_t count, std::uint64_t seed, cudaStream_t stream) {
+  fill_e4m3_kernel<<<kBlocks, kThreads, 0, stream>>>(data, count, seed);
+}
+
+void fill_scales(std::uint8_t* data, std::size_t count, std::uint64_t seed, int lo, int hi,
+                 cudaStream_t stream) {
+  fill_scales_kernel<<<kBlocks, kThreads, 0, stream>>>(data, count, seed, lo, hi - lo + 1);
+}
+
+void fill_bf16(void* data, std::size_t count, std::uint64_t seed, cudaStream_t stream) {
+  fill_bf16_kernel<<<kBlocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(data), count,
+                                                     seed);
+}
+
+void read_all(const void* data, std::size_t bytes, unsigned* sink, cudaStream_t stream) {
+  read_all_kernel<<<kBlocks * 2, kThreads, 0, stream>>>(static_cast<const uint4*>(data), bytes / 16,
+                                                        sink);
+}
+
+}  // namespace mxlinear::bench

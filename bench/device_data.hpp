@@ -1,0 +1,24 @@
+// Device-side random fills for benchmark operands (fast enough for gigabytes of weights), and the
+// read-bandwidth probe.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mxlinear::bench {
+
+// Finite e4m3 codes (never 0x7F/0xFF), uniform over the rest.
+void fill_e4m3(std::uint8_t* data, std::size_t count, std::uint64_t seed, cudaStream_t stream);
+// E8M0 scale bytes in [lo, hi].
+void fill_scales(std::uint8_t* data, std::size_t count, std::uint64_t seed, int lo, int hi,
+                 cudaStream_t stream);
+// bf16 values uniform in [-1, 1).
+void fill_bf16(void* data, std::size_t count, std::uint64_t seed, cudaStream_t stream);
+
+// Reads `bytes` (a multiple of 16) once with 16-byte loads and reduces them into *sink; the time
+// of this kernel gives the read bandwidth.
+void read_all(const void* data, std::size_t bytes, unsigned* sink, cudaStream_t stream);
+
+}  // namespace mxlinear::bench
