@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace mxlinear::bench {
 namespace {
@@ -20,6 +21,15 @@ void check(cudaError_t e, const char* what) {
 
 }  // namespace
 
+std::string cublas_version() {
+  int v = 0;
+  if (cublasGetProperty(MAJOR_VERSION, &v) != CUBLAS_STATUS_SUCCESS) return "unknown";
+  int minor = 0, patch = 0;
+  cublasGetProperty(MINOR_VERSION, &minor);
+  cublasGetProperty(PATCH_LEVEL, &patch);
+  return std::to_string(v) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+
 Anchors::Anchors() {
   check(cublasCreate(&cublas_), "cublasCreate");
   check(cublasLtCreate(&lt_), "cublasLtCreate");
@@ -37,6 +47,8 @@ Anchors::~Anchors() {
     cublasLtMatrixLayoutDestroy(plan.b);
     cublasLtMatrixLayoutDestroy(plan.d);
     cublasLtMatmulDescDestroy(plan.desc);
+    cudaFree(plan.a_scales);
+    cudaFree(plan.b_scales);
   }
   cudaFree(unit_scale_);
   cudaFree(workspace_);
@@ -55,8 +67,17 @@ void Anchors::bf16_gemm(const void* x, const void* w, void* out, int m, int n, i
         "cublasGemmEx bf16");
 }
 
-const Anchors::Fp8Plan& Anchors::fp8_plan(int m, int n, int k) {
-  const auto key = std::make_tuple(m, n, k);
+// A device buffer of `count` floats equal to 1 (with room to spare: only the time matters).
+float* ones(std::size_t count) {
+  const std::vector<float> host(count, 1.0f);
+  float* p = nullptr;
+  check(cudaMalloc(reinterpret_cast<void**>(&p), count * sizeof(float)), "scale buffer");
+  check(cudaMemcpy(p, host.data(), count * sizeof(float), cudaMemcpyHostToDevice), "scale buffer");
+  return p;
+}
+
+const Anchors::Fp8Plan& Anchors::fp8_plan(int m, int n, int k, bool block_scaled) {
+  const auto key = std::make_tuple(m, n, k, block_scaled);
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   Fp8Plan p;
   check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "fp8 desc");
@@ -65,11 +86,28 @@ const Anchors::Fp8Plan& Anchors::fp8_plan(int m, int n, int k) {
         "fp8 transa");
   check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb),
         "fp8 transb");
-  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &unit_scale_,
-                                       sizeof unit_scale_),
+  float* a_scale = unit_scale_;
+  float* b_scale = unit_scale_;
+  if (block_scaled) {
+    const auto blocks = [](int v) { return static_cast<std::size_t>((v + 127) / 128); };
+    p.a_scales = ones(2 * blocks(n) * blocks(k) + 64);
+    p.b_scales = ones(2 * (blocks(m) * 128) * blocks(k) + 64);
+    a_scale = p.a_scales;
+    b_scale = p.b_scales;
+    const cublasLtMatmulMatrixScale_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const cublasLtMatmulMatrixScale_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
+                                         sizeof a_mode),
+          "fp8 a scale mode");
+    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
+                                         sizeof b_mode),
+          "fp8 b scale mode");
+  }
+  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
+                                       sizeof a_scale),
         "fp8 a scale");
-  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &unit_scale_,
-                                       sizeof unit_scale_),
+  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
+                                       sizeof b_scale),
         "fp8 b scale");
   // The TN layout FP8 needs: A = w as [k, n] column-major transposed, B = x as [k, m].
   check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, k, n, k), "fp8 layout a");
@@ -92,9 +130,18 @@ const Anchors::Fp8Plan& Anchors::fp8_plan(int m, int n, int k) {
   return plans_.emplace(key, p).first->second;
 }
 
+void Anchors::fp8_block_gemm(const void* x, const void* w, void* out, int m, int n, int k,
+                             cudaStream_t stream) {
+  const Fp8Plan& p = fp8_plan(m, n, k, true);
+  const float alpha = 1.0f, beta = 0.0f;
+  check(cublasLtMatmul(lt_, p.desc, &alpha, w, p.a, x, p.b, &beta, out, p.d, out, p.d, &p.algo,
+                       workspace_, kWorkspaceBytes, stream),
+        "cublasLtMatmul fp8 block-scaled");
+}
+
 void Anchors::fp8_gemm(const void* x, const void* w, void* out, int m, int n, int k,
                        cudaStream_t stream) {
-  const Fp8Plan& p = fp8_plan(m, n, k);
+  const Fp8Plan& p = fp8_plan(m, n, k, false);
   const float alpha = 1.0f, beta = 0.0f;
   check(cublasLtMatmul(lt_, p.desc, &alpha, w, p.a, x, p.b, &beta, out, p.d, out, p.d, &p.algo,
                        workspace_, kWorkspaceBytes, stream),

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Turns an `mxlinear bench --json` result into tuned-table rows (docs/TUNED_TABLES.md).
 
-Each (N, K, M) the bench timed becomes the row of M's bucket naming the kernel/config that ran,
-its GEMM microseconds, and its error ratio against the bench's correctness guard (4e-3 relative
-Frobenius error for bf16 output). Usage: tuned_rows_from_bench.py bench.json arch sms > rows.csv
+Each (N, K, M) the bench timed becomes the row of M's bucket naming the fastest kernel/config
+(from the `--all-configs` sweep where present, else the one that ran), its GEMM microseconds,
+and its error ratio against the bench's correctness guard (4e-3 relative Frobenius error for
+bf16 output). Usage: tuned_rows_from_bench.py bench.json arch sms > rows.csv
 """
 import json
 import sys
@@ -20,10 +21,16 @@ def main():
             continue
         m = row["m"]
         bucket = 1 << (m - 1).bit_length()
-        kernel, config = row["kernel"].split("/")
+        name, us = row["kernel"], row["gemm_us"]
+        for candidate, t in row.get("configs", {}).items():
+            if t < us:
+                name, us = candidate, t
+        kernel, config = name.split("/")
+        versions = doc.get("versions", {})
+        library = ".".join(versions.get("mxlinear", "0.1.0").split(".")[:2])
+        cuda = versions.get("cuda_runtime", "13.0")
         print(f"{arch},{sms},{row['n']},{row['k']},{bucket},{kernel},{config},"
-              f"{row['gemm_us']:.2f},{row['check_rel_error'] / GUARD:.3f},"
-              f"{doc.get('mxlinear_version', '0.1')},{doc.get('cuda_version', '13.0')}")
+              f"{us:.2f},{row['check_rel_error'] / GUARD:.3f},{library},{cuda}")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ struct BenchOptions {
   std::string markdown_path;
   bool ceilings_only = false;
   bool step = false;
+  bool all_configs = false;
   int replays = 10;
 };
 
@@ -202,7 +203,7 @@ std::string dispatch_name(std::int64_t n, std::int64_t k, std::int64_t m) {
 // Times one (layer, M): our linear (full and GEMM only) and the two anchors.
 json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m,
                   bench::Anchors& anchors, const Ceilings& ceil, double tri_mx, int replays,
-                  cudaStream_t stream) {
+                  bool all_configs, cudaStream_t stream) {
   const std::int64_t n = w.n, k = w.k, mp = bench::pad16(m);
   DeviceMemory x(static_cast<std::size_t>(mp * k) * 2), xq(static_cast<std::size_t>(mp * k)),
       xs(static_cast<std::size_t>(mp * k / 32)), out(static_cast<std::size_t>(mp * n) * 2),
@@ -264,6 +265,41 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
   } catch (const std::exception& e) {
     row["anchor_error"] = e.what();
     (void)cudaGetLastError();
+  }
+  try {
+    // The first call builds cuBLASLt's plan and its scale buffers, which capture forbids.
+    anchors.fp8_block_gemm(xq.ptr, w.view(0).data.data, out.ptr, static_cast<int>(mp),
+                           static_cast<int>(n), static_cast<int>(k), stream);
+    const auto block = median([&](int i) {
+      anchors.fp8_block_gemm(xq.ptr, w.view(i).data.data, out.ptr, static_cast<int>(mp),
+                             static_cast<int>(n), static_cast<int>(k), stream);
+    });
+    row["cublaslt_fp8_block_us"] = block.median;
+  } catch (const std::exception& e) {
+    row["fp8_block_error"] = e.what();
+    (void)cudaGetLastError();
+  }
+  if (all_configs && ok) {
+    // Every config of every GPU kernel that can run this layer, GEMM only: the tuner's sweep.
+    json configs = json::object();
+    const DeviceDescription device = DeviceDescription::current();
+    LayerDescription layer;
+    layer.n = n;
+    layer.k = k;
+    for (const auto& kernel : Registry::global().kernels()) {
+      if (!kernel->is_supported(device).ok() || !kernel->can_implement(layer).ok() ||
+          kernel->name() == "reference") {
+        continue;
+      }
+      for (const std::string& config : kernel->configs()) {
+        const auto t_config = median([&](int i) {
+          kernel->run(KernelCall{xa, w.view(i), std::nullopt, ov, LinearShape{m, n, k}, stream},
+                      config);
+        });
+        configs[fmt::format("{}/{}", kernel->name(), config)] = t_config.median;
+      }
+    }
+    row["configs"] = configs;
   }
   if (!std::isnan(tri_mx)) row["tri_mx_us"] = tri_mx;
   return row;
@@ -340,23 +376,23 @@ std::string markdown(const json& doc) {
   std::string s = fmt::format(
       "# mxlinear bench on {}\n\nCeilings measured in this run: read {:.2f} TB/s, cuBLAS bf16 "
       "{:.0f} TFLOP/s, cuBLASLt FP8 {:.0f} TFLOP/s (8192^3).\n\n"
-      "| layer | N x K | M | kernel/config | linear us | gemm us | cuBLAS bf16 us | cuBLASLt FP8 "
-      "us "
-      "| tri_mx us | x bf16 | x fp8 | x tri_mx | floor us | check |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "| layer | N x K | M | kernel/config | linear us | gemm us | cuBLAS bf16 us | "
+      "cuBLASLt FP8 us | FP8 1x128/128x128 us | tri_mx us | x bf16 | x fp8 | x tri_mx | floor us "
+      "| check |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       doc["gpu"].get<std::string>(), doc["ceilings"]["read_tb_s"].get<double>(),
       doc["ceilings"]["bf16_tflop_s"].get<double>(), doc["ceilings"]["fp8_tflop_s"].get<double>());
   for (const json& r : doc["rows"]) {
     const double g = value_or_nan(r, "gemm_us");
     s += fmt::format(
-        "| {} | {}x{} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.2f} | "
+        "| {} | {}x{} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.2f} | "
         "{:.2f} | {:.2f} | {:.2f} | {} |\n",
         r["layer"].get<std::string>(), r["n"].get<std::int64_t>(), r["k"].get<std::int64_t>(),
         r["m"].get<std::int64_t>(), r["kernel"].get<std::string>(), value_or_nan(r, "linear_us"), g,
         value_or_nan(r, "cublas_bf16_us"), value_or_nan(r, "cublaslt_fp8_tensor_us"),
-        value_or_nan(r, "tri_mx_us"), value_or_nan(r, "cublas_bf16_us") / g,
-        value_or_nan(r, "cublaslt_fp8_tensor_us") / g, value_or_nan(r, "tri_mx_us") / g,
-        value_or_nan(r, "floor_us"), r["check"].get<std::string>());
+        value_or_nan(r, "cublaslt_fp8_block_us"), value_or_nan(r, "tri_mx_us"),
+        value_or_nan(r, "cublas_bf16_us") / g, value_or_nan(r, "cublaslt_fp8_tensor_us") / g,
+        value_or_nan(r, "tri_mx_us") / g, value_or_nan(r, "floor_us"),
+        r["check"].get<std::string>());
   }
   s += "\nSpeed-ups are anchor time / our GEMM time (above 1: we are faster); geometric means over "
        "shapes:\n\n| M | x cuBLAS bf16 | x cuBLASLt FP8 | x tri_mx |\n|---|---|---|---|\n";
@@ -396,7 +432,15 @@ int run_bench(const BenchOptions& o) {
       "{:.0f} TFLOP/s, cuBLASLt FP8 {:.0f} TFLOP/s\n",
       prop.name, prop.multiProcessorCount, l2 >> 20, ceil.read_bytes_per_s / 1e12,
       ceil.bf16_flops / 1e12, ceil.fp8_flops / 1e12);
+  int driver = 0, runtime = 0;
+  cuda(cudaDriverGetVersion(&driver), "driver version");
+  cuda(cudaRuntimeGetVersion(&runtime), "runtime version");
   json doc = {{"gpu", prop.name},
+              {"versions",
+               {{"driver_cuda", fmt::format("{}.{}", driver / 1000, (driver % 1000) / 10)},
+                {"cuda_runtime", fmt::format("{}.{}", runtime / 1000, (runtime % 1000) / 10)},
+                {"cublas", bench::cublas_version()},
+                {"mxlinear", MXLINEAR_VERSION_STRING}}},
               {"sms", prop.multiProcessorCount},
               {"l2_bytes", l2},
               {"method",
@@ -424,8 +468,9 @@ int run_bench(const BenchOptions& o) {
       LayerWeights w(n, k, l2, seed++, stream);
       for (std::int64_t m : o.ms) {
         const auto it = tri_mx.find({n, k, m});
-        json row = bench_figure(names[{n, k}], w, m, anchors, ceil,
-                                it == tri_mx.end() ? NAN : it->second, o.replays, stream);
+        json row =
+            bench_figure(names[{n, k}], w, m, anchors, ceil, it == tri_mx.end() ? NAN : it->second,
+                         o.replays, o.all_configs, stream);
         const double g = value_or_nan(row, "gemm_us");
         fmt::print(
             "{:<28} {:>10} {:>5} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>8.1f} {:>7.2f} {:>7.2f} "
@@ -489,6 +534,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--m", o->ms, "token counts")->delimiter(',');
   cmd->add_flag("--step", o->step, "also time the decode-step replay of every layer instance");
   cmd->add_option("--step-m", o->step_ms, "token counts for --step")->delimiter(',');
+  cmd->add_flag("--all-configs", o->all_configs,
+                "also time every config of every GPU kernel per figure (the tuner's sweep)");
   cmd->add_flag("--ceilings", o->ceilings_only, "only measure read bandwidth and bf16/FP8 peaks");
   cmd->add_option("--anchors", o->anchors, "CSV of the brief's anchors (bench/anchors/*.csv)");
   cmd->add_option("--json", o->json_path, "write the results as JSON here");
