@@ -132,16 +132,16 @@ const Anchors::Fp8Plan& Anchors::fp8_plan(int m, int n, int k, bool block_scaled
 
 void Anchors::fp8_block_gemm(const void* x, const void* w, void* out, int m, int n, int k,
                              cudaStream_t stream) {
-  const Fp8Plan& p = fp8_plan(m, n, k, true);
-  const float alpha = 1.0f, beta = 0.0f;
-  check(cublasLtMatmul(lt_, p.desc, &alpha, w, p.a, x, p.b, &beta, out, p.d, out, p.d, &p.algo,
-                       workspace_, kWorkspaceBytes, stream),
-        "cublasLtMatmul fp8 block-scaled");
+  run_fp8(fp8_plan(m, n, k, true), x, w, out, stream);
 }
 
 void Anchors::fp8_gemm(const void* x, const void* w, void* out, int m, int n, int k,
                        cudaStream_t stream) {
-  const Fp8Plan& p = fp8_plan(m, n, k, false);
+  run_fp8(fp8_plan(m, n, k, false), x, w, out, stream);
+}
+
+void Anchors::run_fp8(const Fp8Plan& p, const void* x, const void* w, void* out,
+                      cudaStream_t stream) {
   const float alpha = 1.0f, beta = 0.0f;
   check(cublasLtMatmul(lt_, p.desc, &alpha, w, p.a, x, p.b, &beta, out, p.d, out, p.d, &p.algo,
                        workspace_, kWorkspaceBytes, stream),

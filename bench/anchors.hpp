@@ -40,6 +40,7 @@ class Anchors {
     float* b_scales = nullptr;
   };
   const Fp8Plan& fp8_plan(int m, int n, int k, bool block_scaled);
+  void run_fp8(const Fp8Plan& plan, const void* x, const void* w, void* out, cudaStream_t stream);
 
   cublasHandle_t cublas_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;

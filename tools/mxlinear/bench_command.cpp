@@ -24,11 +24,15 @@
 #include "mxlinear/models.hpp"
 #include "mxlinear/reference.hpp"
 #include "mxlinear/registry.hpp"
+#include "report.hpp"
 
 namespace mxlinear::cli {
 namespace {
 
 using nlohmann::json;
+
+// The conventional "skipped" exit status, so a test harness can tell it from an error (2).
+constexpr int kExitSkipped = 77;
 
 struct BenchOptions {
   std::string model = "builtin:minimax-m3.1-flash-tp4";
@@ -305,10 +309,6 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
   return row;
 }
 
-double value_or_nan(const json& row, const char* key) {
-  return row.contains(key) ? row[key].get<double>() : NAN;
-}
-
 // The decode step: every layer instance of the model with its own weights, back to back in one
 // graph, for our linear (bf16 activations, quantized inside) and the two anchors.
 json bench_step(const std::vector<ModelLayer>& layers, std::int64_t m, bench::Anchors& anchors,
@@ -372,51 +372,10 @@ json bench_step(const std::vector<ModelLayer>& layers, std::int64_t m, bench::An
   return row;
 }
 
-std::string markdown(const json& doc) {
-  std::string s = fmt::format(
-      "# mxlinear bench on {}\n\nCeilings measured in this run: read {:.2f} TB/s, cuBLAS bf16 "
-      "{:.0f} TFLOP/s, cuBLASLt FP8 {:.0f} TFLOP/s (8192^3).\n\n"
-      "| layer | N x K | M | kernel/config | linear us | gemm us | cuBLAS bf16 us | "
-      "cuBLASLt FP8 us | FP8 1x128/128x128 us | tri_mx us | x bf16 | x fp8 | x tri_mx | floor us "
-      "| check |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-      doc["gpu"].get<std::string>(), doc["ceilings"]["read_tb_s"].get<double>(),
-      doc["ceilings"]["bf16_tflop_s"].get<double>(), doc["ceilings"]["fp8_tflop_s"].get<double>());
-  for (const json& r : doc["rows"]) {
-    const double g = value_or_nan(r, "gemm_us");
-    s += fmt::format(
-        "| {} | {}x{} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.2f} | "
-        "{:.2f} | {:.2f} | {:.2f} | {} |\n",
-        r["layer"].get<std::string>(), r["n"].get<std::int64_t>(), r["k"].get<std::int64_t>(),
-        r["m"].get<std::int64_t>(), r["kernel"].get<std::string>(), value_or_nan(r, "linear_us"), g,
-        value_or_nan(r, "cublas_bf16_us"), value_or_nan(r, "cublaslt_fp8_tensor_us"),
-        value_or_nan(r, "cublaslt_fp8_block_us"), value_or_nan(r, "tri_mx_us"),
-        value_or_nan(r, "cublas_bf16_us") / g, value_or_nan(r, "cublaslt_fp8_tensor_us") / g,
-        value_or_nan(r, "tri_mx_us") / g, value_or_nan(r, "floor_us"),
-        r["check"].get<std::string>());
-  }
-  s += "\nSpeed-ups are anchor time / our GEMM time (above 1: we are faster); geometric means over "
-       "shapes:\n\n| M | x cuBLAS bf16 | x cuBLASLt FP8 | x tri_mx |\n|---|---|---|---|\n";
-  for (const json& g : doc["geomeans"]) {
-    s += fmt::format("| {} | {:.2f} | {:.2f} | {:.2f} |\n", g["m"].get<std::int64_t>(),
-                     g["vs_cublas_bf16"].get<double>(), g["vs_cublaslt_fp8"].get<double>(),
-                     g["vs_tri_mx"].get<double>());
-  }
-  if (doc.contains("step")) {
-    s += "\nDecode-step replay (all layer instances, own weights, one graph), ms per step:\n\n"
-         "| M | mxlinear | cuBLAS bf16 | cuBLASLt FP8 |\n|---|---|---|---|\n";
-    for (const json& r : doc["step"]) {
-      s += fmt::format("| {} | {:.3f} | {:.3f} | {:.3f} |\n", r["m"].get<std::int64_t>(),
-                       value_or_nan(r, "mxlinear_ms"), value_or_nan(r, "cublas_bf16_ms"),
-                       value_or_nan(r, "cublaslt_fp8_tensor_ms"));
-    }
-  }
-  return s;
-}
-
 int run_bench(const BenchOptions& o) {
   if (!gpu_available()) {
-    fmt::print(stderr, "mxlinear bench: no sm_90 GPU; nothing to time\n");
-    return 2;
+    fmt::print(stderr, "mxlinear bench: SKIPPED: no sm_90 GPU; nothing to time\n");
+    return kExitSkipped;
   }
   cudaDeviceProp prop{};
   int device = 0;
@@ -471,15 +430,17 @@ int run_bench(const BenchOptions& o) {
         json row =
             bench_figure(names[{n, k}], w, m, anchors, ceil, it == tri_mx.end() ? NAN : it->second,
                          o.replays, o.all_configs, stream);
-        const double g = value_or_nan(row, "gemm_us");
+        const double g = bench::value_or_nan(row, "gemm_us");
         fmt::print(
             "{:<28} {:>10} {:>5} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>8.1f} {:>7.2f} {:>7.2f} "
             "{:>7.2f} {:>6}  {}{}\n",
-            names[{n, k}], fmt::format("{}x{}", n, k), m, value_or_nan(row, "linear_us"), g,
-            value_or_nan(row, "cublas_bf16_us"), value_or_nan(row, "cublaslt_fp8_tensor_us"),
-            value_or_nan(row, "tri_mx_us"), value_or_nan(row, "cublas_bf16_us") / g,
-            value_or_nan(row, "cublaslt_fp8_tensor_us") / g, value_or_nan(row, "tri_mx_us") / g,
-            row["check"].get<std::string>(), row["kernel"].get<std::string>(),
+            names[{n, k}], fmt::format("{}x{}", n, k), m, bench::value_or_nan(row, "linear_us"), g,
+            bench::value_or_nan(row, "cublas_bf16_us"),
+            bench::value_or_nan(row, "cublaslt_fp8_tensor_us"),
+            bench::value_or_nan(row, "tri_mx_us"), bench::value_or_nan(row, "cublas_bf16_us") / g,
+            bench::value_or_nan(row, "cublaslt_fp8_tensor_us") / g,
+            bench::value_or_nan(row, "tri_mx_us") / g, row["check"].get<std::string>(),
+            row["kernel"].get<std::string>(),
             row.contains("anchor_error")
                 ? " anchor error: " + row["anchor_error"].get<std::string>()
                 : "");
@@ -491,10 +452,10 @@ int run_bench(const BenchOptions& o) {
       std::vector<double> bf16, fp8, tri;
       for (const json& r : doc["rows"]) {
         if (r["m"] != m) continue;
-        const double g = value_or_nan(r, "gemm_us");
-        bf16.push_back(value_or_nan(r, "cublas_bf16_us") / g);
-        fp8.push_back(value_or_nan(r, "cublaslt_fp8_tensor_us") / g);
-        tri.push_back(value_or_nan(r, "tri_mx_us") / g);
+        const double g = bench::value_or_nan(r, "gemm_us");
+        bf16.push_back(bench::value_or_nan(r, "cublas_bf16_us") / g);
+        fp8.push_back(bench::value_or_nan(r, "cublaslt_fp8_tensor_us") / g);
+        tri.push_back(bench::value_or_nan(r, "tri_mx_us") / g);
       }
       doc["geomeans"].push_back({{"m", m},
                                  {"vs_cublas_bf16", bench::geomean(bf16)},
@@ -510,8 +471,8 @@ int run_bench(const BenchOptions& o) {
         fmt::print(
             "decode step M={}: mxlinear {:.3f} ms, cuBLAS bf16 {:.3f} ms, cuBLASLt FP8 {:.3f} "
             "ms ({} GEMMs){}\n",
-            m, value_or_nan(row, "mxlinear_ms"), value_or_nan(row, "cublas_bf16_ms"),
-            value_or_nan(row, "cublaslt_fp8_tensor_ms"), row["gemms"].get<int>(),
+            m, bench::value_or_nan(row, "mxlinear_ms"), bench::value_or_nan(row, "cublas_bf16_ms"),
+            bench::value_or_nan(row, "cublaslt_fp8_tensor_ms"), row["gemms"].get<int>(),
             row.contains("anchor_error")
                 ? " anchor error: " + row["anchor_error"].get<std::string>()
                 : "");
@@ -520,9 +481,16 @@ int run_bench(const BenchOptions& o) {
     }
   }
   cudaStreamDestroy(stream);
+  const std::vector<std::string> problems = bench::schema_errors(doc);
+  for (const std::string& p : problems) fmt::print(stderr, "mxlinear bench: report: {}\n", p);
   if (!o.json_path.empty()) std::ofstream(o.json_path) << doc.dump(2) << "\n";
-  if (!o.markdown_path.empty() && !o.ceilings_only) std::ofstream(o.markdown_path) << markdown(doc);
-  return 0;
+  if (!o.markdown_path.empty() && !o.ceilings_only) {
+    std::ofstream(o.markdown_path) << bench::markdown_report(doc);
+  }
+  int wrong = 0;
+  for (const json& r : doc["rows"]) wrong += r["check"] == "ok" ? 0 : 1;
+  if (wrong) fmt::print(stderr, "mxlinear bench: {} figures failed the correctness check\n", wrong);
+  return problems.empty() && wrong == 0 ? 0 : 1;
 }
 
 }  // namespace

@@ -1,0 +1,121 @@
+#include "report.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace mxlinear::bench {
+
+using nlohmann::json;
+
+double value_or_nan(const json& row, const char* key) {
+  return row.contains(key) ? row[key].get<double>() : NAN;
+}
+
+std::string markdown_report(const json& doc) {
+  std::string s = fmt::format(
+      "# mxlinear bench on {}\n\nCeilings measured in this run: read {:.2f} TB/s, cuBLAS bf16 "
+      "{:.0f} TFLOP/s, cuBLASLt FP8 {:.0f} TFLOP/s (8192^3).\n\n"
+      "| layer | N x K | M | kernel/config | linear us | gemm us | cuBLAS bf16 us | "
+      "cuBLASLt FP8 us | FP8 1x128/128x128 us | tri_mx us | x bf16 | x fp8 | x tri_mx | floor us "
+      "| check |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      doc["gpu"].get<std::string>(), doc["ceilings"]["read_tb_s"].get<double>(),
+      doc["ceilings"]["bf16_tflop_s"].get<double>(), doc["ceilings"]["fp8_tflop_s"].get<double>());
+  for (const json& r : doc["rows"]) {
+    const double g = value_or_nan(r, "gemm_us");
+    s += fmt::format(
+        "| {} | {}x{} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.2f} | "
+        "{:.2f} | {:.2f} | {:.2f} | {} |\n",
+        r["layer"].get<std::string>(), r["n"].get<std::int64_t>(), r["k"].get<std::int64_t>(),
+        r["m"].get<std::int64_t>(), r["kernel"].get<std::string>(), value_or_nan(r, "linear_us"), g,
+        value_or_nan(r, "cublas_bf16_us"), value_or_nan(r, "cublaslt_fp8_tensor_us"),
+        value_or_nan(r, "cublaslt_fp8_block_us"), value_or_nan(r, "tri_mx_us"),
+        value_or_nan(r, "cublas_bf16_us") / g, value_or_nan(r, "cublaslt_fp8_tensor_us") / g,
+        value_or_nan(r, "tri_mx_us") / g, value_or_nan(r, "floor_us"),
+        r["check"].get<std::string>());
+  }
+  s += "\nSpeed-ups are anchor time / our GEMM time (above 1: we are faster); geometric means over "
+       "shapes:\n\n| M | x cuBLAS bf16 | x cuBLASLt FP8 | x tri_mx |\n|---|---|---|---|\n";
+  for (const json& g : doc["geomeans"]) {
+    s += fmt::format("| {} | {:.2f} | {:.2f} | {:.2f} |\n", g["m"].get<std::int64_t>(),
+                     g["vs_cublas_bf16"].get<double>(), g["vs_cublaslt_fp8"].get<double>(),
+                     g["vs_tri_mx"].get<double>());
+  }
+  if (doc.contains("step")) {
+    s += "\nDecode-step replay (all layer instances, own weights, one graph), ms per step:\n\n"
+         "| M | mxlinear | cuBLAS bf16 | cuBLASLt FP8 |\n|---|---|---|---|\n";
+    for (const json& r : doc["step"]) {
+      s += fmt::format("| {} | {:.3f} | {:.3f} | {:.3f} |\n", r["m"].get<std::int64_t>(),
+                       value_or_nan(r, "mxlinear_ms"), value_or_nan(r, "cublas_bf16_ms"),
+                       value_or_nan(r, "cublaslt_fp8_tensor_ms"));
+    }
+  }
+  return s;
+}
+
+namespace {
+
+void require(const json& j, const char* key, json::value_t type, const std::string& where,
+             std::vector<std::string>& errors) {
+  if (!j.is_object() || !j.contains(key)) {
+    errors.push_back(fmt::format("{}: missing '{}'", where, key));
+    return;
+  }
+  const json& v = j[key];
+  const bool number = type == json::value_t::number_float;
+  if (number ? !v.is_number() : v.type() != type) {
+    errors.push_back(fmt::format("{}: '{}' has the wrong type", where, key));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> schema_errors(const json& doc) {
+  using T = json::value_t;
+  std::vector<std::string> e;
+  if (!doc.is_object()) return {"the report is not a JSON object"};
+  require(doc, "gpu", T::string, "report", e);
+  require(doc, "versions", T::object, "report", e);
+  if (doc.contains("versions")) {
+    for (const char* k : {"driver_cuda", "cuda_runtime", "cublas", "mxlinear"}) {
+      require(doc["versions"], k, T::string, "versions", e);
+    }
+  }
+  require(doc, "ceilings", T::object, "report", e);
+  if (doc.contains("ceilings")) {
+    for (const char* k : {"read_tb_s", "bf16_tflop_s", "fp8_tflop_s"}) {
+      require(doc["ceilings"], k, T::number_float, "ceilings", e);
+    }
+  }
+  require(doc, "rows", T::array, "report", e);
+  if (doc.contains("rows") && doc["rows"].is_array()) {
+    for (std::size_t i = 0; i < doc["rows"].size(); ++i) {
+      const json& r = doc["rows"][i];
+      const std::string where = fmt::format("rows[{}]", i);
+      for (const char* k : {"layer", "kernel", "check"}) require(r, k, T::string, where, e);
+      for (const char* k : {"n", "k", "m", "floor_us"}) require(r, k, T::number_float, where, e);
+      if (r.is_object() && r.contains("check") && r["check"] == "ok") {
+        require(r, "gemm_us", T::number_float, where, e);
+        require(r, "linear_us", T::number_float, where, e);
+      }
+    }
+  }
+  require(doc, "geomeans", T::array, "report", e);
+  if (doc.contains("geomeans") && doc["geomeans"].is_array()) {
+    for (std::size_t i = 0; i < doc["geomeans"].size(); ++i) {
+      for (const char* k : {"m", "vs_cublas_bf16", "vs_cublaslt_fp8", "vs_tri_mx"}) {
+        require(doc["geomeans"][i], k, T::number_float, fmt::format("geomeans[{}]", i), e);
+      }
+    }
+  }
+  if (doc.contains("step")) {
+    for (std::size_t i = 0; i < doc["step"].size(); ++i) {
+      for (const char* k : {"m", "gemms", "mxlinear_ms"}) {
+        require(doc["step"][i], k, T::number_float, fmt::format("step[{}]", i), e);
+      }
+    }
+  }
+  return e;
+}
+
+}  // namespace mxlinear::bench

@@ -1,0 +1,22 @@
+// The benchmark report: its JSON schema check and its Markdown form.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace mxlinear::bench {
+
+// A row's number, or NaN where the figure is missing (a failed anchor, a wrong kernel).
+double value_or_nan(const nlohmann::json& row, const char* key);
+
+// What is wrong with a report against its schema: empty when it conforms.
+// Required: gpu, versions{driver_cuda, cuda_runtime, cublas, mxlinear}, ceilings{read_tb_s,
+// bf16_tflop_s, fp8_tflop_s}, rows[{layer, n, k, m, kernel, check, floor_us, and gemm_us plus
+// linear_us when check is "ok"}], geomeans[{m, vs_cublas_bf16, vs_cublaslt_fp8, vs_tri_mx}],
+// and optional step[{m, gemms, mxlinear_ms}].
+std::vector<std::string> schema_errors(const nlohmann::json& doc);
+
+std::string markdown_report(const nlohmann::json& doc);
+
+}  // namespace mxlinear::bench

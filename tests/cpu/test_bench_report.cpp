@@ -1,0 +1,63 @@
+// The bench report's JSON schema and Markdown form, checked on the committed H200 report and on
+// broken copies of it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "report.hpp"
+
+namespace mxlinear::bench {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+json committed_report() {
+  std::ifstream in(MXLINEAR_SOURCE_DIR "/bench/results/h200-2026-11-30/h200-2026-11-30.json");
+  EXPECT_TRUE(in.good());
+  return json::parse(in);
+}
+
+TEST(BenchReport, CommittedH200ReportConformsToTheSchema) {
+  const json doc = committed_report();
+  EXPECT_EQ(schema_errors(doc), std::vector<std::string>{});
+  EXPECT_EQ(doc["rows"].size(), 48u);  // 8 shapes x 6 M
+  EXPECT_EQ(doc["step"].size(), 2u);
+}
+
+TEST(BenchReport, MissingOrMistypedFieldsAreNamed) {
+  json doc = committed_report();
+  doc["rows"][3].erase("gemm_us");
+  doc["ceilings"]["read_tb_s"] = "fast";
+  doc["versions"].erase("cublas");
+  const std::vector<std::string> e = schema_errors(doc);
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_THAT(e[0], HasSubstr("versions: missing 'cublas'"));
+  EXPECT_THAT(e[1], HasSubstr("ceilings: 'read_tb_s' has the wrong type"));
+  EXPECT_THAT(e[2], HasSubstr("rows[3]: missing 'gemm_us'"));
+  EXPECT_EQ(schema_errors(json::array()), std::vector<std::string>{"the report is not a JSON object"});
+}
+
+TEST(BenchReport, WrongRowNeedsNoTimings) {
+  json doc = committed_report();
+  doc["rows"][0]["check"] = "WRONG";
+  doc["rows"][0].erase("gemm_us");
+  doc["rows"][0].erase("linear_us");
+  EXPECT_TRUE(schema_errors(doc).empty());
+}
+
+TEST(BenchReport, MarkdownHasEveryRowAndTheGeomeans) {
+  const json doc = committed_report();
+  const std::string md = markdown_report(doc);
+  EXPECT_THAT(md, HasSubstr("# mxlinear bench on NVIDIA H200"));
+  EXPECT_THAT(md, HasSubstr("| self_attn.qkv_proj | 2560x6144 | 8192 |"));
+  EXPECT_THAT(md, HasSubstr("| draft.fused_ctx_kv_proj | 1280x6144 | 1 |"));
+  EXPECT_THAT(md, HasSubstr("Decode-step replay"));
+  std::size_t rows = 0;
+  for (std::size_t p = md.find("\n| "); p != std::string::npos; p = md.find("\n| ", p + 1)) ++rows;
+  EXPECT_EQ(rows, 48u + 6u + 2u + 3u);  // figures, geomeans, steps, three header lines
+}
+
+}  // namespace
+}  // namespace mxlinear::bench
