@@ -18,6 +18,7 @@
 
 #include "anchors.hpp"
 #include "device_data.hpp"
+#include "device_memory.hpp"
 #include "harness.hpp"
 #include "mxlinear/error.hpp"
 #include "mxlinear/linear.hpp"
@@ -47,23 +48,7 @@ struct BenchOptions {
   int replays = 10;
 };
 
-void cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    throw Error(ErrorCode::kCudaError, "",
-                fmt::format("bench: {}: {}", what, cudaGetErrorString(e)));
-  }
-}
-
-struct DeviceMemory {
-  void* ptr = nullptr;
-  explicit DeviceMemory(std::size_t bytes) {
-    cuda(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 16)), "cudaMalloc");
-  }
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-  ~DeviceMemory() { cudaFree(ptr); }
-  std::uint8_t* bytes() const { return static_cast<std::uint8_t*>(ptr); }
-};
+void cuda(cudaError_t e, const char* what) { cuda_or_throw(e, what); }
 
 struct Ceilings {
   double read_bytes_per_s = 0, bf16_flops = 0, fp8_flops = 0;

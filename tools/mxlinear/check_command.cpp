@@ -8,8 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "device_memory.hpp"
 #include "layer_data.hpp"
+#include "mxlinear/linear.hpp"
 #include "mxlinear/reference.hpp"
+#include "mxlinear/registry.hpp"
 
 namespace mxlinear::cli {
 namespace {
@@ -18,7 +21,52 @@ struct CheckOptions {
   LayerSpec spec;
   std::string out_dtype = "bf16";
   bool prequantized = false;
+  bool cpu = false;
 };
+
+// Runs the layer through linear() on the GPU; returns the kernel/config that served it.
+std::string run_on_gpu(HostLayer& layer, bool prequantized, std::vector<std::uint8_t>& out) {
+  const LayerSpec& s = layer.spec;
+  DeviceMemory x(layer.x_bf16.size() * 2), xq(layer.x_data.size()), xs(layer.x_scales.size()),
+      wd(layer.w_data.size()), ws(layer.w_scales.size()), bias(layer.bias_f32.size() * 4),
+      y(out.size());
+  const auto up = [](const DeviceMemory& d, const void* h, std::size_t n) {
+    cuda_or_throw(cudaMemcpy(d.ptr, h, n, cudaMemcpyHostToDevice), "upload");
+  };
+  up(x, layer.x_bf16.data(), layer.x_bf16.size() * 2);
+  up(xq, layer.x_data.data(), layer.x_data.size());
+  up(xs, layer.x_scales.data(), layer.x_scales.size());
+  up(wd, layer.w_data.data(), layer.w_data.size());
+  up(ws, layer.w_scales.data(), layer.w_scales.size());
+  up(bias, layer.bias_f32.data(), layer.bias_f32.size() * 4);
+  cuda_or_throw(cudaMemset(y.ptr, 0xFF, out.size()), "poison");
+  const auto dev = [](const DeviceMemory& d, std::int64_t r, std::int64_t c, DType t) {
+    return TensorView::contiguous(d.ptr, {r, c}, t, Location::kDevice);
+  };
+  const MxWeight w{dev(wd, s.n, s.k, DType::kE4M3), dev(ws, s.n, s.k / 32, DType::kE8M0)};
+  std::optional<TensorView> b;
+  if (s.bias) b = TensorView::contiguous(bias.ptr, {s.n}, DType::kF32, Location::kDevice);
+  const TensorView o = dev(y, s.m, s.n, s.out_dtype);
+  if (prequantized) {
+    linear(QuantizedActivation{dev(xq, s.m, s.k, DType::kE4M3),
+                               dev(xs, s.m, s.k / 32, DType::kE8M0), DType::kBF16},
+           w, b, o, nullptr);
+  } else {
+    linear(dev(x, s.m, s.k, DType::kBF16), w, b, o, nullptr);
+  }
+  cuda_or_throw(cudaDeviceSynchronize(), "linear");
+  cuda_or_throw(cudaMemcpy(out.data(), y.ptr, out.size(), cudaMemcpyDeviceToHost), "download");
+  const DeviceDescription device = DeviceDescription::current();
+  LayerDescription desc;
+  desc.n = s.n;
+  desc.k = s.k;
+  desc.out_dtype = s.out_dtype;
+  if (s.bias) desc.bias_dtype = DType::kF32;
+  const Registry& registry = Registry::global();
+  const Dispatch d = registry.dispatch(registry.select(desc, device), device, s.m);
+  return d.kernel ? fmt::format("{}/{} on {}", d.kernel->name(), d.config, device.name)
+                  : std::string("none");
+}
 
 DType parse_out_dtype(const std::string& name) {
   if (name == "bf16") return DType::kBF16;
@@ -52,7 +100,10 @@ int run_check(const CheckOptions& options) {
   std::vector<std::uint8_t> out(count * element_size(spec.out_dtype));
   const TensorView out_view =
       TensorView::contiguous(out.data(), {spec.m, spec.n}, spec.out_dtype, Location::kHost);
-  if (options.prequantized) {
+  std::string kernel_name = "reference (CPU, fp64 accumulation)";
+  if (!options.cpu && gpu_available()) {
+    kernel_name = run_on_gpu(layer, options.prequantized, out);
+  } else if (options.prequantized) {
     reference_linear(layer.activation_view(), layer.weight_view(), layer.bias_view(), out_view);
   } else {
     reference_linear(layer.x_view(), layer.weight_view(), layer.bias_view(), out_view);
@@ -78,7 +129,7 @@ int run_check(const CheckOptions& options) {
   std::vector<float> exact_f32(exact.begin(), exact.end());
   const ErrorStats quantization = compare_with_f64(exact_f32.data(), DType::kF32, unquantized);
 
-  fmt::print("mxlinear check: kernel reference (CPU, fp64 accumulation)\n");
+  fmt::print("mxlinear check: kernel {}\n", kernel_name);
   fmt::print("  layer   M={} N={} K={} out={} bias={} activation={} seed={}\n", spec.m, spec.n,
              spec.k, to_string(spec.out_dtype), spec.bias ? "fp32" : "none",
              options.prequantized ? "pre-quantized e4m3" : "bf16 (quantized inside, RCEIL)",
@@ -90,6 +141,8 @@ int run_check(const CheckOptions& options) {
       output_unit_roundoff(spec.out_dtype) / std::sqrt(3.0));
   fmt::print("  MX layer vs unquantized fp64 rel Frobenius {:.3e}  (the cost of MXFP8 itself)\n",
              quantization.relative_frobenius);
+  // A correct kernel adds its output rounding (about u/sqrt(3) in the Frobenius norm) and the
+  // fp32 accumulation error, far below one unit roundoff u of the output type.
   const bool ok =
       kernel.nan_count == 0 && kernel.relative_frobenius <= output_unit_roundoff(spec.out_dtype);
   fmt::print("  result  {}\n", ok ? "PASS" : "FAIL");
@@ -112,6 +165,7 @@ void add_check_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--prequantized", options->prequantized,
                 "feed the pre-quantized activation entry point");
   cmd->add_option("--seed", options->spec.seed, "random seed (0: a fresh one)");
+  cmd->add_flag("--cpu", options->cpu, "run the CPU reference kernel even where a GPU is present");
   cmd->callback([options, &exit_code] { exit_code = run_check(*options); });
 }
 
