@@ -41,6 +41,16 @@ std::string markdown_report(const json& doc) {
                      g["vs_cublas_bf16"].get<double>(), g["vs_cublaslt_fp8"].get<double>(),
                      g["vs_tri_mx"].get<double>());
   }
+  if (doc.contains("quantize")) {
+    s += "\nActivation quantization alone (bf16 in, inputs rotating over >= 3x L2):\n\n"
+         "| M | K | us | read TB/s | of read ceiling |\n|---|---|---|---|---|\n";
+    for (const json& q : doc["quantize"]) {
+      s += fmt::format("| {} | {} | {:.2f} | {:.2f} | {:.0f}% |\n", q["m"].get<std::int64_t>(),
+                       q["k"].get<std::int64_t>(), q["us"].get<double>(),
+                       q["read_tb_s"].get<double>(),
+                       100 * q["fraction_of_read_ceiling"].get<double>());
+    }
+  }
   if (doc.contains("step")) {
     s += "\nDecode-step replay (all layer instances, own weights, one graph), ms per step:\n\n"
          "| M | mxlinear | cuBLAS bf16 | cuBLASLt FP8 |\n|---|---|---|---|\n";
@@ -105,6 +115,13 @@ std::vector<std::string> schema_errors(const json& doc) {
     for (std::size_t i = 0; i < doc["geomeans"].size(); ++i) {
       for (const char* k : {"m", "vs_cublas_bf16", "vs_cublaslt_fp8", "vs_tri_mx"}) {
         require(doc["geomeans"][i], k, T::number_float, fmt::format("geomeans[{}]", i), e);
+      }
+    }
+  }
+  if (doc.contains("quantize")) {
+    for (std::size_t i = 0; i < doc["quantize"].size(); ++i) {
+      for (const char* k : {"m", "k", "us", "read_tb_s", "fraction_of_read_ceiling"}) {
+        require(doc["quantize"][i], k, T::number_float, fmt::format("quantize[{}]", i), e);
       }
     }
   }

@@ -59,5 +59,19 @@ TEST(BenchReport, MarkdownHasEveryRowAndTheGeomeans) {
   EXPECT_EQ(rows, 48u + 6u + 2u + 3u);  // figures, geomeans, steps, three header lines
 }
 
+TEST(BenchReport, QuantizeSectionIsCheckedAndPrinted) {
+  json doc = committed_report();
+  doc["quantize"] = json::array({{{"m", 512},
+                                  {"k", 6144},
+                                  {"us", 1.0},
+                                  {"read_tb_s", 3.5},
+                                  {"fraction_of_read_ceiling", 0.8}}});
+  EXPECT_TRUE(schema_errors(doc).empty());
+  EXPECT_THAT(markdown_report(doc), HasSubstr("| 512 | 6144 | 1.00 | 3.50 | 80% |"));
+  doc["quantize"][0].erase("us");
+  ASSERT_EQ(schema_errors(doc).size(), 1u);
+  EXPECT_THAT(schema_errors(doc)[0], HasSubstr("quantize[0]: missing 'us'"));
+}
+
 }  // namespace
 }  // namespace mxlinear::bench

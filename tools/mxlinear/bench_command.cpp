@@ -105,6 +105,34 @@ std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, double> load_tri_
   return table;
 }
 
+// The activation quantizer alone, its bf16 inputs rotating through copies worth >= 3x L2 like
+// the weights (issue 3's goal: >= 80% of read bandwidth for M >= 512).
+json bench_quantize(std::int64_t m, std::int64_t k, std::size_t l2, const Ceilings& ceil,
+                    int replays, cudaStream_t stream) {
+  const std::size_t bytes = static_cast<std::size_t>(m * k) * 2;
+  const int copies = bench::rotation_copies(bytes, l2);
+  DeviceMemory x(bytes * static_cast<std::size_t>(copies)), q(static_cast<std::size_t>(m * k)),
+      s(static_cast<std::size_t>(m * k / 32));
+  bench::fill_bf16(x.ptr, static_cast<std::size_t>(m * k) * static_cast<std::size_t>(copies), 5,
+                   stream);
+  const TensorView qv = TensorView::contiguous(q.ptr, {m, k}, DType::kE4M3, Location::kDevice);
+  const TensorView sv = TensorView::contiguous(s.ptr, {m, k / 32}, DType::kE8M0, Location::kDevice);
+  const auto t = bench::summarize(bench::time_graph(
+      [&](int i) {
+        quantize(TensorView::contiguous(x.bytes() + static_cast<std::size_t>(i % copies) * bytes,
+                                        {m, k}, DType::kBF16, Location::kDevice),
+                 qv, sv, stream);
+      },
+      std::max(copies, 8), 2, replays, stream));
+  const double read_per_s = static_cast<double>(bytes) / (t.median * 1e-6);
+  return {{"m", m},
+          {"k", k},
+          {"us", t.median},
+          {"read_tb_s", read_per_s / 1e12},
+          {"fraction_of_read_ceiling", read_per_s / ceil.read_bytes_per_s},
+          {"rotation_copies", copies}};
+}
+
 // One layer shape's weights in every form the kernels and anchors take, rotated through enough
 // copies to defeat L2.
 struct LayerWeights {
@@ -448,6 +476,19 @@ int run_bench(const BenchOptions& o) {
                                  {"vs_tri_mx", bench::geomean(tri)}});
       fmt::print("geomean M={:>5}: x cuBLAS bf16 {:.2f}, x cuBLASLt FP8 {:.2f}, x tri_mx {:.2f}\n",
                  m, bench::geomean(bf16), bench::geomean(fp8), bench::geomean(tri));
+    }
+    doc["quantize"] = json::array();
+    std::set<std::int64_t> ks;
+    for (const auto& [n, k] : shapes) ks.insert(k);
+    for (std::int64_t k : ks) {
+      for (std::int64_t m : o.ms) {
+        json q = bench_quantize(m, k, l2, ceil, o.replays, stream);
+        fmt::print(
+            "quantize M={:>5} K={:>5}: {:8.2f} us, read {:.2f} TB/s = {:.0f}% of the ceiling\n", m,
+            k, q["us"].get<double>(), q["read_tb_s"].get<double>(),
+            100 * q["fraction_of_read_ceiling"].get<double>());
+        doc["quantize"].push_back(q);
+      }
     }
     if (o.step) {
       doc["step"] = json::array();
