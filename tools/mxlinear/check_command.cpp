@@ -142,9 +142,11 @@ int run_check(const CheckOptions& options) {
   fmt::print("  MX layer vs unquantized fp64 rel Frobenius {:.3e}  (the cost of MXFP8 itself)\n",
              quantization.relative_frobenius);
   // A correct kernel adds its output rounding (about u/sqrt(3) in the Frobenius norm) and the
-  // fp32 accumulation error, far below one unit roundoff u of the output type.
-  const bool ok =
-      kernel.nan_count == 0 && kernel.relative_frobenius <= output_unit_roundoff(spec.out_dtype);
+  // fp32 accumulation error. For bf16/fp16 output one unit roundoff u bounds both; for fp32
+  // output the accumulation dominates and MXFP8.md allows a relative Frobenius error of 1e-5.
+  const double allowed =
+      spec.out_dtype == DType::kF32 ? 1e-5 : output_unit_roundoff(spec.out_dtype);
+  const bool ok = kernel.nan_count == 0 && kernel.relative_frobenius <= allowed;
   fmt::print("  result  {}\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }
