@@ -10,8 +10,8 @@
 namespace mxlinear::bench {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 json committed_report() {
   std::ifstream in(MXLINEAR_SOURCE_DIR "/bench/results/h200-2026-11-30/h200-2026-11-30.json");
@@ -36,7 +36,8 @@ TEST(BenchReport, MissingOrMistypedFieldsAreNamed) {
   EXPECT_THAT(e[0], HasSubstr("versions: missing 'cublas'"));
   EXPECT_THAT(e[1], HasSubstr("ceilings: 'read_tb_s' has the wrong type"));
   EXPECT_THAT(e[2], HasSubstr("rows[3]: missing 'gemm_us'"));
-  EXPECT_EQ(schema_errors(json::array()), std::vector<std::string>{"the report is not a JSON object"});
+  EXPECT_EQ(schema_errors(json::array()),
+            std::vector<std::string>{"the report is not a JSON object"});
 }
 
 TEST(BenchReport, WrongRowNeedsNoTimings) {
