@@ -400,7 +400,8 @@ int run_bench(const BenchOptions& o) {
   bench::Anchors anchors;
   const Ceilings ceil = measure_ceilings(anchors, stream);
   fmt::print(
-      "mxlinear bench on {} ({} SMs, L2 {} MiB)\nceilings: read {:.2f} TB/s, cuBLAS bf16 "
+      "mxlinear bench on {} ({} SMs, L2 {} MiB); cuBLASLt FP8 runs with M padded to 16\n"
+      "ceilings: read {:.2f} TB/s, cuBLAS bf16 "
       "{:.0f} TFLOP/s, cuBLASLt FP8 {:.0f} TFLOP/s\n",
       prop.name, prop.multiProcessorCount, l2 >> 20, ceil.read_bytes_per_s / 1e12,
       ceil.bf16_flops / 1e12, ceil.fp8_flops / 1e12);
