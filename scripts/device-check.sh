@@ -2,7 +2,8 @@
 # One call on the H200: build, GPU tests, compute-sanitizer (memcheck, racecheck), SASS summary,
 # the selection report and benchmarks. Everything lands in $OUT (default ./device-out). Steps:
 #   test sanitize sass select bench      (default: all)
-# Extra bench arguments go in $BENCH_ARGS.
+# Extra bench arguments go in $BENCH_ARGS; $SANITIZE_TESTS (names of GPU test binaries) narrows
+# the sanitizer step.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/device-out}"
@@ -23,12 +24,12 @@ cat "$OUT/machine.txt"
 t0=$(date +%s)
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 &&
   cmake --build build-device -j "$(nproc)" --target quantize_gpu_test generic_gemm_gpu_test \
-    linear_gpu_test mxlinear_cli >>"$OUT/build.log" 2>&1 ||
+    decode_gemm_gpu_test linear_gpu_test mxlinear_cli >>"$OUT/build.log" 2>&1 ||
   { echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 rm -f "$OUT/build.log"  # kept only when the build fails: the device returns at most 8 files
 gpu_tests=(build-device/tests/gpu/quantize_gpu_test build-device/tests/gpu/generic_gemm_gpu_test
-           build-device/tests/gpu/linear_gpu_test)
+           build-device/tests/gpu/decode_gemm_gpu_test build-device/tests/gpu/linear_gpu_test)
 
 if [[ " $steps " == *" test "* ]]; then
   ctest --test-dir build-device -L gpu --output-on-failure >"$OUT/ctest.log" 2>&1 || status=1
@@ -39,6 +40,9 @@ fi
 if [[ " $steps " == *" sanitize "* ]]; then
   for tool in memcheck racecheck; do
     for t in "${gpu_tests[@]}"; do
+      if [[ -n "${SANITIZE_TESTS:-}" && " $SANITIZE_TESTS " != *" $(basename "$t") "* ]]; then
+        continue
+      fi
       log="$OUT/sanitize.log"
       echo "== $tool $t" >>"$log"
       compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" --gtest_brief=1 >>"$log" 2>&1
@@ -50,10 +54,13 @@ if [[ " $steps " == *" sanitize "* ]]; then
 fi
 
 if [[ " $steps " == *" sass "* ]]; then
-  obj=$(find build-device -name 'generic_gemm.cu.o' | head -1)
-  cuobjdump --dump-sass "$obj" >/tmp/generic_gemm.sass 2>&1
-  for op in HMMA QGMMA HGMMA LDL STL F2FP LDSM LDGSTS; do
-    printf '%-6s %s\n' "$op" "$(grep -c "$op" /tmp/generic_gemm.sass)"
+  for kernel in generic_gemm decode_gemm; do
+    obj=$(find build-device -name "$kernel.cu.o" | head -1)
+    cuobjdump --dump-sass "$obj" >"/tmp/$kernel.sass" 2>&1
+    echo "SASS $kernel:"
+    for op in HMMA QGMMA HGMMA LDL STL F2FP LDSM LDGSTS UTMALDG SYNCS; do
+      printf '%-8s %s\n' "$op" "$(grep -c "$op" "/tmp/$kernel.sass")"
+    done
   done | tee -a "$OUT/machine.txt"  # the device returns at most 8 files
 fi
 

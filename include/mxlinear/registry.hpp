@@ -42,6 +42,7 @@ struct LayerDescription {
   DType out_dtype = DType::kBF16;
   std::optional<DType> bias_dtype;
   int alignment = 16;  // bytes: the largest power of two dividing every data address and stride
+  int scale_alignment = 4;  // bytes: the same for the scale matrices
 };
 
 // Ok, or the reason not.
@@ -71,6 +72,12 @@ class Kernel {
   virtual Verdict can_implement(const LayerDescription& layer) const = 0;
   // A tuned kernel claims a layer only where the tuned table has rows for its (N, K).
   virtual bool needs_tuned_rows() const { return false; }
+  // Whether a tuning sweep should time this kernel at M (the decode kernel is built for small M;
+  // it runs any M correctly, but one token tile after another).
+  virtual bool worth_sweeping(std::int64_t m) const {
+    (void)m;
+    return true;
+  }
   // The config for M when no tuned row names one.
   virtual std::string default_config(std::int64_t m) const = 0;
   // Layout preprocessing: a pure rewrite of `in` into `out` (same shapes). Whether its result

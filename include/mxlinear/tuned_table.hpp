@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -70,7 +71,9 @@ class TunedTable {
   // then the nearest above. Empty if the shape has no rows on this device.
   std::optional<TunedValue> lookup(const std::string& arch, int sms, std::int64_t n, std::int64_t k,
                                    std::int64_t m) const;
-  bool has_shape(const std::string& arch, int sms, std::int64_t n, std::int64_t k) const;
+  // Whether the shape has rows on this device; with `kernel`, rows naming that kernel.
+  bool has_shape(const std::string& arch, int sms, std::int64_t n, std::int64_t k,
+                 std::string_view kernel = {}) const;
 
   const std::map<TunedKey, TunedValue>& rows() const { return rows_; }
   const std::vector<std::string>& warnings() const { return warnings_; }

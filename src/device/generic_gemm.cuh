@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "device/epilogue.cuh"
 #include "device/gemm_params.hpp"
 #include "device/ptx.cuh"
 #include "mxlinear/format.hpp"
@@ -229,65 +230,13 @@ __device__ __forceinline__ bool reduce_over_k_warps(std::uint8_t* smem, int warp
   return true;
 }
 
-__device__ __forceinline__ float load_bias(const GemmParams& p, int col) {
-  if (p.bias_type == BiasType::kF32) return static_cast<const float*>(p.bias)[col];
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[col]);
-}
-
-template <class T>
-struct OutputTraits;
-template <>
-struct OutputTraits<__nv_bfloat16> {
-  using Pair = __nv_bfloat162;
-  static __device__ __nv_bfloat16 one(float v) { return __float2bfloat16_rn(v); }
-  static __device__ Pair two(float a, float b) { return __floats2bfloat162_rn(a, b); }
-};
-template <>
-struct OutputTraits<__half> {
-  using Pair = __half2;
-  static __device__ __half one(float v) { return __float2half_rn(v); }
-  static __device__ Pair two(float a, float b) { return __floats2half2_rn(a, b); }
-};
-template <>
-struct OutputTraits<float> {
-  using Pair = float2;
-  static __device__ float one(float v) { return v; }
-  static __device__ Pair two(float a, float b) { return make_float2(a, b); }
-};
-
-// Stores out[row, col] and out[row, col + 1] (the second only if col + 1 < N), rounding once.
-template <class T>
-__device__ __forceinline__ void store_pair_as(const GemmParams& p, bool pairs_aligned, int row,
-                                              int col, float v0, float v1) {
-  using Traits = OutputTraits<T>;
-  T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(row) * p.ld_out + col;
-  const bool both = col + 1 < p.n;
-  if (both && pairs_aligned) {
-    *reinterpret_cast<typename Traits::Pair*>(out) = Traits::two(v0, v1);
-  } else {
-    out[0] = Traits::one(v0);
-    if (both) out[1] = Traits::one(v1);
-  }
-}
-
-__device__ __forceinline__ void store_pair(const GemmParams& p, bool pairs_aligned, int row,
-                                           int col, float v0, float v1) {
-  switch (p.out_type) {
-    case OutType::kBF16:
-      return store_pair_as<__nv_bfloat16>(p, pairs_aligned, row, col, v0, v1);
-    case OutType::kF16:
-      return store_pair_as<__half>(p, pairs_aligned, row, col, v0, v1);
-    case OutType::kF32:
-      return store_pair_as<float>(p, pairs_aligned, row, col, v0, v1);
-  }
-}
-
 }  // namespace generic_detail
 
 template <class Tile>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     generic_gemm_kernel(const GemmParams p) {
   using namespace generic_detail;
+  using namespace epilogue;
   extern __shared__ __align__(1024) std::uint8_t smem[];
   const int n0 = blockIdx.x * Tile::kBN;
   const int m0 = blockIdx.y * Tile::kBM;

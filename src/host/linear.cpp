@@ -58,7 +58,8 @@ struct SelectionKey {
   DType out;
   int bias;
   int alignment;
-  auto tie() const { return std::tie(device, n, k, out, bias, alignment); }
+  int scale_alignment;
+  auto tie() const { return std::tie(device, n, k, out, bias, alignment, scale_alignment); }
   bool operator<(const SelectionKey& o) const { return tie() < o.tie(); }
 };
 
@@ -78,7 +79,8 @@ const CachedSelection& selection_for(const LayerDescription& layer) {
                          layer.k,
                          layer.out_dtype,
                          layer.bias_dtype ? static_cast<int>(*layer.bias_dtype) : -1,
-                         layer.alignment};
+                         layer.alignment,
+                         layer.scale_alignment};
   const std::lock_guard<std::mutex> lock(mutex);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   auto [dev, added] = devices.try_emplace(device);
@@ -109,6 +111,7 @@ void run_selected(std::string_view op, const KernelCall& call) {
   layer.out_dtype = call.out.dtype;
   if (call.bias) layer.bias_dtype = call.bias->dtype;
   layer.alignment = alignment_of({&call.x.data, &call.weight.data});
+  layer.scale_alignment = alignment_of({&call.x.scales, &call.weight.scales});
   const CachedSelection& cached = selection_for(layer);
   if (!cached.selection.kernel) {
     std::string reasons;

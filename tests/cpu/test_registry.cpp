@@ -68,7 +68,7 @@ TEST(Registry, UntunedShapeFallsThroughWithTheReason) {
   EXPECT_EQ(s.kernel->name(), "general");
   ASSERT_EQ(s.rejected.size(), 1u);
   EXPECT_EQ(s.rejected[0].kernel, "tuned");
-  EXPECT_THAT(s.rejected[0].reason, HasSubstr("no tuned rows for 6144 x 768"));
+  EXPECT_THAT(s.rejected[0].reason, HasSubstr("no tuned rows of tuned for 6144 x 768"));
 }
 
 TEST(Registry, TunedRowsOfAnotherSmCountDoNotClaimTheLayer) {
@@ -164,7 +164,8 @@ TEST(Registry, ReportForTheBuiltinModelOnADescribedH200) {
   EXPECT_EQ(chosen["draft.fused_ctx_kv_proj"], "general");
   const std::string text = format_report(rows, kH200);
   EXPECT_THAT(text, HasSubstr("self_attn.qkv_proj"));
-  EXPECT_THAT(text, HasSubstr("tuned: no tuned rows for 6144 x 2048 on sm_90a with 132 SMs"));
+  EXPECT_THAT(text,
+              HasSubstr("tuned: no tuned rows of tuned for 6144 x 2048 on sm_90a with 132 SMs"));
   const std::string json = report_json(rows, kH200);
   EXPECT_THAT(json, HasSubstr("\"kernel\": \"tuned\""));
   EXPECT_THAT(json, HasSubstr("\"count\": 60"));
@@ -187,7 +188,44 @@ TEST(Registry, BuiltinKernelsOnTheCpuAndOnADescribedH200) {
   misaligned.alignment = 4;
   const LayerSelection s = r.select(misaligned, kH200);
   EXPECT_EQ(s.kernel->name(), "reference");
-  EXPECT_THAT(s.rejected.at(0).reason, HasSubstr("16-byte aligned"));
+  ASSERT_EQ(s.rejected.size(), 2u);
+  EXPECT_EQ(s.rejected.at(0).kernel, "decode");  // no table: the tuned kernel claims nothing
+  EXPECT_THAT(s.rejected.at(0).reason, HasSubstr("no tuned rows of decode"));
+  EXPECT_THAT(s.rejected.at(1).reason, HasSubstr("16-byte aligned"));
+}
+
+// A tuned kernel claims a shape only through rows that name it; rows of another kernel for the
+// same (N, K) do not make it claim the shape.
+TEST(Registry, TunedKernelClaimsOnlyShapesWithItsOwnRows) {
+  const auto ks = builtin_kernels();
+  TunedTable table;
+  const TableContext context = table_context(ks);
+  const auto stats = table.add(
+      "arch,sms,n,k,m,kernel,config,us,error_ratio,mxlinear_version,cuda_version\n"
+      "sm_90a,132,2560,6144,1,decode,t8_st8_split4,5.0,0.5," +
+          context.library_version + "," + context.cuda_version +
+          "\n"
+          "sm_90a,132,2560,6144,8192,generic,bm128_bn128_wm64_wn32_wk1_s4,1600,0.5," +
+          context.library_version + "," + context.cuda_version +
+          "\n"
+          "sm_90a,132,6144,2048,1,generic,bm16_bn32_wm16_wn16_wk4_s8,15,0.5," +
+          context.library_version + "," + context.cuda_version + "\n",
+      "test", context);
+  ASSERT_EQ(stats.accepted, 3) << ::testing::PrintToString(table.warnings());
+  Registry r(ks, table, Environment{});
+  const LayerSelection qkv = r.select(layer(2560, 6144), kH200);
+  EXPECT_EQ(qkv.kernel->name(), "decode");
+  EXPECT_EQ(r.dispatch(qkv, kH200, 1).config, "t8_st8_split4");
+  EXPECT_EQ(r.dispatch(qkv, kH200, 8192).kernel->name(), "generic");  // a row hands M over
+  const LayerSelection o_proj = r.select(layer(6144, 2048), kH200);
+  EXPECT_EQ(o_proj.kernel->name(), "generic");
+  EXPECT_THAT(o_proj.rejected.at(0).reason, HasSubstr("no tuned rows of decode"));
+  LayerDescription k_tail = layer(2560, 6144 - 32);
+  const LayerSelection tail = r.select(k_tail, kH200);
+  EXPECT_EQ(tail.kernel->name(), "generic");
+  LayerDescription odd_scales = layer(2560, 6144);
+  odd_scales.scale_alignment = 1;
+  EXPECT_EQ(r.select(odd_scales, kH200).kernel->name(), "generic");
 }
 
 }  // namespace

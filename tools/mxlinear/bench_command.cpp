@@ -298,25 +298,41 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
   }
   if (all_configs && ok) {
     // Every config of every GPU kernel that can run this layer, GEMM only: the tuner's sweep.
-    json configs = json::object();
+    json configs = json::object(), configs_wrong = json::object();
     const DeviceDescription device = DeviceDescription::current();
     LayerDescription layer;
     layer.n = n;
     layer.k = k;
     for (const auto& kernel : Registry::global().kernels()) {
       if (!kernel->is_supported(device).ok() || !kernel->can_implement(layer).ok() ||
-          kernel->name() == "reference") {
+          kernel->name() == "reference" || !kernel->worth_sweeping(m)) {
         continue;
       }
       for (const std::string& config : kernel->configs()) {
-        const auto t_config = median([&](int i) {
+        const auto call = [&](int i) {
           kernel->run(KernelCall{xa, w.view(i), std::nullopt, ov, LinearShape{m, n, k}, stream},
                       config);
-        });
-        configs[fmt::format("{}/{}", kernel->name(), config)] = t_config.median;
+        };
+        try {
+          call(0);  // a config this shape cannot take (e.g. more K splits than chunks) throws
+        } catch (const Error&) {
+          continue;
+        }
+        cuda(cudaMemsetAsync(out.ptr, 0xFF, static_cast<std::size_t>(mp * n) * 2, stream),
+             "poison");
+        call(0);
+        cuda(cudaStreamSynchronize(stream), "sync");
+        const double config_err = check_rows(w, xq, xs, out, m);
+        const std::string key = fmt::format("{}/{}", kernel->name(), config);
+        if (!(config_err <= 4e-3)) {
+          configs_wrong[key] = config_err;  // never timed, never a tuned row
+          continue;
+        }
+        configs[key] = median(call).median;
       }
     }
     row["configs"] = configs;
+    if (!configs_wrong.empty()) row["configs_wrong"] = configs_wrong;
   }
   if (!std::isnan(tri_mx)) row["tri_mx_us"] = tri_mx;
   return row;
@@ -518,7 +534,15 @@ int run_bench(const BenchOptions& o) {
     std::ofstream(o.markdown_path) << bench::markdown_report(doc);
   }
   int wrong = 0;
-  for (const json& r : doc["rows"]) wrong += r["check"] == "ok" ? 0 : 1;
+  for (const json& r : doc["rows"]) {
+    wrong += r["check"] == "ok" ? 0 : 1;
+    if (r.contains("configs_wrong")) {
+      wrong += 1;
+      fmt::print(stderr, "mxlinear bench: {} M={}: configs failed the check: {}\n",
+                 r["layer"].get<std::string>(), r["m"].get<std::int64_t>(),
+                 r["configs_wrong"].dump());
+    }
+  }
   if (wrong) fmt::print(stderr, "mxlinear bench: {} figures failed the correctness check\n", wrong);
   return problems.empty() && wrong == 0 ? 0 : 1;
 }

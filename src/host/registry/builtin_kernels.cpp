@@ -1,4 +1,5 @@
 // The kernels every device list ends with: the generic GPU kernel and the CPU reference.
+// The Hopper decode kernel, which goes ahead of them, lives in decode_kernel.cpp.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -6,6 +7,8 @@
 
 #include "device/generic_gemm.hpp"
 #include "host/cuda_check.hpp"
+#include "host/registry/decode_kernel.hpp"
+#include "host/registry/kernel_params.hpp"
 #include "host/validate.hpp"
 #include "mxlinear/reference.hpp"
 #include "mxlinear/registry.hpp"
@@ -14,34 +17,6 @@ namespace mxlinear {
 namespace {
 
 constexpr std::int64_t kMaxGridY = 65535;
-
-// Copies a (possibly strided) 2-D byte matrix between any two locations on the stream.
-void copy_rows(const TensorView& from, const TensorView& to, cudaStream_t stream) {
-  const std::size_t elem = element_size(from.dtype);
-  detail::check_cuda(
-      cudaMemcpy2DAsync(to.data, static_cast<std::size_t>(to.row_stride()) * elem, from.data,
-                        static_cast<std::size_t>(from.row_stride()) * elem,
-                        static_cast<std::size_t>(from.cols()) * elem,
-                        static_cast<std::size_t>(from.rows()), cudaMemcpyDefault, stream),
-      "prepare_weights: copy");
-}
-
-void copy_weight(const MxWeight& in, const MxWeight& out, cudaStream_t stream) {
-  detail::check_mx_pair("prepare_weights", "in", in.data, in.scales, in.data.location);
-  detail::check_mx_pair("prepare_weights", "out", out.data, out.scales, out.data.location);
-  if (in.data.rows() != out.data.rows() || in.data.cols() != out.data.cols()) {
-    detail::fail(ErrorCode::kInvalidArgument, "prepare_weights", "out.data",
-                 fmt::format("has shape {}; expected the shape of in.data {}",
-                             out.data.shape_string(), in.data.shape_string()));
-  }
-  copy_rows(in.data, out.data, stream);
-  copy_rows(in.scales, out.scales, stream);
-}
-
-device::OutType out_type(DType d) {
-  return d == DType::kBF16 ? device::OutType::kBF16
-                           : (d == DType::kF16 ? device::OutType::kF16 : device::OutType::kF32);
-}
 
 class GenericKernel final : public Kernel {
  public:
@@ -78,7 +53,7 @@ class GenericKernel final : public Kernel {
 
   void prepare_weights(const MxWeight& in, const MxWeight& out,
                        cudaStream_t stream) const override {
-    copy_weight(in, out, stream);  // the checkpoint layout is this kernel's layout
+    detail::copy_weight(in, out, stream);  // the checkpoint layout is this kernel's layout
   }
   bool prepared_weights_cacheable() const override { return true; }
 
@@ -97,26 +72,7 @@ class GenericKernel final : public Kernel {
                    fmt::format("has {} rows; expected at most {} for generic config {}", shape.m,
                                kMaxGridY * it->bm, it->name));
     }
-    device::GemmParams p;
-    p.a = static_cast<const std::uint8_t*>(call.x.data.data);
-    p.a_scales = static_cast<const std::uint8_t*>(call.x.scales.data);
-    p.w = static_cast<const std::uint8_t*>(call.weight.data.data);
-    p.w_scales = static_cast<const std::uint8_t*>(call.weight.scales.data);
-    p.ld_a = call.x.data.row_stride();
-    p.ld_a_scales = call.x.scales.row_stride();
-    p.ld_w = call.weight.data.row_stride();
-    p.ld_w_scales = call.weight.scales.row_stride();
-    p.out = call.out.data;
-    p.ld_out = call.out.row_stride();
-    p.m = static_cast<int>(shape.m);
-    p.n = static_cast<int>(shape.n);
-    p.k = static_cast<int>(shape.k);
-    p.out_type = out_type(call.out.dtype);
-    if (call.bias) {
-      p.bias = call.bias->data;
-      p.bias_type =
-          call.bias->dtype == DType::kF32 ? device::BiasType::kF32 : device::BiasType::kBF16;
-    }
+    device::GemmParams p = detail::gemm_params(call);
     p.scales_via_cp_async = device::scales_allow_cp_async(p);
     detail::check_cuda(
         device::launch_generic_gemm(p, static_cast<int>(it - configs.begin()), call.stream),
@@ -130,7 +86,7 @@ std::vector<std::uint8_t> to_host(const TensorView& v, cudaStream_t stream) {
   std::vector<std::uint8_t> bytes(static_cast<std::size_t>(v.rows() * v.cols()) * elem);
   TensorView dst =
       TensorView::contiguous(bytes.data(), {v.rows(), v.cols()}, v.dtype, Location::kHost);
-  copy_rows(v, dst, stream);
+  detail::copy_rows(v, dst, stream);
   return bytes;
 }
 
@@ -143,7 +99,7 @@ class ReferenceKernel final : public Kernel {
   std::string default_config(std::int64_t) const override { return "fp64"; }
   void prepare_weights(const MxWeight& in, const MxWeight& out,
                        cudaStream_t stream) const override {
-    copy_weight(in, out, stream);
+    detail::copy_weight(in, out, stream);
   }
   bool prepared_weights_cacheable() const override { return true; }
 
@@ -180,7 +136,7 @@ class ReferenceKernel final : public Kernel {
     dst.rank = 2;
     dst.shape = {s.m, s.n, 0};
     dst.strides = {call.out.row_stride(), 1, 0};
-    copy_rows(host(out, s.m, s.n, call.out.dtype), dst, call.stream);
+    detail::copy_rows(host(out, s.m, s.n, call.out.dtype), dst, call.stream);
     detail::check_cuda(cudaStreamSynchronize(call.stream), "reference kernel: sync");
   }
 };
@@ -188,7 +144,8 @@ class ReferenceKernel final : public Kernel {
 }  // namespace
 
 std::vector<std::shared_ptr<const Kernel>> builtin_kernels() {
-  return {std::make_shared<GenericKernel>(), std::make_shared<ReferenceKernel>()};
+  return {make_decode_kernel(), std::make_shared<GenericKernel>(),
+          std::make_shared<ReferenceKernel>()};
 }
 
 }  // namespace mxlinear

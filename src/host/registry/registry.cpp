@@ -101,9 +101,9 @@ LayerSelection Registry::select(const LayerDescription& layer,
     } else if (Verdict v = k->is_supported(device); !v.ok()) {
       reason = v.reason;
     } else if (k->needs_tuned_rows() &&
-               !table_.has_shape(device.arch, device.sms, layer.n, layer.k)) {
-      reason = fmt::format("no tuned rows for {} x {} on {} with {} SMs", layer.n, layer.k,
-                           device.arch, device.sms);
+               !table_.has_shape(device.arch, device.sms, layer.n, layer.k, k->name())) {
+      reason = fmt::format("no tuned rows of {} for {} x {} on {} with {} SMs", k->name(), layer.n,
+                           layer.k, device.arch, device.sms);
     } else if (Verdict c = k->can_implement(layer); !c.ok()) {
       reason = c.reason;
     }

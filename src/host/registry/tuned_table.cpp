@@ -223,10 +223,15 @@ std::optional<TunedValue> TunedTable::lookup(const std::string& arch, int sms, s
   return std::nullopt;
 }
 
-bool TunedTable::has_shape(const std::string& arch, int sms, std::int64_t n, std::int64_t k) const {
-  auto it = rows_.lower_bound(TunedKey{arch, sms, n, k, false, 0});
-  return it != rows_.end() && it->first.arch == arch && it->first.sms == sms && it->first.n == n &&
-         it->first.k == k;
+bool TunedTable::has_shape(const std::string& arch, int sms, std::int64_t n, std::int64_t k,
+                           std::string_view kernel) const {
+  for (auto it = rows_.lower_bound(TunedKey{arch, sms, n, k, false, 0});
+       it != rows_.end() && it->first.arch == arch && it->first.sms == sms && it->first.n == n &&
+       it->first.k == k;
+       ++it) {
+    if (kernel.empty() || it->second.kernel == kernel) return true;
+  }
+  return false;
 }
 
 }  // namespace mxlinear

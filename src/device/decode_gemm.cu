@@ -1,0 +1,132 @@
+#include <cudaTypedefs.h>
+
+#include <array>
+#include <atomic>
+#include <mutex>
+
+#include "device/decode_gemm.cuh"
+#include "device/decode_gemm.hpp"
+
+namespace mxlinear::device {
+namespace {
+
+// The only instances compiled: one per decode M bucket the tuned tables use.
+using Tile8 = DecodeTile<8, 8>;
+using Tile32 = DecodeTile<32, 6>;
+using Tile128 = DecodeTile<128, 4>;
+
+template <class Tile>
+constexpr DecodeInstanceInfo info() {
+  return {Tile::kTokens, Tile::kStages, Tile::kSmemBytes};
+}
+
+constexpr std::array<DecodeInstanceInfo, 3> kInstances = {info<Tile8>(), info<Tile32>(),
+                                                          info<Tile128>()};
+
+// cuTensorMapEncodeTiled through the runtime, so the library needs no -lcuda.
+PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &status) != cudaSuccess ||
+        status != cudaDriverEntryPointSuccess) {
+      f = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A [rows, k] e4m3 matrix with row stride ld bytes, read in boxes of box_rows x 128 bytes with
+// the 128-byte swizzle; rows past the end read as zeros.
+bool encode_rows(CUtensorMap* map, const std::uint8_t* base, int rows, int k, std::int64_t ld,
+                 int box_rows) {
+  const auto encode = encode_function();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
+  const cuuint32_t box[2] = {128, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<std::uint8_t*>(base), dims,
+                strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <class Tile>
+cudaError_t launch(const GemmParams& p, int splits, cudaStream_t stream) {
+  // The opt-in above 48 KiB of shared memory is per device; remember which devices have it.
+  static std::atomic<std::uint64_t> configured{0};
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  const std::uint64_t bit = device < 64 ? (std::uint64_t{1} << device) : 0;
+  if ((configured.load(std::memory_order_acquire) & bit) == 0 || bit == 0) {
+    if (cudaError_t e =
+            cudaFuncSetAttribute(decode_gemm_kernel<Tile>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
+        e != cudaSuccess) {
+      return e;
+    }
+    configured.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  CUtensorMap w_map{}, a_map{};
+  if (!encode_rows(&w_map, p.w, p.n, p.k, p.ld_w, Tile::kRows) ||
+      !encode_rows(&a_map, p.a, p.m, p.k, p.ld_a, Tile::kTokens)) {
+    return cudaErrorInvalidValue;
+  }
+  const dim3 grid((p.n + Tile::kRows - 1) / Tile::kRows, static_cast<unsigned>(splits),
+                  (p.m + Tile::kTokens - 1) / Tile::kTokens);
+  if (grid.z > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(Tile::kThreads);
+  config.dynamicSmemBytes = Tile::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute attributes[2]{};
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = 1;
+  attributes[0].val.clusterDim.y = static_cast<unsigned>(splits);
+  attributes[0].val.clusterDim.z = 1;
+  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attributes;
+  config.numAttrs = 2;
+  return cudaLaunchKernelEx(&config, decode_gemm_kernel<Tile>, w_map, a_map, p);
+}
+
+}  // namespace
+
+std::span<const DecodeInstanceInfo> decode_gemm_instances() { return kInstances; }
+
+std::string_view decode_gemm_unsupported(const GemmParams& p) {
+  auto aligned = [](const void* base, std::int64_t ld, std::int64_t rows, std::uintptr_t a) {
+    return reinterpret_cast<std::uintptr_t>(base) % a == 0 &&
+           (rows <= 1 || static_cast<std::uintptr_t>(ld) % a == 0);
+  };
+  if (p.k % 128 != 0) return "K must be a multiple of 128";
+  if (!aligned(p.a, p.ld_a, p.m, 16) || !aligned(p.w, p.ld_w, p.n, 16)) {
+    return "e4m3 rows must be 16-byte aligned";
+  }
+  if (!aligned(p.a_scales, p.ld_a_scales, p.m, 4) || !aligned(p.w_scales, p.ld_w_scales, p.n, 4)) {
+    return "scale rows must be 4-byte aligned";
+  }
+  if (encode_function() == nullptr) return "the driver has no cuTensorMapEncodeTiled";
+  return {};
+}
+
+cudaError_t launch_decode_gemm(const GemmParams& p, int instance, int splits, cudaStream_t stream) {
+  if (splits < 1 || splits > kDecodeMaxSplits || splits > p.k / 128) return cudaErrorInvalidValue;
+  switch (instance) {
+    case 0:
+      return launch<Tile8>(p, splits, stream);
+    case 1:
+      return launch<Tile32>(p, splits, stream);
+    case 2:
+      return launch<Tile128>(p, splits, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace mxlinear::device

@@ -1,0 +1,33 @@
+// Host-side entry to the Hopper decode GEMM: its compiled configs and a launcher.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <span>
+#include <string_view>
+
+#include "device/gemm_params.hpp"
+
+namespace mxlinear::device {
+
+struct DecodeInstanceInfo {
+  int tokens;  // activation rows per CTA (wgmma N)
+  int stages;  // ring depth
+  int smem_bytes;
+};
+
+// The compiled instances (template configurations), in the order their index names them.
+std::span<const DecodeInstanceInfo> decode_gemm_instances();
+
+// The largest split count (= thread-block cluster size) a launch may ask for.
+inline constexpr int kDecodeMaxSplits = 8;
+
+// Whether p suits the decode kernel: K % 128 == 0, 16-byte aligned e4m3 rows, 4-byte aligned
+// scale rows. Returns an empty view when it does, else what is wrong.
+std::string_view decode_gemm_unsupported(const GemmParams& p);
+
+// Launches instance `instance` with `splits` K splits (1..8, at most K / 128) for p.m > 0, as a
+// programmatic dependent launch. Returns the launch error, if any.
+cudaError_t launch_decode_gemm(const GemmParams& p, int instance, int splits, cudaStream_t stream);
+
+}  // namespace mxlinear::device

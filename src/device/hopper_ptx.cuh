@@ -1,0 +1,140 @@
+// Wrappers for the sm_90a instructions of the TMA/wgmma kernels: mbarriers, bulk and tensor
+// copies, wgmma descriptors and fences, clusters and programmatic dependent launch. Facts and
+// their sources: the brief's PRIMITIVES.md. Device code only.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace mxlinear::device::hopper {
+
+// --- mbarrier -----------------------------------------------------------------------------------
+
+__device__ __forceinline__ void mbarrier_init(std::uint32_t bar, std::uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Makes barrier initialisation visible to the async proxy and the rest of the cluster.
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// One arrival that also expects `bytes` more transaction bytes in the current phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive(std::uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// An arrival that fires when this thread's earlier cp.async copies land. It counts against the
+// barrier's initial count (.noinc), so each issuing thread is one of the expected arrivals.
+__device__ __forceinline__ void cp_async_mbarrier_arrive(std::uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Blocks until the phase with the given parity has completed (acquire).
+__device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t parity) {
+  std::uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+
+// --- TMA and bulk copies ------------------------------------------------------------------------
+
+__device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
+// A 2-D box at (c0 = innermost element, c1 = row) into shared memory; completes on `bar`.
+// Out-of-bounds parts of the box read as zeros and still count as delivered bytes.
+__device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap* map, int c0,
+                                            int c1, std::uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+      "%3}], [%4];\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+// --- wgmma --------------------------------------------------------------------------------------
+
+// Shared-memory matrix descriptor for a K-major tile of 128-byte rows written with the 128-byte
+// swizzle (what TMA SWIZZLE_128B writes): 8-row groups 1024 bytes apart. `address` may step
+// through a row in 16-byte units (one e4m3 k32 block = 32 bytes) from a 1024-byte aligned tile.
+__device__ __forceinline__ std::uint64_t kmajor_sw128_descriptor(std::uint32_t address) {
+  constexpr std::uint64_t kLeadingByteOffset = 1;         // unused with swizzling; "1" by custom
+  constexpr std::uint64_t kStrideByteOffset = 1024 >> 4;  // between 8-row core-matrix groups
+  constexpr std::uint64_t kSwizzle128B = std::uint64_t{1} << 62;
+  return ((address & 0x3FFFFu) >> 4) | (kLeadingByteOffset << 16) | (kStrideByteOffset << 32) |
+         kSwizzle128B;
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  static_assert(kPending >= 0 && kPending <= 7, "wgmma.wait_group takes 0..7");
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Keeps the compiler from moving accesses of accumulator registers across wgmma fences/waits.
+template <int kN>
+__device__ __forceinline__ void pin(float (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads, a multiple of 32.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// --- clusters and dependent launch --------------------------------------------------------------
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;\n" ::
+          : "memory");
+}
+
+// Reads a float at the same shared-memory offset in cluster CTA `rank`.
+__device__ __forceinline__ float load_cluster_shared(std::uint32_t local, std::uint32_t rank) {
+  std::uint32_t remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+
+// Waits until the grids this one depends on (programmatic launch) have finished and their
+// writes are visible; a no-op for a normal launch.
+__device__ __forceinline__ void wait_prerequisite_grids() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+// Lets a programmatically dependent grid start launching; it still waits for our completion
+// before it reads what we write.
+__device__ __forceinline__ void allow_dependent_launch() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+}  // namespace mxlinear::device::hopper

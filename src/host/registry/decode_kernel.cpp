@@ -1,0 +1,124 @@
+// The Hopper decode kernel in the registry: ahead of the generic kernel, and claiming only the
+// (N, K) its tuned rows name. Config names spell every axis: "t32_st6_split4" = 32 tokens per
+// CTA (wgmma N), a 6-stage ring, K split over a 4-CTA cluster.
+#include <fmt/format.h>
+
+#include <charconv>
+#include <string>
+#include <vector>
+
+#include "device/decode_gemm.hpp"
+#include "host/cuda_check.hpp"
+#include "host/registry/decode_kernel.hpp"
+#include "host/registry/kernel_params.hpp"
+#include "host/validate.hpp"
+
+namespace mxlinear {
+namespace {
+
+constexpr int kSplitChoices[] = {1, 2, 4, 8};
+constexpr std::int64_t kMaxGridZ = 65535;
+
+std::string config_name(const device::DecodeInstanceInfo& i, int splits) {
+  return fmt::format("t{}_st{}_split{}", i.tokens, i.stages, splits);
+}
+
+struct ParsedConfig {
+  int instance = -1;
+  int splits = 0;
+};
+
+ParsedConfig parse_config(const std::string& config) {
+  const auto instances = device::decode_gemm_instances();
+  for (std::size_t i = 0; i < instances.size(); ++i) {
+    for (int splits : kSplitChoices) {
+      if (config == config_name(instances[i], splits)) return {static_cast<int>(i), splits};
+    }
+  }
+  return {};
+}
+
+class DecodeKernel final : public Kernel {
+ public:
+  std::string_view name() const override { return "decode"; }
+
+  std::vector<std::string> configs() const override {
+    std::vector<std::string> names;
+    for (const auto& i : device::decode_gemm_instances()) {
+      for (int splits : kSplitChoices) names.push_back(config_name(i, splits));
+    }
+    return names;
+  }
+
+  Verdict is_supported(const DeviceDescription& device) const override {
+    if (!device.is_gpu) return {"needs a GPU; this machine has none"};
+    if (device.arch != "sm_90a") {
+      return {fmt::format("needs an sm_90a (Hopper) GPU; this is {}", device.arch)};
+    }
+    return {};
+  }
+
+  Verdict can_implement(const LayerDescription& layer) const override {
+    if (layer.k % 128 != 0) {
+      return {fmt::format("needs K % 128 == 0; K is {}", layer.k)};
+    }
+    if (layer.alignment < 16) {
+      return {fmt::format("needs 16-byte aligned e4m3 rows; the layer's are {}-byte aligned",
+                          layer.alignment)};
+    }
+    if (layer.scale_alignment < 4) {
+      return {fmt::format("needs 4-byte aligned scale rows; the layer's are {}-byte aligned",
+                          layer.scale_alignment)};
+    }
+    return {};
+  }
+
+  bool needs_tuned_rows() const override { return true; }
+  bool worth_sweeping(std::int64_t m) const override { return m <= 256; }
+
+  std::string default_config(std::int64_t m) const override {
+    const auto instances = device::decode_gemm_instances();
+    const std::size_t i = m <= 8 ? 0 : (m <= 32 ? 1 : 2);
+    return config_name(instances[i], 4);
+  }
+
+  void prepare_weights(const MxWeight& in, const MxWeight& out,
+                       cudaStream_t stream) const override {
+    detail::copy_weight(in, out, stream);  // TMA reads the checkpoint layout as it is
+  }
+  bool prepared_weights_cacheable() const override { return true; }
+
+  void run(const KernelCall& call, const std::string& config) const override {
+    const ParsedConfig parsed = parse_config(config);
+    if (parsed.instance < 0) {
+      detail::fail(
+          ErrorCode::kInvalidArgument, "decode kernel", "config",
+          fmt::format("is '{}'; expected one of: {}", config, fmt::join(this->configs(), ", ")));
+    }
+    const LinearShape& shape = call.shape;
+    if (parsed.splits > shape.k / 128) {
+      detail::fail(ErrorCode::kInvalidArgument, "decode kernel", "config",
+                   fmt::format("is '{}', {} K splits; K = {} has only {} chunks of 128", config,
+                               parsed.splits, shape.k, shape.k / 128));
+    }
+    const int tokens = device::decode_gemm_instances()[parsed.instance].tokens;
+    if ((shape.m + tokens - 1) / tokens > kMaxGridZ) {
+      detail::fail(ErrorCode::kUnsupported, "linear", "x",
+                   fmt::format("has {} rows; expected at most {} for decode config {}", shape.m,
+                               kMaxGridZ * tokens, config));
+    }
+    const device::GemmParams p = detail::gemm_params(call);
+    if (const std::string_view why = device::decode_gemm_unsupported(p); !why.empty()) {
+      detail::fail(ErrorCode::kUnsupported, "decode kernel", "layer",
+                   fmt::format("is {} x {} x {}; {}", shape.m, shape.n, shape.k, why));
+    }
+    detail::check_cuda(device::launch_decode_gemm(p, parsed.instance, parsed.splits, call.stream),
+                       fmt::format("linear: launching decode GEMM {}", config));
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const Kernel> make_decode_kernel() { return std::make_shared<DecodeKernel>(); }
+
+}  // namespace mxlinear
