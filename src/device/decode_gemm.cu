@@ -11,17 +11,19 @@ namespace mxlinear::device {
 namespace {
 
 // The only instances compiled: one per decode M bucket the tuned tables use.
-using Tile8 = DecodeTile<8, 8>;
-using Tile32 = DecodeTile<32, 6>;
+using Tile8 = DecodeTile<8, 4>;
+using Tile32 = DecodeTile<32, 4>;
 using Tile128 = DecodeTile<128, 4>;
 
 template <class Tile>
 constexpr DecodeInstanceInfo info() {
-  return {Tile::kTokens, Tile::kStages, Tile::kSmemBytes};
+  return {Tile::kTokens, Tile::kStages, Tile::kFixedSmemBytes, Tile::kScaleBytesPerChunk};
 }
 
 constexpr std::array<DecodeInstanceInfo, 3> kInstances = {info<Tile8>(), info<Tile32>(),
                                                           info<Tile128>()};
+
+constexpr int kMaxSmemBytes = kDecodeMaxSmemBytes;
 
 // cuTensorMapEncodeTiled through the runtime, so the library needs no -lcuda.
 PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
@@ -62,9 +64,8 @@ cudaError_t launch(const GemmParams& p, int splits, cudaStream_t stream) {
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
   const std::uint64_t bit = device < 64 ? (std::uint64_t{1} << device) : 0;
   if ((configured.load(std::memory_order_acquire) & bit) == 0 || bit == 0) {
-    if (cudaError_t e =
-            cudaFuncSetAttribute(decode_gemm_kernel<Tile>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
+    if (cudaError_t e = cudaFuncSetAttribute(
+            decode_gemm_kernel<Tile>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes);
         e != cudaSuccess) {
       return e;
     }
@@ -81,7 +82,9 @@ cudaError_t launch(const GemmParams& p, int splits, cudaStream_t stream) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = dim3(Tile::kThreads);
-  config.dynamicSmemBytes = Tile::kSmemBytes;
+  const int chunks_per_cta = (p.k / 128 + splits - 1) / splits;
+  config.dynamicSmemBytes = static_cast<std::size_t>(Tile::smem_bytes(chunks_per_cta));
+  if (config.dynamicSmemBytes > kMaxSmemBytes) return cudaErrorInvalidValue;
   config.stream = stream;
   cudaLaunchAttribute attributes[2]{};
   attributes[0].id = cudaLaunchAttributeClusterDimension;
@@ -113,6 +116,11 @@ std::string_view decode_gemm_unsupported(const GemmParams& p) {
   }
   if (encode_function() == nullptr) return "the driver has no cuTensorMapEncodeTiled";
   return {};
+}
+
+int decode_gemm_smem_bytes(int instance, int k, int splits) {
+  const DecodeInstanceInfo& i = kInstances[static_cast<std::size_t>(instance)];
+  return i.fixed_smem_bytes + (k / 128 + splits - 1) / splits * i.scale_bytes_per_chunk;
 }
 
 cudaError_t launch_decode_gemm(const GemmParams& p, int instance, int splits, cudaStream_t stream) {

@@ -42,119 +42,124 @@ struct DecodeTile {
   static constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp
   static constexpr int kWTileBytes = kRows * kBK;
   static constexpr int kATileBytes = kTokens * kBK;
-  static constexpr int kWScaleBytes = kRows * kBlocksPerStage;
-  static constexpr int kAScaleBytes = kTokens * kBlocksPerStage;
-  // Shared memory, from a 1024-byte aligned base (the swizzle atom):
+  // Shared memory, from a 1024-byte aligned base (the swizzle atom): the ring of e4m3 tiles,
+  // the f16 activations of the stage being computed (K-major, two 128-byte swizzle atoms along
+  // K; after the main loop the same bytes hold the split's fp32 tile for the cluster
+  // reduction), the barriers, then every scale byte of the CTA's K range (scales_bytes()).
   static constexpr int kWTileOffset = 0;
   static constexpr int kATileOffset = kWTileOffset + kStages * kWTileBytes;
-  static constexpr int kWScaleOffset = kATileOffset + kStages * kATileBytes;
-  static constexpr int kAScaleOffset = kWScaleOffset + kStages * kWScaleBytes;
-  // The stage's activations widened to f16 (K-major, two 128-byte swizzle atoms along K); after
-  // the main loop the same bytes hold the split's fp32 tile for the cluster reduction.
-  static constexpr int kWideOffset = (kAScaleOffset + kStages * kAScaleBytes + 1023) / 1024 * 1024;
+  static constexpr int kWideOffset = kATileOffset + kStages * kATileBytes;
   static constexpr int kWideBytes = kTokens * kBK * 2;
   static constexpr int kReduceOffset = kWideOffset;
   static constexpr int kBarrierOffset = kWideOffset + kWideBytes;
-  static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + alignment slack
-  static constexpr std::uint32_t kTxBytes = kWTileBytes + kATileBytes;        // TMA bytes per stage
+  static constexpr int kScaleOffset = kBarrierOffset + 2 * kStages * 8;
+  static constexpr int kFixedSmemBytes = kScaleOffset + 1024;  // + alignment slack
+  // Per 128-K chunk: 4 scales per weight row and per token, decoded to fp32 once.
+  static constexpr int kScaleBytesPerChunk = (kRows + kTokens) * kBlocksPerStage * 4;
+  static constexpr std::uint32_t kTxBytes = kWTileBytes + kATileBytes;  // TMA bytes per stage
   static constexpr int kPartialRegs = kTokens / 2;
-  // Two partial sums let one block's promotion overlap the next block's wgmma; at 128 tokens
-  // the second set would not fit in the register file.
-  static constexpr int kPartialSets = kTokens <= 64 ? 2 : 1;
+  // One partial sum per MX block of a stage lets the four blocks' wgmma run back to back with a
+  // single wait; at 128 tokens only one set fits in the register file.
+  static constexpr int kPartialSets = kTokens <= 32 ? 4 : 1;
+
+  static constexpr int smem_bytes(int chunks_per_cta) {
+    return kFixedSmemBytes + chunks_per_cta * kScaleBytesPerChunk;
+  }
 
   static_assert(kTokens % 8 == 0 && kTokens >= 8 && kTokens <= 128, "wgmma N is 8..256 step 8");
   static_assert(kATileBytes % 1024 == 0 && kWTileBytes % 1024 == 0,
                 "tiles start on 1024-byte boundaries (swizzle atoms)");
   static_assert(kStages >= 2, "a ring needs two stages");
   static_assert(kRows * kTokens * 4 <= kWideBytes, "the reduction tile reuses the f16 buffer");
-  static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 shared-memory limit");
+  static_assert(kFixedSmemBytes <= 200 * 1024, "leave room for the scales");
 };
 
 namespace decode_detail {
 
-// 2^(b - 127) exactly; b = 0 is the subnormal 2^-127, b = 255 NaN.
-__device__ __forceinline__ float scale_value(std::uint32_t b) {
-  return e8m0_to_float(static_cast<std::uint8_t>(b & 0xFFu));
+// 2^(b - 127) exactly for a scale byte b; b = 0 is the subnormal 2^-127, b = 255 NaN. Without
+// branches: for b = 0 and 255 the bit below the exponent makes 2^-127 and the quiet NaN.
+__device__ __forceinline__ float scale_from_byte(std::uint32_t b) {
+  const std::uint32_t special = ((b - 1u) & 0xFFu) >= 254u ? 1u : 0u;
+  return __uint_as_float((b << 23) | (special << 22));
 }
 
-// The producer warp: fills the ring for this CTA's chunk range [c_begin, c_end).
+// The producer thread: fills the ring for this CTA's chunk range [c_begin, c_begin + chunks).
+// The weight tiles of the first stages were requested before the wait on the previous kernel.
 template <class Tile>
-__device__ __forceinline__ void produce(const GemmParams& p, const CUtensorMap* w_map,
-                                        const CUtensorMap* a_map, std::uint32_t smem,
-                                        std::uint32_t full, std::uint32_t empty, int c_begin,
-                                        int c_end, int n0, int t0) {
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int chunks = c_end - c_begin;
+__device__ __forceinline__ void produce(const CUtensorMap* w_map, const CUtensorMap* a_map,
+                                        std::uint32_t smem, std::uint32_t full, std::uint32_t empty,
+                                        int c_begin, int chunks, int n0, int t0) {
   auto weights = [&](int it) {
     const int s = it % Tile::kStages;
-    const int c = c_begin + it;
-    if (lane == 0) {
-      hopper::tma_load_2d(smem + Tile::kWTileOffset + s * Tile::kWTileBytes, w_map, c * Tile::kBK,
-                          n0, full + 8 * s);
-    }
-    const std::uint32_t dst = smem + Tile::kWScaleOffset + s * Tile::kWScaleBytes;
-    for (int r = lane; r < Tile::kRows; r += 32) {
-      const bool valid = n0 + r < p.n;
-      const std::uint8_t* src =
-          valid ? p.w_scales + static_cast<std::int64_t>(n0 + r) * p.ld_w_scales + 4 * c
-                : p.w_scales;
-      ptx::cp_async_4(dst + 4 * r, src, valid ? 4 : 0);
-    }
+    hopper::mbarrier_arrive_expect_tx(full + 8 * s, Tile::kTxBytes);
+    hopper::tma_load_2d(smem + Tile::kWTileOffset + s * Tile::kWTileBytes, w_map,
+                        (c_begin + it) * Tile::kBK, n0, full + 8 * s);
   };
   auto activations = [&](int it) {
     const int s = it % Tile::kStages;
-    const int c = c_begin + it;
-    if (lane == 0) {
-      hopper::tma_load_2d(smem + Tile::kATileOffset + s * Tile::kATileBytes, a_map, c * Tile::kBK,
-                          t0, full + 8 * s);
-    }
-    const std::uint32_t dst = smem + Tile::kAScaleOffset + s * Tile::kAScaleBytes;
-    for (int r = lane; r < Tile::kTokens; r += 32) {
-      const bool valid = t0 + r < p.m;
-      const std::uint8_t* src =
-          valid ? p.a_scales + static_cast<std::int64_t>(t0 + r) * p.ld_a_scales + 4 * c
-                : p.a_scales;
-      ptx::cp_async_4(dst + 4 * r, src, valid ? 4 : 0);
-    }
+    hopper::tma_load_2d(smem + Tile::kATileOffset + s * Tile::kATileBytes, a_map,
+                        (c_begin + it) * Tile::kBK, t0, full + 8 * s);
   };
-  auto publish = [&](int it) {
-    const std::uint32_t bar = full + 8 * (it % Tile::kStages);
-    if (lane == 0) hopper::mbarrier_arrive_expect_tx(bar, Tile::kTxBytes);
-    hopper::cp_async_mbarrier_arrive(bar);
-  };
-  // Weights are never written by an earlier kernel: request the first stages before waiting.
   const int prologue = chunks < Tile::kStages ? chunks : Tile::kStages;
-  for (int it = 0; it < prologue; ++it) weights(it);
-  hopper::wait_prerequisite_grids();
-  for (int it = 0; it < prologue; ++it) {
-    activations(it);
-    publish(it);
-  }
+  for (int it = 0; it < prologue; ++it) activations(it);
   for (int it = prologue; it < chunks; ++it) {
     hopper::mbarrier_wait(empty + 8 * (it % Tile::kStages), (it / Tile::kStages - 1) & 1);
     weights(it);
     activations(it);
-    publish(it);
   }
 }
 
-// Promotes one block's partial sums: acc += (partial * sa[token]) * sw[row].
+// The weight tiles of the first stages: weights are never written by an earlier kernel, so
+// they are requested before waiting on it.
+template <class Tile>
+__device__ __forceinline__ void produce_first_weights(const CUtensorMap* w_map, std::uint32_t smem,
+                                                      std::uint32_t full, int c_begin, int chunks,
+                                                      int n0) {
+  const int prologue = chunks < Tile::kStages ? chunks : Tile::kStages;
+  for (int it = 0; it < prologue; ++it) {
+    hopper::mbarrier_arrive_expect_tx(full + 8 * it, Tile::kTxBytes);
+    hopper::tma_load_2d(smem + Tile::kWTileOffset + it * Tile::kWTileBytes, w_map,
+                        (c_begin + it) * Tile::kBK, n0, full + 8 * it);
+  }
+}
+
+// Decodes the scales of chunks [c_begin, c_begin + chunks) of `rows` rows from row `r0` of a
+// [*, K/32] scale matrix into shared memory as fp32 [chunk][block][row]; rows past `limit` get
+// 2^-127 (a finite scale for the zero rows TMA fills in).
+__device__ __forceinline__ void load_scales(const std::uint8_t* scales, std::int64_t ld, int r0,
+                                            int rows, int limit, int c_begin, int chunks,
+                                            float* dst, int tid, int threads) {
+  for (int e = tid; e < rows * chunks; e += threads) {
+    const int row = e / chunks, c = e % chunks;
+    std::uint32_t word = 0;
+    if (r0 + row < limit) {
+      word = *reinterpret_cast<const std::uint32_t*>(
+          scales + static_cast<std::int64_t>(r0 + row) * ld + 4 * (c_begin + c));
+    }
+#pragma unroll
+    for (int block = 0; block < 4; ++block) {
+      dst[(4 * c + block) * rows + row] = scale_from_byte((word >> (8 * block)) & 0xFFu);
+    }
+  }
+}
+
+// Promotes one block's partial sums: acc += (partial * sa[token]) * sw[row]. w_scales and
+// a_scales point at the block's fp32 scales ([row] and [token]).
 template <class Tile>
 __device__ __forceinline__ void promote(float (&acc)[Tile::kPartialRegs],
                                         const float (&partial)[Tile::kPartialRegs],
-                                        const std::uint32_t (&a_scale_words)[Tile::kTokens / 4],
-                                        std::uint32_t w_word0, std::uint32_t w_word1, int block) {
-  const float sw0 = scale_value(w_word0 >> (8 * block));
-  const float sw1 = scale_value(w_word1 >> (8 * block));
+                                        const float* w_scales, const float* a_scales, int row0,
+                                        int t) {
+  const float sw0 = w_scales[row0];
+  const float sw1 = w_scales[row0 + 8];
 #pragma unroll
   for (int j = 0; j < Tile::kTokens / 8; ++j) {
-    const float sa0 = scale_value(a_scale_words[2 * j] >> (8 * block));
-    const float sa1 = scale_value(a_scale_words[2 * j + 1] >> (8 * block));
+    const float2 sa = *reinterpret_cast<const float2*>(a_scales + 8 * j + 2 * t);
     // Accumulator layout: reg 4j + {0,1} row r, tokens 8j + 2t + {0,1}; 4j + {2,3} row r + 8.
-    acc[4 * j + 0] = fmaf(partial[4 * j + 0] * sa0, sw0, acc[4 * j + 0]);
-    acc[4 * j + 1] = fmaf(partial[4 * j + 1] * sa1, sw0, acc[4 * j + 1]);
-    acc[4 * j + 2] = fmaf(partial[4 * j + 2] * sa0, sw1, acc[4 * j + 2]);
-    acc[4 * j + 3] = fmaf(partial[4 * j + 3] * sa1, sw1, acc[4 * j + 3]);
+    acc[4 * j + 0] = fmaf(partial[4 * j + 0] * sa.x, sw0, acc[4 * j + 0]);
+    acc[4 * j + 1] = fmaf(partial[4 * j + 1] * sa.y, sw0, acc[4 * j + 1]);
+    acc[4 * j + 2] = fmaf(partial[4 * j + 2] * sa.x, sw1, acc[4 * j + 2]);
+    acc[4 * j + 3] = fmaf(partial[4 * j + 3] * sa.y, sw1, acc[4 * j + 3]);
   }
 }
 
@@ -172,11 +177,12 @@ __device__ __forceinline__ int swizzled(int row, int col) {
   return row * 128 + (((col >> 4) ^ (row & 7)) << 4) + (col & 15);
 }
 
-// Widens the stage's e4m3 activations to f16, permuting K inside every k16 step: the 4 bytes at
-// physical k = 4t..4t+3 of a step go to logical k = 2t, 2t+1 (low pair) and 8+2t, 9+2t (high
-// pair), which is where the f16 wgmma A fragment of a thread with lane % 4 = t expects them.
-// The weights are read the same way (load_weight_fragments), so every product pairs the same
-// k of both operands; only the order of the in-instruction sum changes.
+// Widens the stage's e4m3 activations to f16, permuting K inside every MX block (two k16
+// steps): physical bytes 8t..8t+7 of a block go to the two steps' logical k = 2t, 2t+1 (low
+// pairs) and 8+2t, 9+2t (high pairs), which is where the f16 wgmma A fragment of a thread with
+// lane % 4 = t expects them. So each thread reads its weights as one 8-byte load per row and
+// block (load_weight_fragments), every product pairs the same k of both operands, and each
+// block stays within its own two steps; only the order of the in-block sum changes.
 template <class Tile>
 __device__ __forceinline__ void widen_activations(const std::uint8_t* tile8, std::uint8_t* wide,
                                                   int tid) {
@@ -186,68 +192,64 @@ __device__ __forceinline__ void widen_activations(const std::uint8_t* tile8, std
         *reinterpret_cast<const std::uint32_t*>(tile8 + swizzled(token, 4 * word));
     std::uint32_t lo, hi;
     ptx::e4m3x4_to_f16x2x2(x, lo, hi);
-    const int byte = 32 * (word >> 2) + 4 * (word & 3);  // f16 bytes of logical k = 2t in the step
+    // word = 8 * block + 2t + step: f16 bytes of logical k = 2t in k16 step 2 * block + step.
+    const int byte = 32 * (2 * (word >> 3) + (word & 1)) + 4 * ((word >> 1) & 3);
     *reinterpret_cast<std::uint32_t*>(wide + wide_offset<Tile>(token, byte)) = lo;
     *reinterpret_cast<std::uint32_t*>(wide + wide_offset<Tile>(token, byte + 16)) = hi;
   }
 }
 
-// This thread's f16 A fragments of the stage: [block][k16 step][reg], rows r and r + 8.
-template <class Tile>
-__device__ __forceinline__ void load_weight_fragments(const std::uint8_t* tile8, int row, int t,
+// This thread's f16 A fragments of the stage, [block][k16 step][reg], rows r and r + 8, from
+// bytes 8t..8t+7 of every block (see widen_activations); offsets[block] = swizzled(r, 32b + 8t).
+__device__ __forceinline__ void load_weight_fragments(const std::uint8_t* tile8,
+                                                      const int (&offsets)[4],
                                                       std::uint32_t (&a)[4][2][4]) {
 #pragma unroll
   for (int block = 0; block < 4; ++block) {
-#pragma unroll
-    for (int step = 0; step < 2; ++step) {
-      const int col = 32 * block + 16 * step + 4 * t;
-      const std::uint32_t x0 = *reinterpret_cast<const std::uint32_t*>(tile8 + swizzled(row, col));
-      const std::uint32_t x1 =
-          *reinterpret_cast<const std::uint32_t*>(tile8 + swizzled(row + 8, col));
-      ptx::e4m3x4_to_f16x2x2(x0, a[block][step][0], a[block][step][2]);
-      ptx::e4m3x4_to_f16x2x2(x1, a[block][step][1], a[block][step][3]);
-    }
+    const uint2 r0 = *reinterpret_cast<const uint2*>(tile8 + offsets[block]);
+    const uint2 r8 = *reinterpret_cast<const uint2*>(tile8 + offsets[block] + 8 * 128);
+    ptx::e4m3x4_to_f16x2x2(r0.x, a[block][0][0], a[block][0][2]);
+    ptx::e4m3x4_to_f16x2x2(r8.x, a[block][0][1], a[block][0][3]);
+    ptx::e4m3x4_to_f16x2x2(r0.y, a[block][1][0], a[block][1][2]);
+    ptx::e4m3x4_to_f16x2x2(r8.y, a[block][1][1], a[block][1][3]);
   }
 }
 
 // The consumer warpgroup. Per stage: widen the activations, take the weight fragments into
 // registers and release the stage; then per MX block two k16 wgmma into a fresh partial sum
-// and its promotion (with two partial sets, one block's promotion overlaps the next's wgmma).
+// and its promotion (with four partial sets, all blocks' wgmma run before one wait).
 // Leaves the CTA's fp32 tile in `acc`.
 template <class Tile>
 __device__ __forceinline__ void consume(float (&acc)[Tile::kPartialRegs], std::uint32_t smem,
                                         std::uint8_t* smem_ptr, std::uint32_t full,
                                         std::uint32_t empty, int chunks) {
+  const float* const w_scales_all = reinterpret_cast<const float*>(smem_ptr + Tile::kScaleOffset);
+  const float* const a_scales_all = w_scales_all + chunks * 4 * Tile::kRows;
   using Mma = hopper::WgmmaF16RS<Tile::kTokens>;
   const int tid = static_cast<int>(threadIdx.x);
-  const int warp = tid >> 5, lane = tid & 31;
+  const int warp = tid >> 5, lane = tid & 31, t = lane & 3;
   const int row0 = 16 * warp + (lane >> 2);
+  int fragment_offsets[4];
+#pragma unroll
+  for (int block = 0; block < 4; ++block) {
+    fragment_offsets[block] = swizzled(row0, 32 * block + 8 * t);
+  }
   std::uint8_t* const wide = smem_ptr + Tile::kWideOffset;
-  const std::uint32_t wide_address = smem + Tile::kWideOffset;
+  const std::uint64_t wide_descriptor = hopper::kmajor_sw128_descriptor(smem + Tile::kWideOffset);
   float partial[Tile::kPartialSets][Tile::kPartialRegs];
   for (int it = 0; it < chunks; ++it) {
     const int s = it % Tile::kStages;
     hopper::mbarrier_wait(full + 8 * s, (it / Tile::kStages) & 1);
     const std::uint8_t* w_tile = smem_ptr + Tile::kWTileOffset + s * Tile::kWTileBytes;
     const std::uint8_t* a_tile = smem_ptr + Tile::kATileOffset + s * Tile::kATileBytes;
-    const std::uint8_t* w_scales = smem_ptr + Tile::kWScaleOffset + s * Tile::kWScaleBytes;
-    const std::uint8_t* a_scales = smem_ptr + Tile::kAScaleOffset + s * Tile::kAScaleBytes;
+    const float* w_scales = w_scales_all + it * 4 * Tile::kRows;
+    const float* a_scales = a_scales_all + it * 4 * Tile::kTokens;
     // Every warp's wgmma of the previous stage has read the f16 buffer (each waited on its last
     // group before arriving here).
     hopper::named_barrier_sync(1, Tile::kConsumerThreads);
     widen_activations<Tile>(a_tile, wide, tid);
     std::uint32_t a[4][2][4];
-    load_weight_fragments<Tile>(w_tile, row0, lane & 3, a);
-    const std::uint32_t w_word0 = *reinterpret_cast<const std::uint32_t*>(w_scales + 4 * row0);
-    const std::uint32_t w_word1 =
-        *reinterpret_cast<const std::uint32_t*>(w_scales + 4 * (row0 + 8));
-    std::uint32_t a_words[Tile::kTokens / 4];
-#pragma unroll
-    for (int j = 0; j < Tile::kTokens / 8; ++j) {
-      const int token = 8 * j + 2 * (lane & 3);
-      a_words[2 * j] = *reinterpret_cast<const std::uint32_t*>(a_scales + 4 * token);
-      a_words[2 * j + 1] = *reinterpret_cast<const std::uint32_t*>(a_scales + 4 * (token + 1));
-    }
+    load_weight_fragments(w_tile, fragment_offsets, a);
     // The stage is in registers and the f16 buffer now: hand it back to the producer.
     __syncwarp();
     if (lane == 0) hopper::mbarrier_arrive(empty + 8 * s);
@@ -261,36 +263,29 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kPartialRegs], std::u
 #pragma unroll
       for (int step = 0; step < 2; ++step) {
         const int k16 = 2 * block + step;  // logical k16 step of the stage: 32 bytes each in f16
-        const std::uint32_t address =
-            wide_address + (k16 >> 2) * Tile::kTokens * 128 + (k16 & 3) * 32;
-        Mma::run(d, a[block][step], hopper::kmajor_sw128_descriptor(address), step == 1);
+        const int offset = (k16 >> 2) * Tile::kTokens * 128 + (k16 & 3) * 32;
+        Mma::run(d, a[block][step], wide_descriptor + (offset >> 4), step == 1);
       }
       hopper::wgmma_commit();  // d may be touched again only after a wait covers this group
     };
-    if constexpr (Tile::kPartialSets == 2) {
-      issue(partial[0], 0);
-      issue(partial[1 % Tile::kPartialSets], 1);
-      hopper::wgmma_wait<1>();
-      hopper::pin(partial[0]);
-      promote<Tile>(acc, partial[0], a_words, w_word0, w_word1, 0);
-      issue(partial[0], 2);
-      hopper::wgmma_wait<1>();
-      hopper::pin(partial[1 % Tile::kPartialSets]);
-      promote<Tile>(acc, partial[1 % Tile::kPartialSets], a_words, w_word0, w_word1, 1);
-      issue(partial[1 % Tile::kPartialSets], 3);
-      hopper::wgmma_wait<1>();
-      hopper::pin(partial[0]);
-      promote<Tile>(acc, partial[0], a_words, w_word0, w_word1, 2);
+    if constexpr (Tile::kPartialSets == 4) {
+#pragma unroll
+      for (int block = 0; block < 4; ++block) issue(partial[block % Tile::kPartialSets], block);
       hopper::wgmma_wait<0>();
-      hopper::pin(partial[1 % Tile::kPartialSets]);
-      promote<Tile>(acc, partial[1 % Tile::kPartialSets], a_words, w_word0, w_word1, 3);
+#pragma unroll
+      for (int block = 0; block < 4; ++block) {
+        hopper::pin(partial[block % Tile::kPartialSets]);
+        promote<Tile>(acc, partial[block % Tile::kPartialSets], w_scales + block * Tile::kRows,
+                      a_scales + block * Tile::kTokens, row0, t);
+      }
     } else {
 #pragma unroll
       for (int block = 0; block < 4; ++block) {
         issue(partial[0], block);
         hopper::wgmma_wait<0>();
         hopper::pin(partial[0]);
-        promote<Tile>(acc, partial[0], a_words, w_word0, w_word1, block);
+        promote<Tile>(acc, partial[0], w_scales + block * Tile::kRows,
+                      a_scales + block * Tile::kTokens, row0, t);
       }
     }
   }
@@ -317,19 +312,30 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int t0 = static_cast<int>(blockIdx.z) * Tile::kTokens;
   const int k_chunks = p.k / Tile::kBK;
   const int c_begin = split * k_chunks / splits;
-  const int c_end = (split + 1) * k_chunks / splits;
+  const int chunks = (split + 1) * k_chunks / splits - c_begin;
+  const int tid = static_cast<int>(threadIdx.x);
 
-  if (threadIdx.x == 0) {
+  if (tid == 0) {
     for (int s = 0; s < Tile::kStages; ++s) {
-      hopper::mbarrier_init(full + 8 * s, 1 + 32);  // expect_tx arrive + 32 cp.async arrivals
-      hopper::mbarrier_init(empty + 8 * s, 4);      // one per consumer warp
+      hopper::mbarrier_init(full + 8 * s, 1);   // the producer's expect_tx arrival
+      hopper::mbarrier_init(empty + 8 * s, 4);  // one per consumer warp
     }
     hopper::fence_mbarrier_init();
   }
-  if (threadIdx.x == Tile::kConsumerThreads) {
+  __syncthreads();
+  if (tid == Tile::kConsumerThreads) {
     hopper::prefetch_tensor_map(&w_map);
     hopper::prefetch_tensor_map(&a_map);
+    produce_first_weights<Tile>(&w_map, smem, full, c_begin, chunks, n0);
   }
+  // Every scale byte of the CTA's K range, by plain loads while the first tiles are in flight:
+  // the weights' before the wait on the previous kernel, the activation's after it.
+  auto* scales = reinterpret_cast<float*>(smem_ptr + Tile::kScaleOffset);
+  load_scales(p.w_scales, p.ld_w_scales, n0, Tile::kRows, p.n, c_begin, chunks, scales, tid,
+              Tile::kThreads);
+  hopper::wait_prerequisite_grids();
+  load_scales(p.a_scales, p.ld_a_scales, t0, Tile::kTokens, p.m, c_begin, chunks,
+              scales + chunks * 4 * Tile::kRows, tid, Tile::kThreads);
   __syncthreads();
   hopper::allow_dependent_launch();
 
@@ -340,11 +346,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // as divergent code.
   const int warpgroup = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x) / 128, 0);
   if (warpgroup == 1) {
-    produce<Tile>(p, &w_map, &a_map, smem, full, empty, c_begin, c_end, n0, t0);
+    if (tid == Tile::kConsumerThreads) {
+      produce<Tile>(&w_map, &a_map, smem, full, empty, c_begin, chunks, n0, t0);
+    }
   } else {
-    // The output may still be read by the kernel before us: wait before anything is written.
-    hopper::wait_prerequisite_grids();
-    consume<Tile>(acc, smem, smem_ptr, full, empty, c_end - c_begin);
+    consume<Tile>(acc, smem, smem_ptr, full, empty, chunks);
     // This split's tile, token-major, for the cluster reduction; it reuses the f16 buffer, which
     // every warp's last wgmma has finished reading.
     hopper::named_barrier_sync(1, Tile::kConsumerThreads);
@@ -357,6 +363,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       tile[token * Tile::kRows + row] = acc[i];
     }
   }
+  __syncwarp();  // the producer warp's lanes meet again before the aligned cluster barrier
   hopper::cluster_sync();
 
   // Split r adds rows [r * 64 / splits, (r + 1) * 64 / splits) of every split's tile, in split

@@ -13,8 +13,13 @@ namespace mxlinear::device {
 struct DecodeInstanceInfo {
   int tokens;  // activation rows per CTA (wgmma N)
   int stages;  // ring depth
-  int smem_bytes;
+  int fixed_smem_bytes;
+  int scale_bytes_per_chunk;  // shared memory per 128-K chunk of the CTA's K range
 };
+
+// Shared memory of one CTA of `instance` at K with `splits` K splits; at most 227 KiB launch.
+int decode_gemm_smem_bytes(int instance, int k, int splits);
+inline constexpr int kDecodeMaxSmemBytes = 227 * 1024;
 
 // The compiled instances (template configurations), in the order their index names them.
 std::span<const DecodeInstanceInfo> decode_gemm_instances();

@@ -200,10 +200,12 @@ TEST(Registry, TunedKernelClaimsOnlyShapesWithItsOwnRows) {
   const auto ks = builtin_kernels();
   TunedTable table;
   const TableContext context = table_context(ks);
+  ASSERT_EQ(ks.front()->name(), "decode");
+  const std::string decode_config = ks.front()->configs().front();
   const auto stats = table.add(
       "arch,sms,n,k,m,kernel,config,us,error_ratio,mxlinear_version,cuda_version\n"
-      "sm_90a,132,2560,6144,1,decode,t8_st8_split4,5.0,0.5," +
-          context.library_version + "," + context.cuda_version +
+      "sm_90a,132,2560,6144,1,decode," +
+          decode_config + ",5.0,0.5," + context.library_version + "," + context.cuda_version +
           "\n"
           "sm_90a,132,2560,6144,8192,generic,bm128_bn128_wm64_wn32_wk1_s4,1600,0.5," +
           context.library_version + "," + context.cuda_version +
@@ -215,7 +217,7 @@ TEST(Registry, TunedKernelClaimsOnlyShapesWithItsOwnRows) {
   Registry r(ks, table, Environment{});
   const LayerSelection qkv = r.select(layer(2560, 6144), kH200);
   EXPECT_EQ(qkv.kernel->name(), "decode");
-  EXPECT_EQ(r.dispatch(qkv, kH200, 1).config, "t8_st8_split4");
+  EXPECT_EQ(r.dispatch(qkv, kH200, 1).config, decode_config);
   EXPECT_EQ(r.dispatch(qkv, kH200, 8192).kernel->name(), "generic");  // a row hands M over
   const LayerSelection o_proj = r.select(layer(6144, 2048), kH200);
   EXPECT_EQ(o_proj.kernel->name(), "generic");

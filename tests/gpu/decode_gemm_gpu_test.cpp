@@ -148,6 +148,27 @@ TEST_P(DecodeGemmConfig, NaNScaleOrElementMakesExactlyItsOutputsNaN) {
   }
 }
 
+// Scale bytes 0 (2^-127, an fp32 subnormal) and 254 (2^127) decode exactly: blocks where they
+// meet give products of scale 2^0, the rest subnormal-sized terms, all exact in fp32.
+TEST_P(DecodeGemmConfig, ExtremeScaleBytesAreExact) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  MxOperand a = exact_operand(9, 1024, rng);
+  MxOperand w = exact_operand(70, 1024, rng);
+  for (const std::int64_t block : {0, 5, 31}) {
+    for (std::int64_t m = 0; m < a.rows; ++m)
+      a.scales[static_cast<std::size_t>(m * 32 + block)] = 0;
+    w.scales[static_cast<std::size_t>(block)] = 254;
+    w.scales[static_cast<std::size_t>(65 * 32 + block)] = 254;
+  }
+  const std::vector<double> ref = reference(a, w, {});
+  const auto out = run_config(config(), a, w, DType::kF32);
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_EQ(output_value(out, DType::kF32, i), round_to(ref[i], DType::kF32))
+        << "out[" << i / 70 << ", " << i % 70 << "]";
+  }
+}
+
 TEST_P(DecodeGemmConfig, TwoRunsAreBitwiseEqual) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();

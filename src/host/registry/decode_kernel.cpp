@@ -101,6 +101,14 @@ class DecodeKernel final : public Kernel {
                    fmt::format("is '{}', {} K splits; K = {} has only {} chunks of 128", config,
                                parsed.splits, shape.k, shape.k / 128));
     }
+    if (const int smem = device::decode_gemm_smem_bytes(parsed.instance, static_cast<int>(shape.k),
+                                                        parsed.splits);
+        smem > device::kDecodeMaxSmemBytes) {
+      detail::fail(ErrorCode::kUnsupported, "decode kernel", "config",
+                   fmt::format("is '{}'; K = {} needs {} bytes of shared memory per CTA with {} "
+                               "splits, more than {}",
+                               config, shape.k, smem, parsed.splits, device::kDecodeMaxSmemBytes));
+    }
     const int tokens = device::decode_gemm_instances()[parsed.instance].tokens;
     if ((shape.m + tokens - 1) / tokens > kMaxGridZ) {
       detail::fail(ErrorCode::kUnsupported, "linear", "x",
