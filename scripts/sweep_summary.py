@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Summarises an `mxlinear bench --all-configs` JSON per kernel: for each figure the fastest
+config of each kernel that passed the check, its ratios against the anchors measured in the
+same run (above 1: ours is faster), geometric means per M over the distinct shapes, and every
+config that failed the correctness check. Usage: sweep_summary.py bench.json [kernel ...]
+"""
+import json
+import math
+import sys
+
+
+def geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def main():
+    doc = json.load(open(sys.argv[1]))
+    kernels = sys.argv[2:] or sorted(
+        {name.split("/")[0] for row in doc["rows"] for name in row.get("configs", {})})
+    print(f"# Config sweep: {doc.get('gpu')} ({doc.get('sms')} SMs)\n")
+    ceilings = doc.get("ceilings", {})
+    print(f"Ceilings: read {ceilings.get('read_tb_s', float('nan')):.2f} TB/s, "
+          f"cuBLAS bf16 {ceilings.get('bf16_tflop_s', float('nan')):.0f} TFLOP/s, "
+          f"cuBLASLt FP8 {ceilings.get('fp8_tflop_s', float('nan')):.0f} TFLOP/s.\n")
+    header = "| layer | N x K | M | cuBLAS bf16 | cuBLASLt FP8 | tri_mx |"
+    rule = "|---|---|---|---|---|---|"
+    for k in kernels:
+        header += f" {k} best (us) | {k} config |"
+        rule += "---|---|"
+    print(header + " x bf16 | x FP8 | x tri_mx |")
+    print(rule + "---|---|---|")
+    ratios = {}
+    for row in doc["rows"]:
+        configs = row.get("configs", {})
+        cells = ""
+        best_us = float("inf")
+        for k in kernels:
+            mine = {c: t for c, t in configs.items() if c.startswith(k + "/")}
+            if mine:
+                name, t = min(mine.items(), key=lambda item: item[1])
+                cells += f" {t:.2f} | {name.split('/', 1)[1]} |"
+                best_us = min(best_us, t)
+            else:
+                cells += " - | - |"
+        bf16, fp8 = row.get("cublas_bf16_us"), row.get("cublaslt_fp8_tensor_us")
+        tri = row.get("tri_mx_us", float("nan"))
+        r = (bf16 / best_us, fp8 / best_us, tri / best_us)
+        key = (row["m"], row["n"], row["k"])
+        ratios.setdefault(row["m"], {})[key] = r
+        print(f"| {row['layer']} | {row['n']}x{row['k']} | {row['m']} | {bf16:.2f} | {fp8:.2f} | "
+              f"{tri:.1f} |{cells} {r[0]:.2f} | {r[1]:.2f} | {r[2]:.2f} |")
+    print("\nGeometric mean over the distinct shapes of anchor time / fastest config time:\n")
+    print("| M | x cuBLAS bf16 | x cuBLASLt FP8 | x tri_mx |\n|---|---|---|---|")
+    for m, by_shape in sorted(ratios.items()):
+        cols = [geomean([r[i] for r in by_shape.values() if not math.isnan(r[i])]) for i in range(3)]
+        print(f"| {m} | {cols[0]:.2f} | {cols[1]:.2f} | {cols[2]:.2f} |")
+    wrong = [(row["layer"], row["m"], row["configs_wrong"]) for row in doc["rows"]
+             if row.get("configs_wrong")]
+    if wrong:
+        print("\nConfigs that FAILED the correctness check (never timed):\n")
+        for layer, m, configs in wrong:
+            print(f"- {layer} M = {m}: " +
+                  ", ".join(f"{c} (rel. error {e:.3g})" for c, e in configs.items()))
+
+
+if __name__ == "__main__":
+    main()
