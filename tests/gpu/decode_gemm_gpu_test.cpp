@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "device/decode_gemm.hpp"
+#include "gpu/gemm_checks.hpp"
 #include "gpu/gpu_support.hpp"
 #include "support/random.hpp"
 
@@ -23,11 +24,6 @@ struct Case {
 const Case kShapes[] = {{1, 1, 1024},    {7, 33, 1152},   {100, 257, 1024},
                         {130, 64, 1280}, {16, 200, 2048}, {300, 100, 1024}};
 
-device::OutType out_type_of(DType d) {
-  return d == DType::kBF16 ? device::OutType::kBF16
-                           : (d == DType::kF16 ? device::OutType::kF16 : device::OutType::kF32);
-}
-
 struct Config {
   int instance, splits;
 };
@@ -42,21 +38,7 @@ std::vector<std::uint8_t> run_config(Config config, const MxOperand& a, const Mx
   const std::size_t bytes = static_cast<std::size_t>(a.rows * w.rows) * element_size(out_dtype);
   DeviceBuffer out(bytes);
   out.poison();
-  device::GemmParams p;
-  p.a = da.data.bytes();
-  p.a_scales = da.scales.bytes();
-  p.w = dw.data.bytes();
-  p.w_scales = dw.scales.bytes();
-  p.ld_a = a.k;
-  p.ld_a_scales = a.k / 32;
-  p.ld_w = w.k;
-  p.ld_w_scales = w.k / 32;
-  p.out = out.get();
-  p.ld_out = w.rows;
-  p.m = static_cast<int>(a.rows);
-  p.n = static_cast<int>(w.rows);
-  p.k = static_cast<int>(a.k);
-  p.out_type = out_type_of(out_dtype);
+  device::GemmParams p = gemm_params(da, dw, out, out_dtype);
   if (bias) {
     p.bias = bias->get();
     p.bias_type = bias_type;
@@ -72,6 +54,12 @@ std::vector<std::uint8_t> run_config(Config config, const MxOperand& a, const Mx
 class DecodeGemmConfig : public ::testing::TestWithParam<std::tuple<int, int>> {
  protected:
   Config config() const { return {std::get<0>(GetParam()), std::get<1>(GetParam())}; }
+  GemmRunner runner() const {
+    return [config = config()](const MxOperand& a, const MxOperand& w, DType out_dtype,
+                               const DeviceBuffer* bias, device::BiasType bias_type) {
+      return run_config(config, a, w, out_dtype, bias, bias_type);
+    };
+  }
 };
 
 TEST_P(DecodeGemmConfig, ExactInputsMatchFp64BitForBit) {
@@ -84,17 +72,7 @@ TEST_P(DecodeGemmConfig, ExactInputsMatchFp64BitForBit) {
     for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
       SCOPED_TRACE(::testing::Message()
                    << "M=" << c.m << " N=" << c.n << " K=" << c.k << " out=" << to_string(dtype));
-      const auto out = run_config(config(), a, w, dtype);
-      int reported = 0;
-      for (std::size_t i = 0; i < ref.size(); ++i) {
-        const double got = output_value(out, dtype, i);
-        const double want = round_to(ref[i], dtype);
-        if (!(got == want) && reported++ < 5) {
-          ADD_FAILURE() << "out[" << i / static_cast<std::size_t>(c.n) << ", "
-                        << i % static_cast<std::size_t>(c.n) << "] = " << got << ", want " << want;
-        }
-      }
-      EXPECT_EQ(reported, 0);
+      expect_bit_exact(run_config(config(), a, w, dtype), ref, c.n, dtype);
     }
   }
 }
@@ -110,23 +88,7 @@ TEST_P(DecodeGemmConfig, RandomInputsWithinDerivedTolerance) {
     for (DType dtype : {DType::kBF16, DType::kF32}) {
       SCOPED_TRACE(::testing::Message()
                    << "M=" << c.m << " N=" << c.n << " K=" << c.k << " out=" << to_string(dtype));
-      const auto out = run_config(config(), a, w, dtype);
-      double err2 = 0, ref2 = 0;
-      int reported = 0;
-      for (std::size_t i = 0; i < ref.size(); ++i) {
-        const double got = output_value(out, dtype, i);
-        const double tol = tolerance(ref[i], abs_sums[i], c.k, dtype);
-        if (!(std::fabs(got - ref[i]) <= tol) && reported++ < 5) {
-          ADD_FAILURE() << "out flat " << i << " = " << got << ", ref " << ref[i] << ", tol "
-                        << tol;
-        }
-        err2 += (got - ref[i]) * (got - ref[i]);
-        ref2 += ref[i] * ref[i];
-      }
-      EXPECT_EQ(reported, 0);
-      if (dtype == DType::kF32) {
-        EXPECT_LE(std::sqrt(err2 / ref2), 1e-5);
-      }
+      expect_within_tolerance(run_config(config(), a, w, dtype), ref, abs_sums, c.k, dtype);
     }
   }
 }
@@ -134,19 +96,7 @@ TEST_P(DecodeGemmConfig, RandomInputsWithinDerivedTolerance) {
 TEST_P(DecodeGemmConfig, NaNScaleOrElementMakesExactlyItsOutputsNaN) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  MxOperand a = random_operand(20, 1024, rng);
-  MxOperand w = random_operand(70, 1024, rng);
-  a.scales[3 * 32 + 30] = 0xFF;    // row 3, block 30 (the last split): NaN scale
-  w.data[17 * 1024 + 70] = 0x7F;   // column 17: a NaN element (positive NaN code)
-  w.data[66 * 1024 + 900] = 0xFF;  // column 66 (second weight tile): negative NaN code
-  const auto out = run_config(config(), a, w, DType::kF32);
-  for (std::int64_t m = 0; m < 20; ++m) {
-    for (std::int64_t n = 0; n < 70; ++n) {
-      const bool should_be_nan = m == 3 || n == 17 || n == 66;
-      const double v = output_value(out, DType::kF32, static_cast<std::size_t>(m * 70 + n));
-      EXPECT_EQ(std::isnan(v), should_be_nan) << "out[" << m << ", " << n << "] = " << v;
-    }
-  }
+  check_nan_propagates_exactly(runner(), 1024, rng);
 }
 
 // Scale bytes 0 (2^-127, an fp32 subnormal) and 254 (2^127) decode exactly. Every activation
@@ -173,11 +123,7 @@ TEST_P(DecodeGemmConfig, ExtremeScaleBytesAreExact) {
 TEST_P(DecodeGemmConfig, TwoRunsAreBitwiseEqual) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  const MxOperand a = random_operand(100, 2048, rng);
-  const MxOperand w = random_operand(257, 2048, rng);
-  const auto first = run_config(config(), a, w, DType::kF32);
-  const auto second = run_config(config(), a, w, DType::kF32);
-  EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size()), 0);
+  check_two_runs_equal(runner(), 100, 257, 2048, rng);
 }
 
 // A seed-sized layer with several token tiles, run repeatedly: every run equals the first bit
@@ -194,43 +140,13 @@ TEST_P(DecodeGemmConfig, SeedSizedLayerIsStableAcrossRuns) {
     ASSERT_EQ(std::memcmp(first.data(), again.data(), first.size()), 0) << "run " << run;
   }
   const std::vector<double> ref = reference(a, w, {});
-  const std::vector<double> abs_sums = abs_product_sums(a, w);
-  int reported = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    const double got = output_value(first, DType::kF32, i);
-    if (!(std::fabs(got - ref[i]) <= tolerance(ref[i], abs_sums[i], 6144, DType::kF32)) &&
-        reported++ < 5) {
-      ADD_FAILURE() << "out[" << i / 2560 << ", " << i % 2560 << "] = " << got << ", ref "
-                    << ref[i];
-    }
-  }
-  EXPECT_EQ(reported, 0);
+  expect_within_tolerance(first, ref, abs_product_sums(a, w), 6144, DType::kF32);
 }
 
 TEST_P(DecodeGemmConfig, Bf16AndFp32BiasAreAdded) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  const MxOperand a = exact_operand(9, 1024, rng);
-  const MxOperand w = exact_operand(21, 1024, rng);
-  std::vector<double> bias(21);
-  for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = static_cast<double>(i) * 0.25 - 2.0;
-  const std::vector<double> ref = reference(a, w, bias);
-  std::vector<float> bias_f32(bias.begin(), bias.end());
-  std::vector<std::uint16_t> bias_bf16(bias.size());
-  for (std::size_t i = 0; i < bias.size(); ++i) {
-    std::uint32_t bits;
-    std::memcpy(&bits, &bias_f32[i], 4);
-    bias_bf16[i] = static_cast<std::uint16_t>(bits >> 16);  // exact: quarters are bf16 values
-  }
-  const DeviceBuffer b32 = DeviceBuffer::from(bias_f32);
-  const DeviceBuffer b16 = DeviceBuffer::from(bias_bf16);
-  for (auto [buffer, type] :
-       {std::pair{&b32, device::BiasType::kF32}, {&b16, device::BiasType::kBF16}}) {
-    const auto out = run_config(config(), a, w, DType::kF32, buffer, type);
-    for (std::size_t i = 0; i < ref.size(); ++i) {
-      ASSERT_EQ(output_value(out, DType::kF32, i), ref[i]) << "flat index " << i;
-    }
-  }
+  check_bias_is_added(runner(), 1024, rng);
 }
 
 // Three back-to-back launches captured into a graph (programmatic edges between them) replay to
@@ -244,20 +160,7 @@ TEST_P(DecodeGemmConfig, GraphReplayMatchesEager) {
   DeviceMx da = upload(a);
   DeviceMx dw = upload(w);
   DeviceBuffer out(eager.size());
-  device::GemmParams p;
-  p.a = da.data.bytes();
-  p.a_scales = da.scales.bytes();
-  p.w = dw.data.bytes();
-  p.w_scales = dw.scales.bytes();
-  p.ld_a = a.k;
-  p.ld_a_scales = a.k / 32;
-  p.ld_w = w.k;
-  p.ld_w_scales = w.k / 32;
-  p.out = out.get();
-  p.ld_out = w.rows;
-  p.m = 33;
-  p.n = 130;
-  p.k = 1024;
+  const device::GemmParams p = gemm_params(da, dw, out, DType::kBF16);
   cudaStream_t stream;
   MXL_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;

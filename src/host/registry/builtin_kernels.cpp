@@ -29,11 +29,7 @@ class GenericKernel final : public Kernel {
   }
 
   Verdict is_supported(const DeviceDescription& device) const override {
-    if (!device.is_gpu) return {"needs a GPU; this machine has none"};
-    if (device.arch != "sm_90a") {
-      return {fmt::format("needs an sm_90a (Hopper) GPU; this is {}", device.arch)};
-    }
-    return {};
+    return detail::needs_sm90a(device);
   }
 
   Verdict can_implement(const LayerDescription& layer) const override {

@@ -39,6 +39,14 @@ device::GemmParams gemm_params(const KernelCall& call) {
   return p;
 }
 
+Verdict needs_sm90a(const DeviceDescription& device) {
+  if (!device.is_gpu) return {"needs a GPU; this machine has none"};
+  if (device.arch != "sm_90a") {
+    return {fmt::format("needs an sm_90a (Hopper) GPU; this is {}", device.arch)};
+  }
+  return {};
+}
+
 void copy_rows(const TensorView& from, const TensorView& to, cudaStream_t stream) {
   const std::size_t elem = element_size(from.dtype);
   check_cuda(cudaMemcpy2DAsync(to.data, static_cast<std::size_t>(to.row_stride()) * elem, from.data,

@@ -8,6 +8,9 @@ namespace mxlinear::detail {
 
 device::GemmParams gemm_params(const KernelCall& call);
 
+// The verdict of every sm_90a kernel: a GPU, of the Hopper architecture.
+Verdict needs_sm90a(const DeviceDescription& device);
+
 // Copies a (possibly strided) 2-D matrix between any two locations on the stream.
 void copy_rows(const TensorView& from, const TensorView& to, cudaStream_t stream);
 

@@ -1,0 +1,123 @@
+#include "gpu/gemm_checks.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace mxlinear::test {
+
+device::GemmParams gemm_params(const DeviceMx& a, const DeviceMx& w, const DeviceBuffer& out,
+                               DType out_dtype) {
+  device::GemmParams p;
+  p.a = a.data.bytes();
+  p.a_scales = a.scales.bytes();
+  p.w = w.data.bytes();
+  p.w_scales = w.scales.bytes();
+  p.ld_a = a.k;
+  p.ld_a_scales = a.k / kBlockSize;
+  p.ld_w = w.k;
+  p.ld_w_scales = w.k / kBlockSize;
+  p.out = out.get();
+  p.ld_out = w.rows;
+  p.m = static_cast<int>(a.rows);
+  p.n = static_cast<int>(w.rows);
+  p.k = static_cast<int>(a.k);
+  p.out_type = out_dtype == DType::kBF16
+                   ? device::OutType::kBF16
+                   : (out_dtype == DType::kF16 ? device::OutType::kF16 : device::OutType::kF32);
+  return p;
+}
+
+void expect_bit_exact(const std::vector<std::uint8_t>& out, const std::vector<double>& ref,
+                      std::int64_t n, DType dtype) {
+  int reported = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double got = output_value(out, dtype, i);
+    const double want = round_to(ref[i], dtype);
+    if (!(got == want) && reported++ < 5) {
+      ADD_FAILURE() << "out[" << i / static_cast<std::size_t>(n) << ", "
+                    << i % static_cast<std::size_t>(n) << "] = " << got << ", want " << want;
+    }
+  }
+  EXPECT_EQ(reported, 0);
+}
+
+void expect_within_tolerance(const std::vector<std::uint8_t>& out, const std::vector<double>& ref,
+                             const std::vector<double>& abs_sums, std::int64_t k, DType dtype) {
+  double err2 = 0, ref2 = 0;
+  int reported = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double got = output_value(out, dtype, i);
+    const double tol = tolerance(ref[i], abs_sums[i], k, dtype);
+    if (!(std::fabs(got - ref[i]) <= tol) && reported++ < 5) {
+      ADD_FAILURE() << "out flat " << i << " = " << got << ", ref " << ref[i] << ", tol " << tol;
+    }
+    err2 += (got - ref[i]) * (got - ref[i]);
+    ref2 += ref[i] * ref[i];
+  }
+  EXPECT_EQ(reported, 0);
+  if (dtype == DType::kF32) {
+    EXPECT_LE(std::sqrt(err2 / ref2), 1e-5);
+  }
+}
+
+BiasBuffers quarter_bias(std::int64_t n) {
+  BiasBuffers b;
+  b.values.resize(static_cast<std::size_t>(n));
+  std::vector<float> f32(b.values.size());
+  std::vector<std::uint16_t> bf16(b.values.size());
+  for (std::size_t i = 0; i < b.values.size(); ++i) {
+    b.values[i] = static_cast<double>(i) * 0.25 - 2.0;
+    f32[i] = static_cast<float>(b.values[i]);
+    std::uint32_t bits;
+    std::memcpy(&bits, &f32[i], 4);
+    bf16[i] = static_cast<std::uint16_t>(bits >> 16);  // exact: quarters are bf16 values
+  }
+  b.f32 = DeviceBuffer::from(f32);
+  b.bf16 = DeviceBuffer::from(bf16);
+  return b;
+}
+
+void check_nan_propagates_exactly(const GemmRunner& run, std::int64_t k, std::mt19937_64& rng) {
+  constexpr std::int64_t kM = 20, kN = 70;
+  MxOperand a = random_operand(kM, k, rng);
+  MxOperand w = random_operand(kN, k, rng);
+  const std::int64_t blocks = k / kBlockSize;
+  a.scales[static_cast<std::size_t>(3 * blocks + blocks - 2)] = 0xFF;  // row 3: a NaN scale
+  w.data[static_cast<std::size_t>(17 * k + 70)] = 0x7F;                // column 17: +NaN code
+  w.data[static_cast<std::size_t>(66 * k + k - 124)] = 0xFF;           // column 66: -NaN code
+  const auto out = run(a, w, DType::kF32, nullptr, device::BiasType::kNone);
+  for (std::int64_t m = 0; m < kM; ++m) {
+    for (std::int64_t n = 0; n < kN; ++n) {
+      const bool should_be_nan = m == 3 || n == 17 || n == 66;
+      const double v = output_value(out, DType::kF32, static_cast<std::size_t>(m * kN + n));
+      EXPECT_EQ(std::isnan(v), should_be_nan) << "out[" << m << ", " << n << "] = " << v;
+    }
+  }
+}
+
+void check_bias_is_added(const GemmRunner& run, std::int64_t k, std::mt19937_64& rng) {
+  const MxOperand a = exact_operand(9, k, rng);
+  const MxOperand w = exact_operand(21, k, rng);
+  const BiasBuffers bias = quarter_bias(21);
+  const std::vector<double> ref = reference(a, w, bias.values);
+  for (auto [buffer, type] : {std::pair{&bias.f32, device::BiasType::kF32},
+                              std::pair{&bias.bf16, device::BiasType::kBF16}}) {
+    const auto out = run(a, w, DType::kF32, buffer, type);
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      ASSERT_EQ(output_value(out, DType::kF32, i), ref[i]) << "flat index " << i;
+    }
+  }
+}
+
+void check_two_runs_equal(const GemmRunner& run, std::int64_t m, std::int64_t n, std::int64_t k,
+                          std::mt19937_64& rng) {
+  const MxOperand a = random_operand(m, k, rng);
+  const MxOperand w = random_operand(n, k, rng);
+  const auto first = run(a, w, DType::kF32, nullptr, device::BiasType::kNone);
+  const auto second = run(a, w, DType::kF32, nullptr, device::BiasType::kNone);
+  EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size()), 0);
+}
+
+}  // namespace mxlinear::test

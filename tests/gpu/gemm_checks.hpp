@@ -1,0 +1,51 @@
+// Pieces the kernel-level GEMM tests share: launch parameters over uploaded operands, the
+// bit-exact and tolerance checks of MXFP8.md, and bias buffers.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "device/gemm_params.hpp"
+#include "gpu/gpu_support.hpp"
+
+namespace mxlinear::test {
+
+// out = a @ w^T into `out` ([a.rows, w.rows], row stride w.rows) of dtype out_dtype, no bias.
+device::GemmParams gemm_params(const DeviceMx& a, const DeviceMx& w, const DeviceBuffer& out,
+                               DType out_dtype);
+
+// Every output element equals the fp64 reference rounded once to dtype; reports up to five.
+void expect_bit_exact(const std::vector<std::uint8_t>& out, const std::vector<double>& ref,
+                      std::int64_t n, DType dtype);
+
+// Every output element is within tolerance() of the fp64 reference; fp32 output also within a
+// relative Frobenius error of 1e-5 (MXFP8.md).
+void expect_within_tolerance(const std::vector<std::uint8_t>& out, const std::vector<double>& ref,
+                             const std::vector<double>& abs_sums, std::int64_t k, DType dtype);
+
+// A bias of exact bf16 values (multiples of 1/4) as fp32 and bf16 device buffers.
+struct BiasBuffers {
+  std::vector<double> values;
+  DeviceBuffer f32, bf16;
+};
+BiasBuffers quarter_bias(std::int64_t n);
+
+// One kernel config as the shared checks below see it: out = a @ w^T (+ bias) as raw bytes
+// [a.rows, w.rows], poisoned before the launch.
+using GemmRunner =
+    std::function<std::vector<std::uint8_t>(const MxOperand& a, const MxOperand& w, DType out_dtype,
+                                            const DeviceBuffer* bias, device::BiasType bias_type)>;
+
+// A NaN scale of one activation block and NaN elements in two weight rows (one in the second
+// 64-row tile) make exactly the outputs they feed NaN. K >= 128, a multiple of 128.
+void check_nan_propagates_exactly(const GemmRunner& run, std::int64_t k, std::mt19937_64& rng);
+
+// Exact inputs plus a bf16 or fp32 bias equal the fp64 reference bit for bit.
+void check_bias_is_added(const GemmRunner& run, std::int64_t k, std::mt19937_64& rng);
+
+// Two runs on the same random inputs are bitwise equal.
+void check_two_runs_equal(const GemmRunner& run, std::int64_t m, std::int64_t n, std::int64_t k,
+                          std::mt19937_64& rng);
+
+}  // namespace mxlinear::test
