@@ -1,0 +1,117 @@
+// The decode kernel's registry entry on the host: its config names, what it claims, and the
+// clear errors for configs a call cannot take (all raised before anything touches a GPU).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "mxlinear/error.hpp"
+#include "mxlinear/registry.hpp"
+
+namespace mxlinear::test {
+namespace {
+
+using ::testing::HasSubstr;
+
+const Kernel& decode_kernel() {
+  static const auto kernels = builtin_kernels();
+  const auto it = std::find_if(kernels.begin(), kernels.end(),
+                               [](const auto& k) { return k->name() == "decode"; });
+  return **it;
+}
+
+// A call over host buffers: the checks under test fail before any pointer is used.
+struct FakeCall {
+  std::vector<std::uint8_t> x, xs, w, ws, out;
+  KernelCall call;
+  FakeCall(std::int64_t m, std::int64_t n, std::int64_t k)
+      : x(static_cast<std::size_t>(m * k)),
+        xs(static_cast<std::size_t>(m * k / 32)),
+        w(static_cast<std::size_t>(n * k)),
+        ws(static_cast<std::size_t>(n * k / 32)),
+        out(static_cast<std::size_t>(m * n * 2)) {
+    auto view = [](std::vector<std::uint8_t>& b, std::int64_t r, std::int64_t c, DType d) {
+      return TensorView::contiguous(b.data(), {r, c}, d, Location::kHost);
+    };
+    call.x = QuantizedActivation{view(x, m, k, DType::kE4M3), view(xs, m, k / 32, DType::kE8M0),
+                                 DType::kBF16};
+    call.weight = MxWeight{view(w, n, k, DType::kE4M3), view(ws, n, k / 32, DType::kE8M0)};
+    call.out = view(out, m, n, DType::kBF16);
+    call.shape = LinearShape{m, n, k};
+  }
+};
+
+Error error_of(const std::string& config, const FakeCall& f) {
+  try {
+    decode_kernel().run(f.call, config);
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "config " << config << " ran";
+  return Error(ErrorCode::kInternal, "", "no error");
+}
+
+TEST(DecodeKernel, ConfigNamesSpellEveryAxisAndTheDefaultsAreAmongThem) {
+  const std::vector<std::string> configs = decode_kernel().configs();
+  EXPECT_EQ(configs.size(), 12u);  // 3 compiled instances x splits 1, 2, 4, 8
+  for (const std::string& c : configs)
+    EXPECT_THAT(c, ::testing::MatchesRegex("t[0-9]+_st[0-9]+_split[1248]"));
+  for (std::int64_t m : {1, 8, 9, 32, 33, 128, 4096}) {
+    EXPECT_NE(std::find(configs.begin(), configs.end(), decode_kernel().default_config(m)),
+              configs.end())
+        << "M = " << m;
+  }
+}
+
+TEST(DecodeKernel, ClaimsOnlyWhatItCanRun) {
+  LayerDescription layer;
+  layer.n = 2560;
+  layer.k = 6144;
+  EXPECT_TRUE(decode_kernel().can_implement(layer).ok());
+  EXPECT_TRUE(decode_kernel().needs_tuned_rows());
+  layer.k = 6144 - 32;
+  EXPECT_THAT(decode_kernel().can_implement(layer).reason, HasSubstr("K % 128"));
+  layer.k = 6144;
+  layer.alignment = 8;
+  EXPECT_THAT(decode_kernel().can_implement(layer).reason, HasSubstr("16-byte"));
+  layer.alignment = 16;
+  layer.scale_alignment = 2;
+  EXPECT_THAT(decode_kernel().can_implement(layer).reason, HasSubstr("4-byte"));
+  EXPECT_TRUE(decode_kernel().worth_sweeping(128));
+  EXPECT_FALSE(decode_kernel().worth_sweeping(8192));
+  EXPECT_THAT(decode_kernel().is_supported(DeviceDescription::parse("cpu")).reason,
+              HasSubstr("needs a GPU"));
+  EXPECT_TRUE(decode_kernel().is_supported(DeviceDescription::parse("sm_90a:132")).ok());
+}
+
+TEST(DecodeKernel, UnknownConfigNamesTheKnownOnes) {
+  const FakeCall f(1, 64, 768);
+  const Error e = error_of("t8_st4_split3", f);
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(e.argument(), "config");
+  EXPECT_THAT(e.what(), HasSubstr("t8_st4_split3"));
+  EXPECT_THAT(e.what(), HasSubstr(decode_kernel().configs().front()));
+}
+
+TEST(DecodeKernel, MoreSplitsThanKChunksIsRejected) {
+  const FakeCall f(1, 64, 768);  // 6 chunks of 128
+  const std::string split8 = decode_kernel().configs()[3];
+  ASSERT_THAT(split8, HasSubstr("split8"));
+  const Error e = error_of(split8, f);
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_THAT(e.what(), HasSubstr("K = 768 has only 6 chunks"));
+}
+
+TEST(DecodeKernel, KRangeBeyondSharedMemoryIsUnsupported) {
+  const FakeCall f(1, 64, 65536);  // 512 chunks in one CTA: their scales do not fit
+  const std::string split1 = decode_kernel().configs()[8];
+  ASSERT_THAT(split1, HasSubstr("t128"));
+  const Error e = error_of(split1, f);
+  EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+  EXPECT_THAT(e.what(), HasSubstr("shared memory"));
+}
+
+}  // namespace
+}  // namespace mxlinear::test
