@@ -298,7 +298,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
   }
   if (all_configs && ok) {
     // Every config of every GPU kernel that can run this layer, GEMM only: the tuner's sweep.
-    json configs = json::object(), configs_wrong = json::object();
+    json configs = json::object(), configs_error = json::object(), configs_wrong = json::object();
     const DeviceDescription device = DeviceDescription::current();
     LayerDescription layer;
     layer.n = n;
@@ -328,10 +328,12 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
           configs_wrong[key] = config_err;  // never timed, never a tuned row
           continue;
         }
+        configs_error[key] = config_err;
         configs[key] = median(call).median;
       }
     }
     row["configs"] = configs;
+    row["configs_check_rel_error"] = configs_error;
     if (!configs_wrong.empty()) row["configs_wrong"] = configs_wrong;
   }
   if (!std::isnan(tri_mx)) row["tri_mx_us"] = tri_mx;
