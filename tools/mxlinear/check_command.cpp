@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "device_memory.hpp"
 #include "layer_data.hpp"
+#include "mxlinear/error.hpp"
 #include "mxlinear/linear.hpp"
 #include "mxlinear/reference.hpp"
 #include "mxlinear/registry.hpp"
@@ -22,40 +24,101 @@ struct CheckOptions {
   std::string out_dtype = "bf16";
   bool prequantized = false;
   bool cpu = false;
+  std::string kernel;  // run this kernel and config directly instead of linear()'s selection
+  std::string config;
+  int repeat = 1;
 };
+
+// Device copies of a host layer's operands and its output.
+struct DeviceLayer {
+  DeviceMemory x, xq, xs, wd, ws, bias, y;
+  std::size_t out_bytes;
+  explicit DeviceLayer(const HostLayer& layer, std::size_t out_size)
+      : x(layer.x_bf16.size() * 2),
+        xq(layer.x_data.size()),
+        xs(layer.x_scales.size()),
+        wd(layer.w_data.size()),
+        ws(layer.w_scales.size()),
+        bias(layer.bias_f32.size() * 4),
+        y(out_size),
+        out_bytes(out_size) {
+    const auto up = [](const DeviceMemory& d, const void* h, std::size_t n) {
+      cuda_or_throw(cudaMemcpy(d.ptr, h, n, cudaMemcpyHostToDevice), "upload");
+    };
+    up(x, layer.x_bf16.data(), layer.x_bf16.size() * 2);
+    up(xq, layer.x_data.data(), layer.x_data.size());
+    up(xs, layer.x_scales.data(), layer.x_scales.size());
+    up(wd, layer.w_data.data(), layer.w_data.size());
+    up(ws, layer.w_scales.data(), layer.w_scales.size());
+    up(bias, layer.bias_f32.data(), layer.bias_f32.size() * 4);
+  }
+  static TensorView view(const DeviceMemory& d, std::int64_t r, std::int64_t c, DType t) {
+    return TensorView::contiguous(d.ptr, {r, c}, t, Location::kDevice);
+  }
+  // Downloads the output into *out, or with out == nullptr poisons it (NaN in every dtype).
+  void poison_and_download(std::vector<std::uint8_t>* out) const {
+    if (out) {
+      cuda_or_throw(cudaMemcpy(out->data(), y.ptr, out->size(), cudaMemcpyDeviceToHost),
+                    "download");
+    } else {
+      cuda_or_throw(cudaMemset(y.ptr, 0xFF, out_bytes), "poison");
+    }
+  }
+};
+
+// Runs one kernel and config directly on the pre-quantized activation, `repeat` times, each on
+// a poisoned output; `out` gets the first run. Returns how many later runs differed from it.
+int run_kernel_directly(const HostLayer& layer, const CheckOptions& options,
+                        std::vector<std::uint8_t>& out) {
+  const LayerSpec& s = layer.spec;
+  const Registry& registry = Registry::global();
+  const Kernel* kernel = nullptr;
+  for (const auto& k : registry.kernels()) {
+    if (k->name() == options.kernel) kernel = k.get();
+  }
+  if (!kernel)
+    throw Error(ErrorCode::kInvalidArgument, "--kernel", "names no kernel: " + options.kernel);
+  DeviceLayer d(layer, out.size());
+  KernelCall call;
+  call.x = QuantizedActivation{DeviceLayer::view(d.xq, s.m, s.k, DType::kE4M3),
+                               DeviceLayer::view(d.xs, s.m, s.k / 32, DType::kE8M0), DType::kBF16};
+  call.weight = MxWeight{DeviceLayer::view(d.wd, s.n, s.k, DType::kE4M3),
+                         DeviceLayer::view(d.ws, s.n, s.k / 32, DType::kE8M0)};
+  if (s.bias) call.bias = TensorView::contiguous(d.bias.ptr, {s.n}, DType::kF32, Location::kDevice);
+  call.out = DeviceLayer::view(d.y, s.m, s.n, s.out_dtype);
+  call.shape = LinearShape{s.m, s.n, s.k};
+  int differing = 0;
+  std::vector<std::uint8_t> again(out.size());
+  for (int r = 0; r < options.repeat; ++r) {
+    d.poison_and_download(nullptr);
+    kernel->run(call, options.config.empty() ? kernel->default_config(s.m) : options.config);
+    cuda_or_throw(cudaDeviceSynchronize(), "kernel");
+    d.poison_and_download(r == 0 ? &out : &again);
+    if (r > 0 && again != out) ++differing;
+  }
+  return differing;
+}
 
 // Runs the layer through linear() on the GPU; returns the kernel/config that served it.
 std::string run_on_gpu(HostLayer& layer, bool prequantized, std::vector<std::uint8_t>& out) {
   const LayerSpec& s = layer.spec;
-  DeviceMemory x(layer.x_bf16.size() * 2), xq(layer.x_data.size()), xs(layer.x_scales.size()),
-      wd(layer.w_data.size()), ws(layer.w_scales.size()), bias(layer.bias_f32.size() * 4),
-      y(out.size());
-  const auto up = [](const DeviceMemory& d, const void* h, std::size_t n) {
-    cuda_or_throw(cudaMemcpy(d.ptr, h, n, cudaMemcpyHostToDevice), "upload");
-  };
-  up(x, layer.x_bf16.data(), layer.x_bf16.size() * 2);
-  up(xq, layer.x_data.data(), layer.x_data.size());
-  up(xs, layer.x_scales.data(), layer.x_scales.size());
-  up(wd, layer.w_data.data(), layer.w_data.size());
-  up(ws, layer.w_scales.data(), layer.w_scales.size());
-  up(bias, layer.bias_f32.data(), layer.bias_f32.size() * 4);
-  cuda_or_throw(cudaMemset(y.ptr, 0xFF, out.size()), "poison");
-  const auto dev = [](const DeviceMemory& d, std::int64_t r, std::int64_t c, DType t) {
-    return TensorView::contiguous(d.ptr, {r, c}, t, Location::kDevice);
-  };
-  const MxWeight w{dev(wd, s.n, s.k, DType::kE4M3), dev(ws, s.n, s.k / 32, DType::kE8M0)};
+  DeviceLayer dev(layer, out.size());
+  dev.poison_and_download(nullptr);
+  const MxWeight w{DeviceLayer::view(dev.wd, s.n, s.k, DType::kE4M3),
+                   DeviceLayer::view(dev.ws, s.n, s.k / 32, DType::kE8M0)};
   std::optional<TensorView> b;
-  if (s.bias) b = TensorView::contiguous(bias.ptr, {s.n}, DType::kF32, Location::kDevice);
-  const TensorView o = dev(y, s.m, s.n, s.out_dtype);
+  if (s.bias) b = TensorView::contiguous(dev.bias.ptr, {s.n}, DType::kF32, Location::kDevice);
+  const TensorView o = DeviceLayer::view(dev.y, s.m, s.n, s.out_dtype);
   if (prequantized) {
-    linear(QuantizedActivation{dev(xq, s.m, s.k, DType::kE4M3),
-                               dev(xs, s.m, s.k / 32, DType::kE8M0), DType::kBF16},
-           w, b, o, nullptr);
+    linear(
+        QuantizedActivation{DeviceLayer::view(dev.xq, s.m, s.k, DType::kE4M3),
+                            DeviceLayer::view(dev.xs, s.m, s.k / 32, DType::kE8M0), DType::kBF16},
+        w, b, o, nullptr);
   } else {
-    linear(dev(x, s.m, s.k, DType::kBF16), w, b, o, nullptr);
+    linear(DeviceLayer::view(dev.x, s.m, s.k, DType::kBF16), w, b, o, nullptr);
   }
   cuda_or_throw(cudaDeviceSynchronize(), "linear");
-  cuda_or_throw(cudaMemcpy(out.data(), y.ptr, out.size(), cudaMemcpyDeviceToHost), "download");
+  dev.poison_and_download(&out);
   const DeviceDescription device = DeviceDescription::current();
   LayerDescription desc;
   desc.n = s.n;
@@ -87,6 +150,10 @@ double output_unit_roundoff(DType dtype) {
 }
 
 int run_check(const CheckOptions& options) {
+  if (!options.kernel.empty() && !gpu_available()) {
+    fmt::print("mxlinear check: --kernel needs an sm_90 GPU; this machine has none (skipped)\n");
+    return 77;
+  }
   LayerSpec spec = options.spec;
   spec.out_dtype = parse_out_dtype(options.out_dtype);
   if (spec.seed == 0) spec.seed = std::random_device{}();
@@ -101,7 +168,12 @@ int run_check(const CheckOptions& options) {
   const TensorView out_view =
       TensorView::contiguous(out.data(), {spec.m, spec.n}, spec.out_dtype, Location::kHost);
   std::string kernel_name = "reference (CPU, fp64 accumulation)";
-  if (!options.cpu && gpu_available()) {
+  int differing_runs = 0;
+  if (!options.kernel.empty()) {
+    differing_runs = run_kernel_directly(layer, options, out);
+    kernel_name = fmt::format("{}/{} (run directly, pre-quantized activation, {} runs)",
+                              options.kernel, options.config, options.repeat);
+  } else if (!options.cpu && gpu_available()) {
     kernel_name = run_on_gpu(layer, options.prequantized, out);
   } else if (options.prequantized) {
     reference_linear(layer.activation_view(), layer.weight_view(), layer.bias_view(), out_view);
@@ -146,7 +218,12 @@ int run_check(const CheckOptions& options) {
   // output the accumulation dominates and MXFP8.md allows a relative Frobenius error of 1e-5.
   const double allowed =
       spec.out_dtype == DType::kF32 ? 1e-5 : output_unit_roundoff(spec.out_dtype);
-  const bool ok = kernel.nan_count == 0 && kernel.relative_frobenius <= allowed;
+  if (options.repeat > 1) {
+    fmt::print("  repeats {} of {} later runs differ from the first bit for bit\n", differing_runs,
+               options.repeat - 1);
+  }
+  const bool ok =
+      kernel.nan_count == 0 && kernel.relative_frobenius <= allowed && differing_runs == 0;
   fmt::print("  result  {}\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }
@@ -168,6 +245,12 @@ void add_check_command(CLI::App& app, int& exit_code) {
                 "feed the pre-quantized activation entry point");
   cmd->add_option("--seed", options->spec.seed, "random seed (0: a fresh one)");
   cmd->add_flag("--cpu", options->cpu, "run the CPU reference kernel even where a GPU is present");
+  cmd->add_option(
+      "--kernel", options->kernel,
+      "run this registry kernel directly (e.g. decode) on the pre-quantized activation");
+  cmd->add_option("--config", options->config, "the kernel's config (default: its default for M)");
+  cmd->add_option("--repeat", options->repeat, "runs, each compared bit for bit with the first")
+      ->check(CLI::Range(1, 10000));
   cmd->callback([options, &exit_code] { exit_code = run_check(*options); });
 }
 
