@@ -2,6 +2,9 @@
 # One call on the H200: build, GPU tests, compute-sanitizer (memcheck, racecheck), SASS summary,
 # the selection report and benchmarks. Everything lands in $OUT (default ./device-out). Steps:
 #   test sanitize sass select bench      (default: all)
+#   stress      every decode config, run directly 4 times on seed-sized layers with several token
+#               tiles (mxlinear check --kernel decode --repeat), then racecheck on the first
+#               failing one (the v2 sweep saw 8-token configs go wrong there; docs/PERF.md)
 # Extra bench arguments go in $BENCH_ARGS; $SANITIZE_TESTS (names of GPU test binaries) narrows
 # the sanitizer step.
 set -uo pipefail
@@ -67,6 +70,33 @@ fi
 if [[ " $steps " == *" select "* ]]; then
   build-device/tools/mxlinear select --model builtin:minimax-m3.1-flash-tp4 | tee "$OUT/select.txt"
   build-device/tools/mxlinear select --model builtin:minimax-m3.1-flash-tp4 --json >"$OUT/select.json"
+fi
+
+if [[ " $steps " == *" stress "* ]]; then
+  log="$OUT/stress.log"
+  first_failure=""
+  for config in t8_st4_split{1,2,4,8} t32_st4_split{1,2,4,8} t128_st4_split{1,2,4,8}; do
+    for shape in "32 6144 3072" "128 2560 6144"; do
+      read -r m n k <<<"$shape"
+      args=(--config "$config" --m "$m" --n "$n" --k "$k")
+      if build-device/tools/mxlinear check --kernel decode "${args[@]}" --out-dtype fp32 \
+          --repeat 4 --seed 7 >>"$log" 2>&1; then
+        verdict=PASS
+      else
+        verdict=FAIL
+        status=1
+        [ -z "$first_failure" ] && first_failure="${args[*]}"
+      fi
+      echo "stress $config M=$m N=$n K=$k: $verdict" | tee -a "$OUT/machine.txt"
+    done
+  done
+  if [ -n "$first_failure" ]; then
+    echo "== racecheck on: $first_failure" >>"$log"
+    # shellcheck disable=SC2086
+    timeout 240 compute-sanitizer --tool racecheck build-device/tools/mxlinear check \
+      --kernel decode $first_failure --out-dtype fp32 --repeat 1 --seed 7 >>"$log" 2>&1
+    grep -E "RACECHECK SUMMARY|Race reported" "$log" | head -5
+  fi
 fi
 
 if [[ " $steps " == *" bench "* ]]; then
