@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "device/hopper_ptx.cuh"
 #include "device/ptx.cuh"
 #include "device/quantize.hpp"
 
@@ -32,6 +33,10 @@ struct InputTraits<InType::kF32> {
 
 template <InType kIn, bool kVector>
 __global__ void __launch_bounds__(kThreadsPerBlock) quantize_kernel(const QuantizeParams p) {
+  // A GEMM launched next as a programmatic dependent (the decode kernel) may start now: it
+  // prefetches static weights and reads what this kernel writes only after griddepcontrol.wait.
+  // A no-op for kernels launched normally.
+  hopper::allow_dependent_launch();
   using Traits = InputTraits<kIn>;
   using T = typename Traits::T;
   const int groups_per_row = p.k / kElemsPerThread;
