@@ -45,6 +45,7 @@ struct BenchOptions {
   bool ceilings_only = false;
   bool step = false;
   bool all_configs = false;
+  std::vector<std::string> sweep_kernels;  // empty: every GPU kernel
   int replays = 10;
 };
 
@@ -220,7 +221,8 @@ std::string dispatch_name(std::int64_t n, std::int64_t k, std::int64_t m) {
 // Times one (layer, M): our linear (full and GEMM only) and the two anchors.
 json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m,
                   bench::Anchors& anchors, const Ceilings& ceil, double tri_mx, int replays,
-                  bool all_configs, cudaStream_t stream) {
+                  bool all_configs, const std::vector<std::string>& sweep_kernels,
+                  cudaStream_t stream) {
   const std::int64_t n = w.n, k = w.k, mp = bench::pad16(m);
   DeviceMemory x(static_cast<std::size_t>(mp * k) * 2), xq(static_cast<std::size_t>(mp * k)),
       xs(static_cast<std::size_t>(mp * k / 32)), out(static_cast<std::size_t>(mp * n) * 2),
@@ -305,7 +307,9 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     layer.k = k;
     for (const auto& kernel : Registry::global().kernels()) {
       if (!kernel->is_supported(device).ok() || !kernel->can_implement(layer).ok() ||
-          kernel->name() == "reference" || !kernel->worth_sweeping(m)) {
+          kernel->name() == "reference" || !kernel->worth_sweeping(m) ||
+          (!sweep_kernels.empty() && std::find(sweep_kernels.begin(), sweep_kernels.end(),
+                                               kernel->name()) == sweep_kernels.end())) {
         continue;
       }
       for (const std::string& config : kernel->configs()) {
@@ -461,7 +465,7 @@ int run_bench(const BenchOptions& o) {
         const auto it = tri_mx.find({n, k, m});
         json row =
             bench_figure(names[{n, k}], w, m, anchors, ceil, it == tri_mx.end() ? NAN : it->second,
-                         o.replays, o.all_configs, stream);
+                         o.replays, o.all_configs, o.sweep_kernels, stream);
         const double g = bench::value_or_nan(row, "gemm_us");
         fmt::print(
             "{:<28} {:>10} {:>5} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>8.1f} {:>7.2f} {:>7.2f} "
@@ -558,6 +562,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--m", o->ms, "token counts")->delimiter(',');
   cmd->add_flag("--step", o->step, "also time the decode-step replay of every layer instance");
   cmd->add_option("--step-m", o->step_ms, "token counts for --step")->delimiter(',');
+  cmd->add_option("--sweep-kernels", o->sweep_kernels,
+                  "with --all-configs: only these kernels' configs (e.g. decode)")
+      ->delimiter(',');
   cmd->add_flag("--all-configs", o->all_configs,
                 "also time every config of every GPU kernel per figure (the tuner's sweep)");
   cmd->add_flag("--ceilings", o->ceilings_only, "only measure read bandwidth and bf16/FP8 peaks");
