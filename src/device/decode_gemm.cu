@@ -1,11 +1,10 @@
-#include <cudaTypedefs.h>
-
 #include <array>
 #include <atomic>
 #include <mutex>
 
 #include "device/decode_gemm.cuh"
 #include "device/decode_gemm.hpp"
+#include "device/tma_map.hpp"
 
 namespace mxlinear::device {
 namespace {
@@ -25,37 +24,6 @@ constexpr std::array<DecodeInstanceInfo, 3> kInstances = {info<Tile8>(), info<Ti
 
 constexpr int kMaxSmemBytes = kDecodeMaxSmemBytes;
 
-// cuTensorMapEncodeTiled through the runtime, so the library needs no -lcuda.
-PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                         &status) != cudaSuccess ||
-        status != cudaDriverEntryPointSuccess) {
-      f = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// A [rows, k] e4m3 matrix with row stride ld bytes, read in boxes of box_rows x 128 bytes with
-// the 128-byte swizzle; rows past the end read as zeros.
-bool encode_rows(CUtensorMap* map, const std::uint8_t* base, int rows, int k, std::int64_t ld,
-                 int box_rows) {
-  const auto encode = encode_function();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
-  const cuuint32_t box[2] = {128, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<std::uint8_t*>(base), dims,
-                strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 template <class Tile>
 cudaError_t launch(const GemmParams& p, int splits, cudaStream_t stream) {
   // The opt-in above 48 KiB of shared memory is per device; remember which devices have it.
@@ -72,8 +40,8 @@ cudaError_t launch(const GemmParams& p, int splits, cudaStream_t stream) {
     configured.fetch_or(bit, std::memory_order_acq_rel);
   }
   CUtensorMap w_map{}, a_map{};
-  if (!encode_rows(&w_map, p.w, p.n, p.k, p.ld_w, Tile::kRows) ||
-      !encode_rows(&a_map, p.a, p.m, p.k, p.ld_a, Tile::kTokens)) {
+  if (!encode_tma_2d(&w_map, TmaElement::kU8, p.w, p.n, p.k, p.ld_w, Tile::kBK, Tile::kRows) ||
+      !encode_tma_2d(&a_map, TmaElement::kU8, p.a, p.m, p.k, p.ld_a, Tile::kBK, Tile::kTokens)) {
     return cudaErrorInvalidValue;
   }
   const dim3 grid((p.n + Tile::kRows - 1) / Tile::kRows, static_cast<unsigned>(splits),
@@ -114,7 +82,7 @@ std::string_view decode_gemm_unsupported(const GemmParams& p) {
   if (!aligned(p.a_scales, p.ld_a_scales, p.m, 4) || !aligned(p.w_scales, p.ld_w_scales, p.n, 4)) {
     return "scale rows must be 4-byte aligned";
   }
-  if (encode_function() == nullptr) return "the driver has no cuTensorMapEncodeTiled";
+  if (!tma_available()) return "the driver has no cuTensorMapEncodeTiled";
   return {};
 }
 

@@ -25,6 +25,7 @@
 #include "device/epilogue.cuh"
 #include "device/gemm_params.hpp"
 #include "device/hopper_ptx.cuh"
+#include "device/mx_convert.cuh"
 #include "device/ptx.cuh"
 #include "device/wgmma_f16.cuh"
 #include "mxlinear/format.hpp"
@@ -76,12 +77,7 @@ struct DecodeTile {
 
 namespace decode_detail {
 
-// 2^(b - 127) exactly for a scale byte b; b = 0 is the subnormal 2^-127, b = 255 NaN. Without
-// branches: for b = 0 and 255 the bit below the exponent makes 2^-127 and the quiet NaN.
-__device__ __forceinline__ float scale_from_byte(std::uint32_t b) {
-  const std::uint32_t special = ((b - 1u) & 0xFFu) >= 254u ? 1u : 0u;
-  return __uint_as_float((b << 23) | (special << 22));
-}
+using mx::scale_from_byte;
 
 // The producer thread: fills the ring for this CTA's chunk range [c_begin, c_begin + chunks).
 // The weight tiles of the first stages were requested before the wait on the previous kernel.

@@ -1,0 +1,41 @@
+#include "device/activation_bf16.hpp"
+#include "device/hopper_ptx.cuh"
+#include "device/mx_convert.cuh"
+
+namespace mxlinear::device {
+namespace {
+
+constexpr int kThreads = 256;
+
+// One thread per 8 bytes of a block: bytes 8t..8t+7 of block b become bf16 pairs at logical
+// positions 2t, 8+2t (bytes 0-3) and 16+2t, 24+2t (bytes 4-7) of the block.
+__global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const ActivationBf16Params p) {
+  // The prefill GEMM launched next (a programmatic dependent) may start its prologue now.
+  hopper::allow_dependent_launch();
+  const std::int64_t groups_per_row = p.k / 8;
+  const std::int64_t id = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (id >= groups_per_row * p.m) return;
+  const std::int64_t row = id / groups_per_row;
+  const int group = static_cast<int>(id % groups_per_row);
+  const int block = group / 4, t = group % 4;
+  const uint2 bytes = *reinterpret_cast<const uint2*>(p.q + row * p.ld_q + 8 * group);
+  const float scale = mx::scale_from_byte(p.scales[row * p.ld_scales + block]);
+  std::uint32_t out[4];
+  mx::e4m3x4_scaled_to_bf16x2x2(bytes.x, scale, out[0], out[1]);
+  mx::e4m3x4_scaled_to_bf16x2x2(bytes.y, scale, out[2], out[3]);
+  auto* dst = static_cast<std::uint16_t*>(p.out) + row * p.ld_out + 32 * block + 2 * t;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) *reinterpret_cast<std::uint32_t*>(dst + 8 * i) = out[i];
+}
+
+}  // namespace
+
+cudaError_t launch_activation_bf16(const ActivationBf16Params& p, cudaStream_t stream) {
+  const std::int64_t threads = static_cast<std::int64_t>(p.m) * (p.k / 8);
+  if (threads == 0) return cudaSuccess;
+  const auto blocks = static_cast<unsigned>((threads + kThreads - 1) / kThreads);
+  activation_bf16_kernel<<<blocks, kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace mxlinear::device

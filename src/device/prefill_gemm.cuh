@@ -1,0 +1,211 @@
+// The Hopper prefill GEMM (M >= 256): the MX scales folded into bf16 operands, then a plain bf16
+// wgmma main loop with fp32 accumulation over all of K (no per-block promotion).
+//
+// Design (docs/plans/prefill-kernel.md):
+// - Swap A and B: weight rows on wgmma's M side, two consumer warpgroups of 64 rows each; tokens
+//   on the N side (128 per CTA).
+// - Weights stay e4m3 in memory (half of bf16's bytes). Each consumer thread loads its fragment
+//   bytes from the TMA tile (one 8-byte load per row and MX block), and widens them exactly to
+//   bf16 times the block's scale into wgmma's register A operand.
+// - Activations come dequantized to bf16 by a pre-pass (activation_bf16.cu), with K permuted
+//   inside every block to match the fragments; TMA loads them straight into the layout wgmma's
+//   B descriptor reads.
+// - e4m3 * 2^(s-127) is exact in bf16 down to bf16's subnormal range: a dequantized operand
+//   below 2^-126 is rounded to the 2^-133 grid (the flush bound MXFP8.md allows; tested).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "device/epilogue.cuh"
+#include "device/gemm_params.hpp"
+#include "device/hopper_ptx.cuh"
+#include "device/mx_convert.cuh"
+#include "device/ptx.cuh"
+#include "device/wgmma_f16.cuh"
+#include "mxlinear/format.hpp"
+
+namespace mxlinear::device {
+
+template <int kStages_>
+struct PrefillTile {
+  static constexpr int kStages = kStages_;
+  static constexpr int kConsumerGroups = 2;
+  static constexpr int kRows = 64 * kConsumerGroups;  // weight rows per CTA
+  static constexpr int kTokens = 128;                 // wgmma N
+  static constexpr int kBK = 128;  // K per stage: 128 e4m3 bytes per weight row, 4 MX blocks
+  static constexpr int kThreads = 128 * kConsumerGroups + 32;  // + the producer warp
+  static constexpr int kWTileBytes = kRows * kBK;              // e4m3, one 128-byte atom wide
+  static constexpr int kAAtomBytes = kTokens * 128;            // 64 bf16 of K per token row
+  static constexpr int kATileBytes = 2 * kAAtomBytes;          // 128 bf16 of K
+  static constexpr int kWTileOffset = 0;
+  static constexpr int kATileOffset = kWTileOffset + kStages * kWTileBytes;
+  static constexpr int kBarrierOffset = kATileOffset + kStages * kATileBytes;
+  static constexpr int kScaleOffset = kBarrierOffset + 2 * kStages * 8;
+  static constexpr int kFixedSmemBytes = kScaleOffset + 1024;  // + alignment slack
+  static constexpr std::uint32_t kTxBytes = kWTileBytes + kATileBytes;
+  static constexpr int kAccRegs = kTokens / 2;
+
+  // Shared memory with the weight scale bytes of all of K ([row][K/32]).
+  static constexpr int smem_bytes(int k) { return kFixedSmemBytes + kRows * (k / kBlockSize); }
+
+  static_assert(kWTileBytes % 1024 == 0 && kAAtomBytes % 1024 == 0, "swizzle atoms");
+  static_assert(kStages >= 2, "a ring needs two stages");
+};
+
+namespace prefill_detail {
+
+// Byte offset of byte `col` of row `row` in a TMA tile of 128-byte rows (128-byte swizzle).
+__device__ __forceinline__ int swizzled(int row, int col) {
+  return row * 128 + (((col >> 4) ^ (row & 7)) << 4) + (col & 15);
+}
+
+template <class Tile>
+__device__ __forceinline__ void produce(const CUtensorMap* w_map, const CUtensorMap* a_map,
+                                        std::uint32_t smem, std::uint32_t full, std::uint32_t empty,
+                                        int chunks, int n0, int t0) {
+  auto weights = [&](int c) {
+    const int s = c % Tile::kStages;
+    hopper::mbarrier_arrive_expect_tx(full + 8 * s, Tile::kTxBytes);
+    hopper::tma_load_2d(smem + Tile::kWTileOffset + s * Tile::kWTileBytes, w_map, c * Tile::kBK, n0,
+                        full + 8 * s);
+  };
+  auto activations = [&](int c) {
+    const int s = c % Tile::kStages;
+    const std::uint32_t dst = smem + Tile::kATileOffset + s * Tile::kATileBytes;
+    hopper::tma_load_2d(dst, a_map, c * Tile::kBK, t0, full + 8 * s);
+    hopper::tma_load_2d(dst + Tile::kAAtomBytes, a_map, c * Tile::kBK + 64, t0, full + 8 * s);
+  };
+  const int prologue = chunks < Tile::kStages ? chunks : Tile::kStages;
+  for (int c = 0; c < prologue; ++c) weights(c);  // static weights: before the wait
+  hopper::wait_prerequisite_grids();
+  for (int c = 0; c < prologue; ++c) activations(c);
+  for (int c = prologue; c < chunks; ++c) {
+    hopper::mbarrier_wait(empty + 8 * (c % Tile::kStages), (c / Tile::kStages - 1) & 1);
+    weights(c);
+    activations(c);
+  }
+}
+
+// One consumer warpgroup: rows 64g..64g+63 of the CTA's weight tile times all 128 tokens,
+// accumulated over all of K.
+template <class Tile>
+__device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint32_t smem,
+                                        const std::uint8_t* smem_ptr, std::uint32_t full,
+                                        std::uint32_t empty, int chunks, int group) {
+  using Mma = hopper::WgmmaBF16RS<Tile::kTokens>;
+  const int tid = static_cast<int>(threadIdx.x) % 128;
+  const int warp = tid >> 5, lane = tid & 31, t = lane & 3;
+  const int row0 = 64 * group + 16 * warp + (lane >> 2);  // and row0 + 8
+  const std::uint8_t* scale_bytes = smem_ptr + Tile::kScaleOffset;
+  const int blocks_per_row = chunks * Tile::kBK / kBlockSize;
+  int fragment_offsets[4];
+#pragma unroll
+  for (int block = 0; block < 4; ++block) {
+    fragment_offsets[block] = swizzled(row0, 32 * block + 8 * t);
+  }
+  const std::uint64_t a_descriptor = hopper::kmajor_sw128_descriptor(smem + Tile::kATileOffset);
+  for (int c = 0; c < chunks; ++c) {
+    const int s = c % Tile::kStages;
+    hopper::mbarrier_wait(full + 8 * s, (c / Tile::kStages) & 1);
+    const std::uint8_t* w_tile = smem_ptr + Tile::kWTileOffset + s * Tile::kWTileBytes;
+    // Fragments of all four blocks first: wgmma reads its register operand asynchronously, so
+    // each block keeps its own registers until the wait.
+    std::uint32_t a[4][2][4];
+#pragma unroll
+    for (int block = 0; block < 4; ++block) {
+      const int b = 4 * c + block;
+      const float s0 = mx::scale_from_byte(scale_bytes[row0 * blocks_per_row + b]);
+      const float s8 = mx::scale_from_byte(scale_bytes[(row0 + 8) * blocks_per_row + b]);
+      const uint2 r0 = *reinterpret_cast<const uint2*>(w_tile + fragment_offsets[block]);
+      const uint2 r8 = *reinterpret_cast<const uint2*>(w_tile + fragment_offsets[block] + 1024);
+      mx::e4m3x4_scaled_to_bf16x2x2(r0.x, s0, a[block][0][0], a[block][0][2]);
+      mx::e4m3x4_scaled_to_bf16x2x2(r8.x, s8, a[block][0][1], a[block][0][3]);
+      mx::e4m3x4_scaled_to_bf16x2x2(r0.y, s0, a[block][1][0], a[block][1][2]);
+      mx::e4m3x4_scaled_to_bf16x2x2(r8.y, s8, a[block][1][1], a[block][1][3]);
+    }
+    hopper::pin(acc);
+    hopper::wgmma_fence();
+#pragma unroll
+    for (int k16 = 0; k16 < 8; ++k16) {
+      // B: atom k16 / 4 of stage s, 32 bytes (16 bf16) per k16 step within the atom.
+      const int offset = s * Tile::kATileBytes + (k16 >> 2) * Tile::kAAtomBytes + (k16 & 3) * 32;
+      Mma::run(acc, a[k16 >> 1][k16 & 1], a_descriptor + (offset >> 4), c > 0 || k16 > 0);
+    }
+    hopper::wgmma_commit();
+    hopper::wgmma_wait<0>();
+    hopper::pin(acc);
+    __syncwarp();
+    if (lane == 0) hopper::mbarrier_arrive(empty + 8 * s);  // the stage's tiles are read
+  }
+}
+
+}  // namespace prefill_detail
+
+// Grid: x = 128-row weight tiles, y = 128-token tiles. K % 128 == 0.
+template <class Tile>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    prefill_gemm_kernel(const __grid_constant__ CUtensorMap w_map,
+                        const __grid_constant__ CUtensorMap a_map, const GemmParams p) {
+  using namespace prefill_detail;
+  extern __shared__ std::uint8_t smem_raw[];
+  const std::uint32_t raw = ptx::smem_address(smem_raw);
+  const std::uint32_t smem = (raw + 1023u) & ~1023u;
+  std::uint8_t* const smem_ptr = smem_raw + (smem - raw);
+  const std::uint32_t full = smem + Tile::kBarrierOffset;
+  const std::uint32_t empty = full + 8 * Tile::kStages;
+  const int n0 = static_cast<int>(blockIdx.x) * Tile::kRows;
+  const int t0 = static_cast<int>(blockIdx.y) * Tile::kTokens;
+  const int chunks = p.k / Tile::kBK;
+  const int blocks_per_row = p.k / kBlockSize;
+  const int tid = static_cast<int>(threadIdx.x);
+
+  if (tid == 0) {
+    for (int s = 0; s < Tile::kStages; ++s) {
+      hopper::mbarrier_init(full + 8 * s, 1);                           // expect_tx arrival
+      hopper::mbarrier_init(empty + 8 * s, 4 * Tile::kConsumerGroups);  // one per consumer warp
+    }
+    hopper::fence_mbarrier_init();
+  }
+  // The weight scale bytes of the CTA's rows (static: no need to wait for the previous kernel);
+  // rows past N get byte 0, a finite scale for the zero rows TMA fills in.
+  std::uint8_t* scale_bytes = smem_ptr + Tile::kScaleOffset;
+  for (int e = tid; e < Tile::kRows * blocks_per_row; e += Tile::kThreads) {
+    const int row = e / blocks_per_row, b = e % blocks_per_row;
+    scale_bytes[e] = n0 + row < p.n
+                         ? p.w_scales[static_cast<std::int64_t>(n0 + row) * p.ld_w_scales + b]
+                         : std::uint8_t{0};
+  }
+  __syncthreads();
+  hopper::allow_dependent_launch();
+
+  float acc[Tile::kAccRegs];
+#pragma unroll
+  for (int i = 0; i < Tile::kAccRegs; ++i) acc[i] = 0.0f;
+  const int warpgroup = __shfl_sync(0xFFFFFFFFu, tid / 128, 0);
+  if (warpgroup == Tile::kConsumerGroups) {
+    if (tid == 128 * Tile::kConsumerGroups) {
+      hopper::prefetch_tensor_map(&w_map);
+      hopper::prefetch_tensor_map(&a_map);
+      produce<Tile>(&w_map, &a_map, smem, full, empty, chunks, n0, t0);
+    }
+    return;
+  }
+  consume<Tile>(acc, smem, smem_ptr, full, empty, chunks, warpgroup);
+  // The output may still be read by the kernel before us.
+  hopper::wait_prerequisite_grids();
+  const int warp = (tid % 128) >> 5, lane = tid & 31;
+#pragma unroll
+  for (int i = 0; i < Tile::kAccRegs; ++i) {
+    // Accumulator layout: row 16w + l/4 + 8 * ((i >> 1) & 1), token 8 * (i >> 2) + 2t + (i & 1).
+    const int n = n0 + 64 * warpgroup + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1);
+    const int m = t0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+    if (n < p.n && m < p.m) {
+      const float v = p.bias_type != BiasType::kNone ? acc[i] + epilogue::load_bias(p, n) : acc[i];
+      epilogue::store_one(p, m, n, v);
+    }
+  }
+}
+
+}  // namespace mxlinear::device

@@ -1,0 +1,21 @@
+// Host-side TMA descriptors (cuTensorMapEncodeTiled through the runtime, so no -lcuda).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace mxlinear::device {
+
+enum class TmaElement : std::uint8_t { kU8, kBF16 };
+
+// Whether the driver offers cuTensorMapEncodeTiled.
+bool tma_available();
+
+// A row-major [rows, cols] matrix (cols in elements, ld in bytes) read in boxes of box_rows x
+// box_cols elements with the 128-byte swizzle (box_cols * element size must be 128 bytes at
+// most); rows and columns past the end read as zeros. False if the driver refuses it.
+bool encode_tma_2d(CUtensorMap* map, TmaElement element, const void* base, int rows, int cols,
+                   std::int64_t ld_bytes, int box_cols, int box_rows);
+
+}  // namespace mxlinear::device

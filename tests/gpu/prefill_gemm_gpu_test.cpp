@@ -1,0 +1,226 @@
+// The Hopper prefill GEMM and its bf16 activation pre-pass, every compiled instance, against the
+// fp64 reference (MXFP8.md's checks), including the stated flush bound of bf16 dequantization.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "device/activation_bf16.hpp"
+#include "device/prefill_gemm.hpp"
+#include "gpu/gemm_checks.hpp"
+#include "gpu/gpu_support.hpp"
+#include "mxlinear/format.hpp"
+#include "support/random.hpp"
+
+namespace mxlinear::test {
+namespace {
+
+// Runs the pre-pass into a bf16 buffer; returns it (row stride k elements).
+DeviceBuffer activation_bf16(const DeviceMx& a) {
+  DeviceBuffer out(static_cast<std::size_t>(a.rows * a.k) * 2);
+  out.poison();
+  device::ActivationBf16Params p;
+  p.q = a.data.bytes();
+  p.scales = a.scales.bytes();
+  p.ld_q = a.k;
+  p.ld_scales = a.k / kBlockSize;
+  p.out = out.get();
+  p.ld_out = a.k;
+  p.m = static_cast<int>(a.rows);
+  p.k = static_cast<int>(a.k);
+  EXPECT_EQ(device::launch_activation_bf16(p, nullptr), cudaSuccess);
+  return out;
+}
+
+std::vector<std::uint8_t> run_instance(int instance, const MxOperand& a, const MxOperand& w,
+                                       DType out_dtype, const DeviceBuffer* bias,
+                                       device::BiasType bias_type) {
+  DeviceMx da = upload(a);
+  DeviceMx dw = upload(w);
+  const DeviceBuffer a16 = activation_bf16(da);
+  DeviceBuffer out(static_cast<std::size_t>(a.rows * w.rows) * element_size(out_dtype));
+  out.poison();
+  device::GemmParams p = gemm_params(da, dw, out, out_dtype);
+  if (bias) {
+    p.bias = bias->get();
+    p.bias_type = bias_type;
+  }
+  EXPECT_TRUE(device::prefill_gemm_unsupported(p).empty());
+  EXPECT_EQ(device::launch_prefill_gemm(p, a16.get(), a.k, instance, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return out.download<std::uint8_t>(out.size());
+}
+
+// bf16 round-to-nearest-even of x, subnormals included (steps of 2^-133 below 2^-126).
+double round_bf16(double x) {
+  if (x == 0 || !std::isfinite(x)) return x;
+  const int e = std::ilogb(x);
+  const int quantum = std::max(e - 7, -133);
+  return std::nearbyint(std::ldexp(x, -quantum)) * std::ldexp(1.0, quantum);
+}
+
+struct Case {
+  std::int64_t m, n, k;
+};
+
+// Tails on purpose: M and N not multiples of 128 (or of 8), more than one tile of each.
+const Case kShapes[] = {{1, 1, 128}, {7, 33, 256}, {300, 257, 512}, {130, 129, 1024}};
+
+class PrefillGemmInstance : public ::testing::TestWithParam<int> {
+ protected:
+  GemmRunner runner() const {
+    return [instance = GetParam()](const MxOperand& a, const MxOperand& w, DType out_dtype,
+                                   const DeviceBuffer* bias, device::BiasType bias_type) {
+      return run_instance(instance, a, w, out_dtype, bias, bias_type);
+    };
+  }
+};
+
+TEST(ActivationBf16, EqualsTheDequantizedValuesAtTheirPermutedPositions) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  MxOperand a = random_operand(37, 256, rng);
+  a.scales[5] = 0xFF;  // row 0, block 5: NaN scale
+  a.data[3 * 256 + 17] = 0x7F;
+  const DeviceMx da = upload(a);
+  const auto got = activation_bf16(da).download<std::uint16_t>(static_cast<std::size_t>(37 * 256));
+  for (std::int64_t m = 0; m < a.rows; ++m) {
+    for (std::int64_t k = 0; k < a.k; ++k) {
+      const float v = e4m3_to_float(a.data[static_cast<std::size_t>(m * a.k + k)]) *
+                      e8m0_to_float(a.scales[static_cast<std::size_t>(m * (a.k / 32) + k / 32)]);
+      const std::int64_t at =
+          m * a.k + 32 * (k / 32) + device::permuted_position(static_cast<int>(k % 32));
+      std::uint32_t bits = std::uint32_t{got[static_cast<std::size_t>(at)]} << 16;
+      float g;
+      std::memcpy(&g, &bits, 4);
+      if (std::isnan(v)) {
+        ASSERT_TRUE(std::isnan(g)) << "row " << m << " k " << k;
+      } else {
+        ASSERT_EQ(g, v) << "row " << m << " k " << k;  // scales 2^-8..2^8: exact in bf16
+      }
+    }
+  }
+}
+
+TEST_P(PrefillGemmInstance, ExactInputsMatchFp64BitForBit) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  for (const Case& c : kShapes) {
+    const MxOperand a = exact_operand(c.m, c.k, rng);
+    const MxOperand w = exact_operand(c.n, c.k, rng);
+    const std::vector<double> ref = reference(a, w, {});
+    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "M=" << c.m << " N=" << c.n << " K=" << c.k << " out=" << to_string(dtype));
+      expect_bit_exact(runner()(a, w, dtype, nullptr, device::BiasType::kNone), ref, c.n, dtype);
+    }
+  }
+}
+
+// The main loop accumulates all of K in the tensor core's fp32 (k16 steps), not MX blocks, so
+// the accumulation slack is that of 2K in tolerance()'s k32 terms.
+TEST_P(PrefillGemmInstance, RandomInputsWithinDerivedTolerance) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  for (const Case& c : kShapes) {
+    const MxOperand a = random_operand(c.m, c.k, rng);
+    const MxOperand w = random_operand(c.n, c.k, rng);
+    const std::vector<double> ref = reference(a, w, {});
+    const std::vector<double> abs_sums = abs_product_sums(a, w);
+    for (DType dtype : {DType::kBF16, DType::kF32}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "M=" << c.m << " N=" << c.n << " K=" << c.k << " out=" << to_string(dtype));
+      expect_within_tolerance(runner()(a, w, dtype, nullptr, device::BiasType::kNone), ref,
+                              abs_sums, 2 * c.k, dtype);
+    }
+  }
+}
+
+// Activations with scale bytes 0..3 dequantize to 2^-136..2^-115: below 2^-126 bf16 rounds them
+// to its subnormal grid. The result must equal the fp64 product with those rounded activations
+// (within the accumulation tolerance), and differ from the exact MX result by at most
+// 2^-134 * sum_k |w[n, k]| (half a subnormal step per activation element).
+TEST_P(PrefillGemmInstance, SubnormalActivationsStayWithinTheFlushBound) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  MxOperand a = random_operand(9, 512, rng);
+  const MxOperand w = random_operand(70, 512, rng);
+  std::uniform_int_distribution<int> tiny(0, 3);
+  for (auto& s : a.scales) s = static_cast<std::uint8_t>(tiny(rng));
+  const std::vector<double> exact = reference(a, w, {});
+  // The same layer with every dequantized activation rounded to bf16.
+  std::vector<double> rounded(exact.size(), 0.0), bound(exact.size(), 0.0), abs_sums(exact.size());
+  for (std::int64_t m = 0; m < a.rows; ++m) {
+    for (std::int64_t n = 0; n < w.rows; ++n) {
+      double sum = 0, abs_sum = 0, w_abs = 0;
+      for (std::int64_t k = 0; k < a.k; ++k) {
+        const double av =
+            static_cast<double>(e4m3_to_float(a.data[static_cast<std::size_t>(m * a.k + k)])) *
+            e8m0_to_float(a.scales[static_cast<std::size_t>(m * 16 + k / 32)]);
+        const double wv =
+            static_cast<double>(e4m3_to_float(w.data[static_cast<std::size_t>(n * w.k + k)])) *
+            e8m0_to_float(w.scales[static_cast<std::size_t>(n * 16 + k / 32)]);
+        sum += round_bf16(av) * wv;
+        abs_sum += std::fabs(round_bf16(av) * wv);
+        w_abs += std::fabs(wv);
+      }
+      const auto i = static_cast<std::size_t>(m * w.rows + n);
+      rounded[i] = sum;
+      abs_sums[i] = abs_sum;
+      bound[i] = std::ldexp(w_abs, -134);
+    }
+  }
+  const auto out = runner()(a, w, DType::kF32, nullptr, device::BiasType::kNone);
+  expect_within_tolerance(out, rounded, abs_sums, 2 * a.k, DType::kF32);
+  for (std::size_t i = 0; i < exact.size(); ++i) {
+    const double tol = tolerance(rounded[i], abs_sums[i], 2 * a.k, DType::kF32);
+    ASSERT_LE(std::fabs(output_value(out, DType::kF32, i) - exact[i]), bound[i] + tol)
+        << "flat index " << i;
+  }
+}
+
+TEST_P(PrefillGemmInstance, NaNScaleOrElementMakesExactlyItsOutputsNaN) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  check_nan_propagates_exactly(runner(), 256, rng);
+}
+
+TEST_P(PrefillGemmInstance, TwoRunsAreBitwiseEqual) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  check_two_runs_equal(runner(), 300, 257, 1024, rng);
+}
+
+TEST_P(PrefillGemmInstance, Bf16AndFp32BiasAreAdded) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  check_bias_is_added(runner(), 256, rng);
+}
+
+// A seed-sized layer (several tiles both ways, K = 6144), run 4 times: bitwise stable, and
+// within tolerance of fp64.
+TEST_P(PrefillGemmInstance, SeedSizedLayerIsStableAcrossRuns) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  const MxOperand a = random_operand(300, 6144, rng);
+  const MxOperand w = random_operand(640, 6144, rng);
+  const auto first = runner()(a, w, DType::kF32, nullptr, device::BiasType::kNone);
+  for (int run = 1; run < 4; ++run) {
+    const auto again = runner()(a, w, DType::kF32, nullptr, device::BiasType::kNone);
+    ASSERT_EQ(std::memcmp(first.data(), again.data(), first.size()), 0) << "run " << run;
+  }
+  expect_within_tolerance(first, reference(a, w, {}), abs_product_sums(a, w), 2 * 6144,
+                          DType::kF32);
+}
+
+std::string instance_name(const ::testing::TestParamInfo<int>& info) {
+  return "st" + std::to_string(
+                    device::prefill_gemm_instances()[static_cast<std::size_t>(info.param)].stages);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryInstance, PrefillGemmInstance,
+    ::testing::Range(0, static_cast<int>(device::prefill_gemm_instances().size())), instance_name);
+
+}  // namespace
+}  // namespace mxlinear::test
