@@ -27,12 +27,13 @@ cat "$OUT/machine.txt"
 t0=$(date +%s)
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 &&
   cmake --build build-device -j "$(nproc)" --target quantize_gpu_test generic_gemm_gpu_test \
-    decode_gemm_gpu_test linear_gpu_test mxlinear_cli >>"$OUT/build.log" 2>&1 ||
+    decode_gemm_gpu_test prefill_gemm_gpu_test linear_gpu_test mxlinear_cli >>"$OUT/build.log" 2>&1 ||
   { echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 rm -f "$OUT/build.log"  # kept only when the build fails: the device returns at most 8 files
 gpu_tests=(build-device/tests/gpu/quantize_gpu_test build-device/tests/gpu/generic_gemm_gpu_test
-           build-device/tests/gpu/decode_gemm_gpu_test build-device/tests/gpu/linear_gpu_test)
+           build-device/tests/gpu/decode_gemm_gpu_test build-device/tests/gpu/prefill_gemm_gpu_test
+           build-device/tests/gpu/linear_gpu_test)
 
 if [[ " $steps " == *" test "* ]]; then
   ctest --test-dir build-device -L gpu --output-on-failure >"$OUT/ctest.log" 2>&1 || status=1
@@ -57,7 +58,7 @@ if [[ " $steps " == *" sanitize "* ]]; then
 fi
 
 if [[ " $steps " == *" sass "* ]]; then
-  for kernel in generic_gemm decode_gemm; do
+  for kernel in generic_gemm decode_gemm prefill_gemm; do
     obj=$(find build-device -name "$kernel.cu.o" | head -1)
     cuobjdump --dump-sass "$obj" >"/tmp/$kernel.sass" 2>&1
     echo "SASS $kernel:"

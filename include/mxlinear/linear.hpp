@@ -16,14 +16,9 @@
 
 namespace mxlinear {
 
-// Scratch memory for the activation quantized inside linear(). An empty workspace (null, 0
-// bytes) makes the call allocate and free one with cudaMallocAsync/cudaFreeAsync on the stream.
-struct Workspace {
-  void* data = nullptr;
-  std::size_t bytes = 0;
-};
-
-// Bytes of workspace linear() needs for an activation of `rows` rows of `k` features.
+// Bytes of workspace linear() needs for an activation of `rows` rows of `k` features, on either
+// entry point and whichever kernel serves the call: the quantized activation plus the largest
+// scratch of a kernel (the prefill kernel's bf16 activation, 2 bytes per element).
 std::size_t linear_workspace_bytes(std::int64_t rows, std::int64_t k);
 
 // out = deq(quantize(x)) * deq(weight)^T (+ bias). x: [..., K] bf16 or fp16 (or fp32); weight:
@@ -32,9 +27,12 @@ std::size_t linear_workspace_bytes(std::int64_t rows, std::int64_t k);
 void linear(const TensorView& x, const MxWeight& weight, const std::optional<TensorView>& bias,
             const TensorView& out, cudaStream_t stream, const Workspace& workspace = {});
 
-// The same layer on an activation a producer already quantized.
+// The same layer on an activation a producer already quantized. Some kernels need scratch (the
+// prefill kernel: a bf16 copy of the activation); an empty workspace makes the call allocate it
+// on the stream when needed, a given one must have linear_workspace_bytes(M, K) bytes.
 void linear(const QuantizedActivation& x, const MxWeight& weight,
-            const std::optional<TensorView>& bias, const TensorView& out, cudaStream_t stream);
+            const std::optional<TensorView>& bias, const TensorView& out, cudaStream_t stream,
+            const Workspace& workspace = {});
 
 // Quantizes x ([..., K] bf16, fp16 or fp32) on the GPU into data/scales, byte-identical to
 // quantize_rows(). data rows must be 16-byte aligned (address and row stride).

@@ -1,6 +1,7 @@
 // The operands of an MXFP8 linear layer, as views over the caller's memory.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 
 #include "mxlinear/tensor.hpp"
@@ -20,6 +21,14 @@ struct QuantizedActivation {
   TensorView data;
   TensorView scales;
   DType original_dtype = DType::kBF16;
+};
+
+// Device scratch memory for one linear() call (the quantized activation, a kernel's scratch). An
+// empty workspace (null, 0 bytes) makes the call allocate and free one with
+// cudaMallocAsync/cudaFreeAsync on the stream.
+struct Workspace {
+  void* data = nullptr;
+  std::size_t bytes = 0;
 };
 
 // The shape of one linear call after validation: x [M, K] times W[N, K]^T.

@@ -60,6 +60,7 @@ struct KernelCall {
   TensorView out;
   LinearShape shape;
   cudaStream_t stream = nullptr;
+  Workspace workspace;  // at least the kernel's workspace_bytes() for this call
 };
 
 class Kernel {
@@ -85,6 +86,12 @@ class Kernel {
   virtual void prepare_weights(const MxWeight& in, const MxWeight& out,
                                cudaStream_t stream) const = 0;
   virtual bool prepared_weights_cacheable() const = 0;
+  // Device scratch a call with this shape and config needs (KernelCall::workspace).
+  virtual std::size_t workspace_bytes(const LinearShape& shape, const std::string& config) const {
+    (void)shape;
+    (void)config;
+    return 0;
+  }
   virtual void run(const KernelCall& call, const std::string& config) const = 0;
 };
 

@@ -128,7 +128,24 @@ void run_selected(std::string_view op, const KernelCall& call) {
                 fmt::format("{} x {} x {}: {}/{} ({})", call.shape.m, layer.n, layer.k,
                             d.kernel->name(), d.config, d.why));
   }
-  d.kernel->run(call, d.config);
+  const std::size_t scratch = d.kernel->workspace_bytes(call.shape, d.config);
+  if (scratch <= call.workspace.bytes) {
+    d.kernel->run(call, d.config);
+    return;
+  }
+  // Only the pre-quantized entry point called without a workspace gets here.
+  KernelCall with_scratch = call;
+  detail::check_cuda(cudaMallocAsync(&with_scratch.workspace.data, scratch, call.stream),
+                     fmt::format("{}: kernel scratch", op));
+  with_scratch.workspace.bytes = scratch;
+  try {
+    d.kernel->run(with_scratch, d.config);
+  } catch (...) {
+    (void)cudaFreeAsync(with_scratch.workspace.data, call.stream);
+    throw;
+  }
+  detail::check_cuda(cudaFreeAsync(with_scratch.workspace.data, call.stream),
+                     fmt::format("{}: kernel scratch free", op));
 }
 
 void launch_quantize(std::string_view op, const TensorView& x, const TensorView& data,
@@ -148,11 +165,39 @@ void launch_quantize(std::string_view op, const TensorView& x, const TensorView&
                      fmt::format("{}: launching activation quantization", op));
 }
 
+// A linear() workspace: [e4m3 activation | its scales | kernel scratch], each 256-byte aligned.
+struct WorkspaceLayout {
+  std::size_t data, scales, scratch;
+};
+
+WorkspaceLayout workspace_layout(std::int64_t rows, std::int64_t k) {
+  const auto elements = static_cast<std::size_t>(rows * k);
+  return {round_up(elements, kWorkspaceAlign), round_up(elements / kBlockSize, kWorkspaceAlign),
+          round_up(elements * 2, kWorkspaceAlign)};
+}
+
+// A caller's workspace must be empty (allocate on demand) or large and aligned enough.
+void check_workspace(std::string_view op, const Workspace& workspace, const LinearShape& shape) {
+  if (workspace.data == nullptr && workspace.bytes == 0) return;
+  const std::size_t needed = linear_workspace_bytes(shape.m, shape.k);
+  if (workspace.data == nullptr || workspace.bytes < needed) {
+    detail::fail(ErrorCode::kInvalidArgument, op, "workspace",
+                 fmt::format("has {} bytes at {}; expected at least {} bytes for M = {}, "
+                             "K = {} (linear_workspace_bytes)",
+                             workspace.bytes, workspace.data, needed, shape.m, shape.k));
+  }
+  if (reinterpret_cast<std::uintptr_t>(workspace.data) % kWorkspaceAlign != 0) {
+    detail::fail(ErrorCode::kInvalidArgument, op, "workspace",
+                 fmt::format("has address {}; expected a multiple of {} bytes", workspace.data,
+                             kWorkspaceAlign));
+  }
+}
+
 }  // namespace
 
 std::size_t linear_workspace_bytes(std::int64_t rows, std::int64_t k) {
-  const auto data = static_cast<std::size_t>(rows * k);
-  return round_up(data, kWorkspaceAlign) + round_up(data / kBlockSize, kWorkspaceAlign);
+  const WorkspaceLayout l = workspace_layout(rows, k);
+  return l.data + l.scales + l.scratch;
 }
 
 void linear(const TensorView& x, const MxWeight& weight, const std::optional<TensorView>& bias,
@@ -161,33 +206,22 @@ void linear(const TensorView& x, const MxWeight& weight, const std::optional<Ten
   const LinearShape shape =
       detail::check_linear(kOp, x, nullptr, weight, bias, out, Location::kDevice);
   if (shape.m == 0) return;
+  check_workspace(kOp, workspace, shape);
   const std::size_t needed = linear_workspace_bytes(shape.m, shape.k);
   const bool allocate = workspace.data == nullptr && workspace.bytes == 0;
-  if (!allocate) {
-    if (workspace.data == nullptr || workspace.bytes < needed) {
-      detail::fail(ErrorCode::kInvalidArgument, kOp, "workspace",
-                   fmt::format("has {} bytes at {}; expected at least {} bytes for M = {}, "
-                               "K = {} (linear_workspace_bytes)",
-                               workspace.bytes, workspace.data, needed, shape.m, shape.k));
-    }
-    if (reinterpret_cast<std::uintptr_t>(workspace.data) % kWorkspaceAlign != 0) {
-      detail::fail(ErrorCode::kInvalidArgument, kOp, "workspace",
-                   fmt::format("has address {}; expected a multiple of {} bytes", workspace.data,
-                               kWorkspaceAlign));
-    }
-  }
   void* buffer = workspace.data;
   if (allocate) detail::check_cuda(cudaMallocAsync(&buffer, needed, stream), "linear: workspace");
   auto* bytes = static_cast<std::uint8_t*>(buffer);
+  const WorkspaceLayout layout = workspace_layout(shape.m, shape.k);
   const TensorView q =
       TensorView::contiguous(bytes, {shape.m, shape.k}, DType::kE4M3, Location::kDevice);
-  const TensorView s = TensorView::contiguous(
-      bytes + round_up(static_cast<std::size_t>(shape.m * shape.k), kWorkspaceAlign),
-      {shape.m, shape.k / kBlockSize}, DType::kE8M0, Location::kDevice);
+  const TensorView s = TensorView::contiguous(bytes + layout.data, {shape.m, shape.k / kBlockSize},
+                                              DType::kE8M0, Location::kDevice);
+  const Workspace scratch{bytes + layout.data + layout.scales, layout.scratch};
   try {
     launch_quantize(kOp, x, q, s, ScaleRule::kRceil, stream);
-    run_selected(kOp,
-                 KernelCall{QuantizedActivation{q, s, x.dtype}, weight, bias, out, shape, stream});
+    run_selected(kOp, KernelCall{QuantizedActivation{q, s, x.dtype}, weight, bias, out, shape,
+                                 stream, scratch});
   } catch (...) {
     if (allocate) (void)cudaFreeAsync(buffer, stream);
     throw;
@@ -196,12 +230,14 @@ void linear(const TensorView& x, const MxWeight& weight, const std::optional<Ten
 }
 
 void linear(const QuantizedActivation& x, const MxWeight& weight,
-            const std::optional<TensorView>& bias, const TensorView& out, cudaStream_t stream) {
+            const std::optional<TensorView>& bias, const TensorView& out, cudaStream_t stream,
+            const Workspace& workspace) {
   constexpr std::string_view kOp = "linear";
   const LinearShape shape =
       detail::check_linear(kOp, x.data, &x.scales, weight, bias, out, Location::kDevice);
+  check_workspace(kOp, workspace, shape);
   if (shape.m == 0) return;
-  run_selected(kOp, KernelCall{x, weight, bias, out, shape, stream});
+  run_selected(kOp, KernelCall{x, weight, bias, out, shape, stream, workspace});
 }
 
 void quantize(const TensorView& x, const TensorView& data, const TensorView& scales,

@@ -10,6 +10,7 @@
 #include "gpu/gemm_checks.hpp"
 #include "gpu/gpu_support.hpp"
 #include "mxlinear/format.hpp"
+#include "mxlinear/registry.hpp"
 #include "support/random.hpp"
 
 namespace mxlinear::test {
@@ -211,6 +212,37 @@ TEST_P(PrefillGemmInstance, SeedSizedLayerIsStableAcrossRuns) {
   }
   expect_within_tolerance(first, reference(a, w, {}), abs_product_sums(a, w), 2 * 6144,
                           DType::kF32);
+}
+
+// The registry entry runs the pre-pass into the call's scratch, then the GEMM, for every config.
+TEST(PrefillRegistryEntry, RunsThePrePassAndTheGemmInTheCallsScratch) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  const auto kernels = builtin_kernels();
+  const auto it = std::find_if(kernels.begin(), kernels.end(),
+                               [](const auto& k) { return k->name() == "prefill"; });
+  ASSERT_NE(it, kernels.end());
+  const MxOperand a = random_operand(260, 768, rng);
+  const MxOperand w = random_operand(200, 768, rng);
+  const DeviceMx da = upload(a);
+  const DeviceMx dw = upload(w);
+  DeviceBuffer out(static_cast<std::size_t>(260 * 200) * 4);
+  DeviceBuffer scratch(linear_workspace_bytes(260, 768));
+  for (const std::string& config : (*it)->configs()) {
+    out.poison();
+    KernelCall call{QuantizedActivation{da.data_view(), da.scales_view(), DType::kBF16},
+                    MxWeight{dw.data_view(), dw.scales_view()},
+                    std::nullopt,
+                    TensorView::contiguous(out.get(), {260, 200}, DType::kF32, Location::kDevice),
+                    LinearShape{260, 200, 768},
+                    nullptr,
+                    Workspace{scratch.get(), scratch.size()}};
+    (*it)->run(call, config);
+    MXL_CUDA_OK(cudaDeviceSynchronize());
+    SCOPED_TRACE(config);
+    expect_within_tolerance(out.download<std::uint8_t>(out.size()), reference(a, w, {}),
+                            abs_product_sums(a, w), 2 * 768, DType::kF32);
+  }
 }
 
 std::string instance_name(const ::testing::TestParamInfo<int>& info) {

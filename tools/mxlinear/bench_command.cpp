@@ -314,7 +314,8 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
       }
       for (const std::string& config : kernel->configs()) {
         const auto call = [&](int i) {
-          kernel->run(KernelCall{xa, w.view(i), std::nullopt, ov, LinearShape{m, n, k}, stream},
+          kernel->run(KernelCall{xa, w.view(i), std::nullopt, ov, LinearShape{m, n, k}, stream,
+                                 Workspace{ws.ptr, linear_workspace_bytes(m, k)}},
                       config);
         };
         try {

@@ -1,5 +1,6 @@
 // The kernels every device list ends with: the generic GPU kernel and the CPU reference.
-// The Hopper decode kernel, which goes ahead of them, lives in decode_kernel.cpp.
+// The Hopper decode and prefill kernels, which go ahead of them, live in decode_kernel.cpp and
+// prefill_kernel.cpp.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "host/cuda_check.hpp"
 #include "host/registry/decode_kernel.hpp"
 #include "host/registry/kernel_params.hpp"
+#include "host/registry/prefill_kernel.hpp"
 #include "host/validate.hpp"
 #include "mxlinear/reference.hpp"
 #include "mxlinear/registry.hpp"
@@ -140,7 +142,7 @@ class ReferenceKernel final : public Kernel {
 }  // namespace
 
 std::vector<std::shared_ptr<const Kernel>> builtin_kernels() {
-  return {make_decode_kernel(), std::make_shared<GenericKernel>(),
+  return {make_decode_kernel(), make_prefill_kernel(), std::make_shared<GenericKernel>(),
           std::make_shared<ReferenceKernel>()};
 }
 

@@ -1,13 +1,16 @@
-// The decode kernel's registry entry on the host: its config names, what it claims, and the
-// clear errors for configs a call cannot take (all raised before anything touches a GPU).
+// The Hopper kernels' registry entries (decode, prefill) on the host: their config names, what
+// they claim, and the clear errors for calls they cannot take (all raised before anything
+// touches a GPU).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "mxlinear/error.hpp"
+#include "mxlinear/linear.hpp"
 #include "mxlinear/registry.hpp"
 
 namespace mxlinear::test {
@@ -15,12 +18,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const Kernel& decode_kernel() {
+const Kernel& builtin(std::string_view name) {
   static const auto kernels = builtin_kernels();
   const auto it = std::find_if(kernels.begin(), kernels.end(),
-                               [](const auto& k) { return k->name() == "decode"; });
+                               [&](const auto& k) { return k->name() == name; });
   return **it;
 }
+const Kernel& decode_kernel() { return builtin("decode"); }
+const Kernel& prefill_kernel() { return builtin("prefill"); }
 
 // A call over host buffers: the checks under test fail before any pointer is used.
 struct FakeCall {
@@ -43,9 +48,10 @@ struct FakeCall {
   }
 };
 
-Error error_of(const std::string& config, const FakeCall& f) {
+Error error_of(const std::string& config, const FakeCall& f,
+               const Kernel& kernel = decode_kernel()) {
   try {
-    decode_kernel().run(f.call, config);
+    kernel.run(f.call, config);
   } catch (const Error& e) {
     return e;
   }
@@ -111,6 +117,44 @@ TEST(DecodeKernel, KRangeBeyondSharedMemoryIsUnsupported) {
   const Error e = error_of(split1, f);
   EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
   EXPECT_THAT(e.what(), HasSubstr("shared memory"));
+}
+
+TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
+  const Kernel& k = prefill_kernel();
+  EXPECT_TRUE(k.needs_tuned_rows());
+  EXPECT_FALSE(k.worth_sweeping(128));
+  EXPECT_TRUE(k.worth_sweeping(512));
+  const std::vector<std::string> configs = k.configs();
+  EXPECT_THAT(configs, ::testing::Contains(k.default_config(8192)));
+  LayerDescription layer;
+  layer.n = 6144;
+  layer.k = 6144;
+  EXPECT_TRUE(k.can_implement(layer).ok());
+  layer.k = 6144 + 32;
+  EXPECT_THAT(k.can_implement(layer).reason, HasSubstr("K % 128"));
+  layer.k = 1 << 20;  // its weight scales would not fit in shared memory
+  EXPECT_THAT(k.can_implement(layer).reason, HasSubstr("shared memory"));
+  // Scratch: the bf16 activation, 256-byte aligned; linear_workspace_bytes covers it.
+  EXPECT_EQ(k.workspace_bytes(LinearShape{8192, 2560, 6144}, configs.front()),
+            std::size_t{8192} * 6144 * 2);
+  EXPECT_EQ(k.workspace_bytes(LinearShape{1, 64, 128}, configs.front()), 256u);
+  for (const auto& [m, kk] :
+       {std::pair<std::int64_t, std::int64_t>{1, 128}, {300, 768}, {8192, 6144}}) {
+    // The e4m3 activation, its scales and the scratch, each 256-byte aligned.
+    EXPECT_GE(linear_workspace_bytes(m, kk),
+              static_cast<std::size_t>(m * kk) + k.workspace_bytes(LinearShape{m, 64, kk}, ""))
+        << "M = " << m << ", K = " << kk;
+  }
+}
+
+TEST(PrefillKernel, CallWithoutScratchOrWithUnknownConfigIsRejected) {
+  const FakeCall f(300, 64, 768);  // no workspace in the call
+  const Error unknown = error_of("w128_t128_st9", f, prefill_kernel());
+  EXPECT_EQ(unknown.code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(unknown.argument(), "config");
+  const Error scratch = error_of(prefill_kernel().configs().front(), f, prefill_kernel());
+  EXPECT_EQ(scratch.code(), ErrorCode::kInternal);
+  EXPECT_EQ(scratch.argument(), "workspace");
 }
 
 }  // namespace
