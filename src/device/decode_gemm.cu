@@ -1,9 +1,9 @@
 #include <array>
-#include <atomic>
 #include <mutex>
 
 #include "device/decode_gemm.cuh"
 #include "device/decode_gemm.hpp"
+#include "device/launch_util.hpp"
 #include "device/tma_map.hpp"
 
 namespace mxlinear::device {
@@ -26,19 +26,9 @@ constexpr int kMaxSmemBytes = kDecodeMaxSmemBytes;
 
 template <class Tile>
 cudaError_t launch(const GemmParams& p, int splits, cudaStream_t stream) {
-  // The opt-in above 48 KiB of shared memory is per device; remember which devices have it.
-  static std::atomic<std::uint64_t> configured{0};
-  int device = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  const std::uint64_t bit = device < 64 ? (std::uint64_t{1} << device) : 0;
-  if ((configured.load(std::memory_order_acquire) & bit) == 0 || bit == 0) {
-    if (cudaError_t e = cudaFuncSetAttribute(
-            decode_gemm_kernel<Tile>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes);
-        e != cudaSuccess) {
-      return e;
-    }
-    configured.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  if (cudaError_t e = ensure_max_dynamic_smem<decode_gemm_kernel<Tile>>(kMaxSmemBytes);
+      e != cudaSuccess)
+    return e;
   CUtensorMap w_map{}, a_map{};
   if (!encode_tma_2d(&w_map, TmaElement::kU8, p.w, p.n, p.k, p.ld_w, Tile::kBK, Tile::kRows) ||
       !encode_tma_2d(&a_map, TmaElement::kU8, p.a, p.m, p.k, p.ld_a, Tile::kBK, Tile::kTokens)) {

@@ -296,9 +296,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                        const __grid_constant__ CUtensorMap a_map, const GemmParams p) {
   using namespace decode_detail;
   extern __shared__ std::uint8_t smem_raw[];
-  const std::uint32_t raw = ptx::smem_address(smem_raw);
-  const std::uint32_t smem = (raw + 1023u) & ~1023u;
-  std::uint8_t* const smem_ptr = smem_raw + (smem - raw);
+  const auto [smem, smem_ptr] = hopper::align_smem_1024(smem_raw);
   const std::uint32_t full = smem + Tile::kBarrierOffset;
   const std::uint32_t empty = full + 8 * Tile::kStages;
 
@@ -311,13 +309,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int chunks = (split + 1) * k_chunks / splits - c_begin;
   const int tid = static_cast<int>(threadIdx.x);
 
-  if (tid == 0) {
-    for (int s = 0; s < Tile::kStages; ++s) {
-      hopper::mbarrier_init(full + 8 * s, 1);   // the producer's expect_tx arrival
-      hopper::mbarrier_init(empty + 8 * s, 4);  // one per consumer warp
-    }
-    hopper::fence_mbarrier_init();
-  }
+  // Full: the producer's expect_tx arrival; empty: one arrival per consumer warp.
+  if (tid == 0) hopper::init_ring(full, empty, Tile::kStages, 1, 4);
   __syncthreads();
   if (tid == Tile::kConsumerThreads) {
     hopper::prefetch_tensor_map(&w_map);

@@ -1,8 +1,8 @@
 #include <array>
-#include <atomic>
 
 #include "device/generic_gemm.cuh"
 #include "device/generic_gemm.hpp"
+#include "device/launch_util.hpp"
 
 namespace mxlinear::device {
 namespace {
@@ -25,20 +25,9 @@ constexpr std::array<GenericConfigInfo, 3> kConfigs = {
 
 template <class Tile>
 cudaError_t launch(const GemmParams& p, cudaStream_t stream) {
-  // The opt-in above 48 KiB of shared memory is per device; remember which devices have it.
-  static std::atomic<std::uint64_t> configured{0};
-  int device = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  const std::uint64_t bit = device < 64 ? (std::uint64_t{1} << device) : 0;
-  if ((configured.load(std::memory_order_acquire) & bit) == 0 || bit == 0) {
-    if (cudaError_t e =
-            cudaFuncSetAttribute(generic_gemm_kernel<Tile>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
-        e != cudaSuccess) {
-      return e;
-    }
-    configured.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  if (cudaError_t e = ensure_max_dynamic_smem<generic_gemm_kernel<Tile>>(Tile::kSmemBytes);
+      e != cudaSuccess)
+    return e;
   const dim3 grid((p.n + Tile::kBN - 1) / Tile::kBN, (p.m + Tile::kBM - 1) / Tile::kBM);
   if (grid.y > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
   generic_gemm_kernel<Tile><<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p);

@@ -50,6 +50,18 @@ __device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t p
   } while (done == 0);
 }
 
+// A ring of `stages` full/empty barrier pairs (8 bytes each, fulls first): full barriers expect
+// `full_count` arrivals, empty ones `empty_count`. One thread calls it; a block-wide barrier
+// must follow before any thread uses the ring.
+__device__ __forceinline__ void init_ring(std::uint32_t full, std::uint32_t empty, int stages,
+                                          std::uint32_t full_count, std::uint32_t empty_count) {
+  for (int s = 0; s < stages; ++s) {
+    mbarrier_init(full + 8 * s, full_count);
+    mbarrier_init(empty + 8 * s, empty_count);
+  }
+  fence_mbarrier_init();
+}
+
 // --- TMA and bulk copies ------------------------------------------------------------------------
 
 __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
@@ -65,6 +77,19 @@ __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap
       "%3}], [%4];\n" ::"r"(dst),
       "l"(map), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
+}
+
+// The dynamic shared-memory window aligned up to 1024 bytes (the 128-byte swizzle atom, which
+// TMA tiles and wgmma descriptors with base offset 0 need); the launch reserves 1024 bytes of
+// slack for it.
+struct AlignedSmem {
+  std::uint32_t address;  // shared-window address
+  std::uint8_t* pointer;  // the same bytes as a generic pointer
+};
+__device__ __forceinline__ AlignedSmem align_smem_1024(std::uint8_t* raw) {
+  const auto raw_address = static_cast<std::uint32_t>(__cvta_generic_to_shared(raw));
+  const std::uint32_t address = (raw_address + 1023u) & ~1023u;
+  return {address, raw + (address - raw_address)};
 }
 
 // --- wgmma --------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 #include <array>
-#include <atomic>
 
+#include "device/launch_util.hpp"
 #include "device/prefill_gemm.cuh"
 #include "device/prefill_gemm.hpp"
 #include "device/tma_map.hpp"
@@ -22,18 +22,9 @@ constexpr std::array<PrefillInstanceInfo, 2> kInstances = {
 template <class Tile>
 cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf16,
                    cudaStream_t stream) {
-  static std::atomic<std::uint64_t> configured{0};
-  int device = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  const std::uint64_t bit = device < 64 ? (std::uint64_t{1} << device) : 0;
-  if ((configured.load(std::memory_order_acquire) & bit) == 0 || bit == 0) {
-    if (cudaError_t e = cudaFuncSetAttribute(
-            prefill_gemm_kernel<Tile>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes);
-        e != cudaSuccess) {
-      return e;
-    }
-    configured.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  if (cudaError_t e = ensure_max_dynamic_smem<prefill_gemm_kernel<Tile>>(kMaxSmemBytes);
+      e != cudaSuccess)
+    return e;
   const int smem = Tile::smem_bytes(p.k);
   if (smem > kMaxSmemBytes) return cudaErrorInvalidValue;
   CUtensorMap w_map{}, a_map{};

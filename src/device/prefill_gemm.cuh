@@ -150,9 +150,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                         const __grid_constant__ CUtensorMap a_map, const GemmParams p) {
   using namespace prefill_detail;
   extern __shared__ std::uint8_t smem_raw[];
-  const std::uint32_t raw = ptx::smem_address(smem_raw);
-  const std::uint32_t smem = (raw + 1023u) & ~1023u;
-  std::uint8_t* const smem_ptr = smem_raw + (smem - raw);
+  const auto [smem, smem_ptr] = hopper::align_smem_1024(smem_raw);
   const std::uint32_t full = smem + Tile::kBarrierOffset;
   const std::uint32_t empty = full + 8 * Tile::kStages;
   const int n0 = static_cast<int>(blockIdx.x) * Tile::kRows;
@@ -161,13 +159,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int blocks_per_row = p.k / kBlockSize;
   const int tid = static_cast<int>(threadIdx.x);
 
-  if (tid == 0) {
-    for (int s = 0; s < Tile::kStages; ++s) {
-      hopper::mbarrier_init(full + 8 * s, 1);                           // expect_tx arrival
-      hopper::mbarrier_init(empty + 8 * s, 4 * Tile::kConsumerGroups);  // one per consumer warp
-    }
-    hopper::fence_mbarrier_init();
-  }
+  // Full: the producer's expect_tx arrival; empty: one arrival per consumer warp.
+  if (tid == 0) hopper::init_ring(full, empty, Tile::kStages, 1, 4 * Tile::kConsumerGroups);
   // The weight scale bytes of the CTA's rows (static: no need to wait for the previous kernel);
   // rows past N get byte 0, a finite scale for the zero rows TMA fills in.
   std::uint8_t* scale_bytes = smem_ptr + Tile::kScaleOffset;
