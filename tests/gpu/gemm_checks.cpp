@@ -120,4 +120,20 @@ void check_two_runs_equal(const GemmRunner& run, std::int64_t m, std::int64_t n,
   EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size()), 0);
 }
 
+void check_nan_bias_determinism(const GemmRunner& run, const ContractSizes& sizes,
+                                std::mt19937_64& rng) {
+  {
+    SCOPED_TRACE("NaN scale or element makes exactly its outputs NaN");
+    check_nan_propagates_exactly(run, sizes.k_small, rng);
+  }
+  {
+    SCOPED_TRACE("bf16 and fp32 bias are added exactly");
+    check_bias_is_added(run, sizes.k_small, rng);
+  }
+  {
+    SCOPED_TRACE("two runs are bitwise equal");
+    check_two_runs_equal(run, sizes.m, sizes.n, sizes.k_large, rng);
+  }
+}
+
 }  // namespace mxlinear::test

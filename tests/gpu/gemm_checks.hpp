@@ -48,4 +48,12 @@ void check_bias_is_added(const GemmRunner& run, std::int64_t k, std::mt19937_64&
 void check_two_runs_equal(const GemmRunner& run, std::int64_t m, std::int64_t n, std::int64_t k,
                           std::mt19937_64& rng);
 
+// The three checks above under one call, each with its own trace: NaN propagation and the bias
+// at K = k_small (a multiple of 128), determinism at [m, n, k_large].
+struct ContractSizes {
+  std::int64_t k_small, m, n, k_large;
+};
+void check_nan_bias_determinism(const GemmRunner& run, const ContractSizes& sizes,
+                                std::mt19937_64& rng);
+
 }  // namespace mxlinear::test

@@ -180,24 +180,6 @@ TEST_P(PrefillGemmInstance, SubnormalActivationsStayWithinTheFlushBound) {
   }
 }
 
-TEST_P(PrefillGemmInstance, NaNScaleOrElementMakesExactlyItsOutputsNaN) {
-  MXL_REQUIRE_GPU();
-  auto rng = make_rng();
-  check_nan_propagates_exactly(runner(), 256, rng);
-}
-
-TEST_P(PrefillGemmInstance, TwoRunsAreBitwiseEqual) {
-  MXL_REQUIRE_GPU();
-  auto rng = make_rng();
-  check_two_runs_equal(runner(), 300, 257, 1024, rng);
-}
-
-TEST_P(PrefillGemmInstance, Bf16AndFp32BiasAreAdded) {
-  MXL_REQUIRE_GPU();
-  auto rng = make_rng();
-  check_bias_is_added(runner(), 256, rng);
-}
-
 // A seed-sized layer (several tiles both ways, K = 6144), run 4 times: bitwise stable, and
 // within tolerance of fp64.
 TEST_P(PrefillGemmInstance, SeedSizedLayerIsStableAcrossRuns) {
@@ -243,6 +225,12 @@ TEST(PrefillRegistryEntry, RunsThePrePassAndTheGemmInTheCallsScratch) {
     expect_within_tolerance(out.download<std::uint8_t>(out.size()), reference(a, w, {}),
                             abs_product_sums(a, w), 2 * 768, DType::kF32);
   }
+}
+
+TEST_P(PrefillGemmInstance, NaNBiasAndDeterminism) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  check_nan_bias_determinism(runner(), {256, 300, 257, 1024}, rng);
 }
 
 std::string instance_name(const ::testing::TestParamInfo<int>& info) {
