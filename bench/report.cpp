@@ -45,12 +45,18 @@ std::string markdown_report(const json& doc) {
   }
   if (doc.contains("quantize")) {
     s += "\nActivation quantization alone (bf16 in, inputs rotating over >= 3x L2):\n\n"
-         "| M | K | us | read TB/s | of read ceiling |\n|---|---|---|---|---|\n";
+         "| M | K | us | read TB/s | of read ceiling | read + written of read ceiling |\n"
+         "|---|---|---|---|---|---|\n";
     for (const json& q : doc["quantize"]) {
-      s += fmt::format("| {} | {} | {:.2f} | {:.2f} | {:.0f}% |\n", q["m"].get<std::int64_t>(),
+      // Reports from before the read + written column lack it.
+      const std::string moved =
+          q.contains("moved_fraction_of_read_ceiling")
+              ? fmt::format("{:.0f}%", 100 * q["moved_fraction_of_read_ceiling"].get<double>())
+              : std::string("-");
+      s += fmt::format("| {} | {} | {:.2f} | {:.2f} | {:.0f}% | {} |\n", q["m"].get<std::int64_t>(),
                        q["k"].get<std::int64_t>(), q["us"].get<double>(),
                        q["read_tb_s"].get<double>(),
-                       100 * q["fraction_of_read_ceiling"].get<double>());
+                       100 * q["fraction_of_read_ceiling"].get<double>(), moved);
     }
   }
   if (doc.contains("step")) {

@@ -126,11 +126,16 @@ json bench_quantize(std::int64_t m, std::int64_t k, std::size_t l2, const Ceilin
       },
       std::max(copies, 8), 2, replays, stream));
   const double read_per_s = static_cast<double>(bytes) / (t.median * 1e-6);
+  // Every byte moved: bf16 in, e4m3 and one scale byte per 32 elements out.
+  const double moved = static_cast<double>(bytes) + static_cast<double>(m * k) * (1.0 + 1.0 / 32);
+  const double moved_per_s = moved / (t.median * 1e-6);
   return {{"m", m},
           {"k", k},
           {"us", t.median},
           {"read_tb_s", read_per_s / 1e12},
           {"fraction_of_read_ceiling", read_per_s / ceil.read_bytes_per_s},
+          {"moved_tb_s", moved_per_s / 1e12},
+          {"moved_fraction_of_read_ceiling", moved_per_s / ceil.read_bytes_per_s},
           {"rotation_copies", copies}};
 }
 
@@ -511,9 +516,11 @@ int run_bench(const BenchOptions& o) {
         if (m < 512) continue;
         json q = bench_quantize(m, k, l2, ceil, o.replays, stream);
         fmt::print(
-            "quantize M={:>5} K={:>5}: {:8.2f} us, read {:.2f} TB/s = {:.0f}% of the ceiling\n", m,
-            k, q["us"].get<double>(), q["read_tb_s"].get<double>(),
-            100 * q["fraction_of_read_ceiling"].get<double>());
+            "quantize M={:>5} K={:>5}: {:8.2f} us, read {:.2f} TB/s = {:.0f}% of the read "
+            "ceiling; read + written {:.2f} TB/s = {:.0f}%\n",
+            m, k, q["us"].get<double>(), q["read_tb_s"].get<double>(),
+            100 * q["fraction_of_read_ceiling"].get<double>(), q["moved_tb_s"].get<double>(),
+            100 * q["moved_fraction_of_read_ceiling"].get<double>());
         doc["quantize"].push_back(q);
       }
     }
