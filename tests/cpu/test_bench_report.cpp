@@ -68,7 +68,9 @@ TEST(BenchReport, QuantizeSectionIsCheckedAndPrinted) {
                                   {"read_tb_s", 3.5},
                                   {"fraction_of_read_ceiling", 0.8}}});
   EXPECT_TRUE(schema_errors(doc).empty());
-  EXPECT_THAT(markdown_report(doc), HasSubstr("| 512 | 6144 | 1.00 | 3.50 | 80% |"));
+  EXPECT_THAT(markdown_report(doc), HasSubstr("| 512 | 6144 | 1.00 | 3.50 | 80% | - |"));
+  doc["quantize"][0]["moved_fraction_of_read_ceiling"] = 1.21;
+  EXPECT_THAT(markdown_report(doc), HasSubstr("| 512 | 6144 | 1.00 | 3.50 | 80% | 121% |"));
   doc["quantize"][0].erase("us");
   ASSERT_EQ(schema_errors(doc).size(), 1u);
   EXPECT_THAT(schema_errors(doc)[0], HasSubstr("quantize[0]: missing 'us'"));
