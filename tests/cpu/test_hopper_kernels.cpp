@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "device/activation_bf16.hpp"
 #include "mxlinear/error.hpp"
 #include "mxlinear/linear.hpp"
 #include "mxlinear/registry.hpp"
@@ -155,6 +156,26 @@ TEST(PrefillKernel, CallWithoutScratchOrWithUnknownConfigIsRejected) {
   const Error scratch = error_of(prefill_kernel().configs().front(), f, prefill_kernel());
   EXPECT_EQ(scratch.code(), ErrorCode::kInternal);
   EXPECT_EQ(scratch.argument(), "workspace");
+}
+
+// The K permutation inside an MX block that the bf16 activation pre-pass writes must put each
+// byte where the wgmma register-A fragment of the thread that loads it expects its k: thread
+// t of a row loads bytes 8t..8t+7 and gives bytes 0-3 to k16 step 0 (lo pair at k = 2t, 2t+1,
+// hi pair at 8+2t, 9+2t) and bytes 4-7 to step 1 the same way.
+TEST(HopperKernels, BlockPermutationMatchesTheWeightFragments) {
+  std::vector<bool> seen(32, false);
+  for (int t = 0; t < 4; ++t) {
+    for (int e = 0; e < 8; ++e) {
+      const int step = e / 4, pair = (e % 4) / 2;
+      const int expected = 16 * step + (pair == 0 ? 2 * t : 8 + 2 * t) + e % 2;
+      const int got = device::permuted_position(8 * t + e);
+      EXPECT_EQ(got, expected) << "t = " << t << ", byte " << e;
+      ASSERT_GE(got, 0);
+      ASSERT_LT(got, 32);
+      EXPECT_FALSE(seen[static_cast<std::size_t>(got)]) << "position " << got << " taken twice";
+      seen[static_cast<std::size_t>(got)] = true;
+    }
+  }
 }
 
 }  // namespace
