@@ -1,11 +1,13 @@
 #include "check_command.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -149,6 +151,27 @@ double output_unit_roundoff(DType dtype) {
   }
 }
 
+// Where a wrong result lives: the worst element and the rows and 64-column tiles of the
+// outliers (each list cut at 16), which tells a broken tile or token from scattered rounding.
+void print_error_location(const ErrorStats& stats, std::int64_t n) {
+  const auto un = static_cast<std::size_t>(n);
+  fmt::print("  worst   m={} n={}  outliers {}\n", stats.worst_index / un, stats.worst_index % un,
+             stats.outliers.size());
+  if (stats.outliers.empty()) return;
+  std::set<std::size_t> rows, tiles;
+  for (std::size_t i : stats.outliers) {
+    rows.insert(i / un);
+    tiles.insert(i % un / 64);
+  }
+  const auto first_16 = [](const std::set<std::size_t>& values) {
+    std::vector<std::size_t> v(values.begin(), values.end());
+    if (v.size() > 16) v.resize(16);
+    return fmt::format("{}{}", fmt::join(v, ","), values.size() > 16 ? ",..." : "");
+  };
+  fmt::print("  outlier rows m ({}): {}\n", rows.size(), first_16(rows));
+  fmt::print("  outlier column tiles n/64 ({}): {}\n", tiles.size(), first_16(tiles));
+}
+
 int run_check(const CheckOptions& options) {
   if (!options.kernel.empty() && !gpu_available()) {
     fmt::print("mxlinear check: --kernel needs an sm_90 GPU; this machine has none (skipped)\n");
@@ -224,6 +247,7 @@ int run_check(const CheckOptions& options) {
   }
   const bool ok =
       kernel.nan_count == 0 && kernel.relative_frobenius <= allowed && differing_runs == 0;
+  if (!ok) print_error_location(kernel, spec.n);
   fmt::print("  result  {}\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }

@@ -97,9 +97,17 @@ ErrorStats compare_with_f64(const void* out, DType dtype, const std::vector<doub
     const double e = got - ref[i];
     err2 += e * e;
     ref2 += ref[i] * ref[i];
-    stats.max_abs = std::fmax(stats.max_abs, std::fabs(e));
+    if (std::fabs(e) > stats.max_abs) {
+      stats.max_abs = std::fabs(e);
+      stats.worst_index = i;
+    }
   }
   stats.relative_frobenius = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  const double outlier = 1e-3 * std::sqrt(ref2 / static_cast<double>(ref.size() ? ref.size() : 1));
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double got = load(out, dtype, i);
+    if (!std::isnan(got) && std::fabs(got - ref[i]) > outlier) stats.outliers.push_back(i);
+  }
   return stats;
 }
 

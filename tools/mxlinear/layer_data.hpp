@@ -41,7 +41,11 @@ HostLayer make_random_layer(const LayerSpec& spec);
 struct ErrorStats {
   double relative_frobenius = 0;  // ||out - ref|| / ||ref||
   double max_abs = 0;
-  std::int64_t nan_count = 0;  // outputs that are NaN where the reference is not
+  std::int64_t nan_count = 0;   // outputs that are NaN where the reference is not
+  std::size_t worst_index = 0;  // row-major index of the largest absolute error
+  // Outputs off by more than 1e-3 of the reference's RMS: a correct kernel has none, so they
+  // locate a broken tile.
+  std::vector<std::size_t> outliers;
 };
 
 // Compares out (row-major [M, N] of spec.out_dtype) with the fp64 reference.
