@@ -246,11 +246,13 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kPartialRegs], std::u
     widen_activations<Tile>(a_tile, wide, tid);
     std::uint32_t a[4][2][4];
     load_weight_fragments(w_tile, fragment_offsets, a);
+    // One proxy fence serves both directions: the stage's plain reads above are ordered before
+    // the producer's next TMA write into it (without it the H200 overwrote stages still being
+    // read whenever several CTAs shared an SM), and the f16 writes become visible to wgmma.
+    hopper::fence_proxy_async_shared();
     // The stage is in registers and the f16 buffer now: hand it back to the producer.
     __syncwarp();
     if (lane == 0) hopper::mbarrier_arrive(empty + 8 * s);
-    // The f16 writes must be visible to wgmma (the async proxy) in every warp.
-    hopper::fence_proxy_async_shared();
     hopper::named_barrier_sync(1, Tile::kConsumerThreads);
 
     auto issue = [&](float(&d)[Tile::kPartialRegs], int block) {

@@ -136,6 +136,9 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
     hopper::wgmma_commit();
     hopper::wgmma_wait<0>();
     hopper::pin(acc);
+    // Plain reads of a stage precede the producer's next TMA write into it only through a
+    // proxy fence (the decode kernel lost data without one).
+    hopper::fence_proxy_async_shared();
     __syncwarp();
     if (lane == 0) hopper::mbarrier_arrive(empty + 8 * s);  // the stage's tiles are read
   }
