@@ -73,10 +73,11 @@ class Kernel {
   virtual Verdict can_implement(const LayerDescription& layer) const = 0;
   // A tuned kernel claims a layer only where the tuned table has rows for its (N, K).
   virtual bool needs_tuned_rows() const { return false; }
-  // Whether a tuning sweep should time this kernel at M (the decode kernel is built for small M;
-  // it runs any M correctly, but one token tile after another).
-  virtual bool worth_sweeping(std::int64_t m) const {
+  // Whether a tuning sweep should time this config at M (the decode kernel is built for small
+  // M; it runs any M correctly, but one token tile after another).
+  virtual bool worth_sweeping(std::int64_t m, std::string_view config) const {
     (void)m;
+    (void)config;
     return true;
   }
   // The config for M when no tuned row names one.

@@ -27,6 +27,7 @@
 #include "device/hopper_ptx.cuh"
 #include "device/mx_convert.cuh"
 #include "device/ptx.cuh"
+#include "device/split_reduce.cuh"
 #include "device/wgmma_f16.cuh"
 #include "mxlinear/format.hpp"
 
@@ -345,35 +346,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // This split's tile, token-major, for the cluster reduction; it reuses the f16 buffer, which
     // every warp's last wgmma has finished reading.
     hopper::named_barrier_sync(1, Tile::kConsumerThreads);
-    float* tile = reinterpret_cast<float*>(smem_ptr + Tile::kReduceOffset);
-    const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
-#pragma unroll
-    for (int i = 0; i < Tile::kPartialRegs; ++i) {
-      const int row = 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1);
-      const int token = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-      tile[token * Tile::kRows + row] = acc[i];
-    }
+    write_accumulator_tile<Tile::kRows, Tile::kTokens>(
+        reinterpret_cast<float*>(smem_ptr + Tile::kReduceOffset), acc, 0);
   }
   __syncwarp();  // the producer warp's lanes meet again before the aligned cluster barrier
   hopper::cluster_sync();
-
-  // Split r adds rows [r * 64 / splits, (r + 1) * 64 / splits) of every split's tile, in split
-  // order, then adds the bias, rounds once and stores.
-  const int row_begin = split * Tile::kRows / splits;
-  const int rows = (split + 1) * Tile::kRows / splits - row_begin;
-  const std::uint32_t tile_address = smem + Tile::kReduceOffset;
-  for (int e = static_cast<int>(threadIdx.x); e < rows * Tile::kTokens; e += Tile::kThreads) {
-    const int token = e / rows;
-    const int row = row_begin + e % rows;
-    const int n = n0 + row, m = t0 + token;
-    if (n >= p.n || m >= p.m) continue;
-    const std::uint32_t local =
-        tile_address + 4u * static_cast<std::uint32_t>(token * Tile::kRows + row);
-    float sum = hopper::load_cluster_shared(local, 0);
-    for (int r = 1; r < splits; ++r) sum += hopper::load_cluster_shared(local, r);
-    if (p.bias_type != BiasType::kNone) sum += epilogue::load_bias(p, n);
-    epilogue::store_one(p, m, n, sum);
-  }
+  reduce_splits_and_store<Tile::kRows, Tile::kTokens>(p, smem + Tile::kReduceOffset, n0, t0, split,
+                                                      splits, Tile::kThreads);
   // No CTA may leave while a peer still reads its tile.
   hopper::cluster_sync();
 }

@@ -8,24 +8,36 @@
 namespace mxlinear::device {
 namespace {
 
-// The only instances compiled: a 4-stage ring, and a 3-stage one for K whose scales would not
-// fit beside four stages (K > 8192).
+// The only instances compiled: 128 x 128 tiles with a 4-stage ring, and a 3-stage one for K
+// whose scales would not fit beside four stages (K > 8192), each without and with one stage's
+// wgmma kept in flight; and 64-row tiles of 32 and 64 tokens for the middle M buckets.
 using Tile4 = PrefillTile<4>;
 using Tile3 = PrefillTile<3>;
+using Tile4Overlap = PrefillTile<4, true>;
+using Tile3Overlap = PrefillTile<3, true>;
+using Tile64x32 = PrefillTile<4, true, 1, 32>;
+using Tile64x64 = PrefillTile<4, true, 1, 64>;
 
 constexpr int kMaxSmemBytes = 227 * 1024;
 
-constexpr std::array<PrefillInstanceInfo, 2> kInstances = {
-    PrefillInstanceInfo{Tile4::kStages, Tile4::kFixedSmemBytes},
-    PrefillInstanceInfo{Tile3::kStages, Tile3::kFixedSmemBytes}};
+template <class Tile>
+constexpr PrefillInstanceInfo info() {
+  return {Tile::kRows, Tile::kTokens, Tile::kStages, Tile::kOverlap, Tile::kFixedSmemBytes};
+}
+
+constexpr std::array<PrefillInstanceInfo, 6> kInstances = {
+    info<Tile4>(),        info<Tile3>(),     info<Tile4Overlap>(),
+    info<Tile3Overlap>(), info<Tile64x32>(), info<Tile64x64>()};
+
+int chunks_per_cta(int k, int splits) { return (k / 128 + splits - 1) / splits; }
 
 template <class Tile>
-cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf16,
+cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf16, int splits,
                    cudaStream_t stream) {
   if (cudaError_t e = ensure_max_dynamic_smem<prefill_gemm_kernel<Tile>>(kMaxSmemBytes);
       e != cudaSuccess)
     return e;
-  const int smem = Tile::smem_bytes(p.k);
+  const int smem = Tile::smem_bytes(chunks_per_cta(p.k, splits));
   if (smem > kMaxSmemBytes) return cudaErrorInvalidValue;
   CUtensorMap w_map{}, a_map{};
   if (!encode_tma_2d(&w_map, TmaElement::kU8, p.w, p.n, p.k, p.ld_w, Tile::kBK, Tile::kRows) ||
@@ -33,18 +45,23 @@ cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf
                      Tile::kTokens)) {
     return cudaErrorInvalidValue;
   }
-  const dim3 grid((p.n + Tile::kRows - 1) / Tile::kRows, (p.m + Tile::kTokens - 1) / Tile::kTokens);
-  if (grid.y > 65535u) return cudaErrorInvalidConfiguration;
+  const dim3 grid((p.n + Tile::kRows - 1) / Tile::kRows, static_cast<unsigned>(splits),
+                  (p.m + Tile::kTokens - 1) / Tile::kTokens);
+  if (grid.z > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = dim3(Tile::kThreads);
   config.dynamicSmemBytes = static_cast<std::size_t>(smem);
   config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  cudaLaunchAttribute attributes[2]{};
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = 1;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = 1;
+  attributes[1].val.clusterDim.y = static_cast<unsigned>(splits);
+  attributes[1].val.clusterDim.z = 1;
+  config.attrs = attributes;
+  config.numAttrs = splits > 1 ? 2 : 1;  // split 1 keeps v0's plain launch
   return cudaLaunchKernelEx(&config, prefill_gemm_kernel<Tile>, w_map, a_map, p);
 }
 
@@ -52,9 +69,9 @@ cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf
 
 std::span<const PrefillInstanceInfo> prefill_gemm_instances() { return kInstances; }
 
-int prefill_gemm_smem_bytes(int instance, int k) {
-  return kInstances[static_cast<std::size_t>(instance)].fixed_smem_bytes +
-         Tile4::kRows * (k / kBlockSize);
+int prefill_gemm_smem_bytes(int instance, int k, int splits) {
+  const PrefillInstanceInfo& i = kInstances[static_cast<std::size_t>(instance)];
+  return i.fixed_smem_bytes + i.rows * 4 * chunks_per_cta(k, splits);
 }
 
 std::string_view prefill_gemm_unsupported(const GemmParams& p) {
@@ -67,15 +84,24 @@ std::string_view prefill_gemm_unsupported(const GemmParams& p) {
 }
 
 cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf16,
-                                int instance, cudaStream_t stream) {
+                                int instance, int splits, cudaStream_t stream) {
+  if (splits < 1 || splits > kPrefillMaxSplits || splits > p.k / 128) return cudaErrorInvalidValue;
   if (reinterpret_cast<std::uintptr_t>(a_bf16) % 16 != 0 || (p.m > 1 && ld_a_bf16 % 8 != 0)) {
     return cudaErrorInvalidValue;
   }
   switch (instance) {
     case 0:
-      return launch<Tile4>(p, a_bf16, ld_a_bf16, stream);
+      return launch<Tile4>(p, a_bf16, ld_a_bf16, splits, stream);
     case 1:
-      return launch<Tile3>(p, a_bf16, ld_a_bf16, stream);
+      return launch<Tile3>(p, a_bf16, ld_a_bf16, splits, stream);
+    case 2:
+      return launch<Tile4Overlap>(p, a_bf16, ld_a_bf16, splits, stream);
+    case 3:
+      return launch<Tile3Overlap>(p, a_bf16, ld_a_bf16, splits, stream);
+    case 4:
+      return launch<Tile64x32>(p, a_bf16, ld_a_bf16, splits, stream);
+    case 5:
+      return launch<Tile64x64>(p, a_bf16, ld_a_bf16, splits, stream);
     default:
       return cudaErrorInvalidValue;
   }

@@ -1,9 +1,10 @@
-// The Hopper prefill GEMM (M >= 256): the MX scales folded into bf16 operands, then a plain bf16
-// wgmma main loop with fp32 accumulation over all of K (no per-block promotion).
+// The Hopper scale-folded GEMM ("prefill"): the MX scales folded into bf16 operands, then a
+// plain bf16 wgmma main loop with fp32 accumulation over all of K (no per-block promotion).
+// Large tiles serve M >= 256; small ones with split-K serve the middle (M = 16..128).
 //
 // Design (docs/plans/prefill-kernel.md):
-// - Swap A and B: weight rows on wgmma's M side, two consumer warpgroups of 64 rows each; tokens
-//   on the N side (128 per CTA).
+// - Swap A and B: weight rows on wgmma's M side, one or two consumer warpgroups of 64 rows
+//   each; tokens on the N side (32, 64 or 128 per CTA).
 // - Weights stay e4m3 in memory (half of bf16's bytes). Each consumer thread loads its fragment
 //   bytes from the TMA tile (one 8-byte load per row and MX block), and widens them exactly to
 //   bf16 times the block's scale into wgmma's register A operand.
@@ -12,6 +13,7 @@
 //   B descriptor reads.
 // - e4m3 * 2^(s-127) is exact in bf16 down to bf16's subnormal range: a dequantized operand
 //   below 2^-126 is rounded to the 2^-133 grid (the flush bound MXFP8.md allows; tested).
+// - Optional split-K over a thread-block cluster (split_reduce.cuh), as in the decode kernel.
 #pragma once
 
 #include <cuda.h>
@@ -23,22 +25,28 @@
 #include "device/hopper_ptx.cuh"
 #include "device/mx_convert.cuh"
 #include "device/ptx.cuh"
+#include "device/split_reduce.cuh"
 #include "device/wgmma_f16.cuh"
 #include "mxlinear/format.hpp"
 
 namespace mxlinear::device {
 
-template <int kStages_>
+// kOverlap: each warpgroup keeps one stage's wgmma in flight while it converts the next stage's
+// weights (two fragment sets; a stage goes back to the producer one stage later). Without it,
+// a warpgroup waits for its wgmma at the end of every stage (v0).
+template <int kStages_, bool kOverlap_ = false, int kConsumerGroups_ = 2, int kTokens_ = 128>
 struct PrefillTile {
   static constexpr int kStages = kStages_;
-  static constexpr int kConsumerGroups = 2;
+  static constexpr bool kOverlap = kOverlap_;
+  static constexpr int kConsumerGroups = kConsumerGroups_;
   static constexpr int kRows = 64 * kConsumerGroups;  // weight rows per CTA
-  static constexpr int kTokens = 128;                 // wgmma N
+  static constexpr int kTokens = kTokens_;            // wgmma N
   static constexpr int kBK = 128;  // K per stage: 128 e4m3 bytes per weight row, 4 MX blocks
-  static constexpr int kThreads = 128 * kConsumerGroups + 32;  // + the producer warp
-  static constexpr int kWTileBytes = kRows * kBK;              // e4m3, one 128-byte atom wide
-  static constexpr int kAAtomBytes = kTokens * 128;            // 64 bf16 of K per token row
-  static constexpr int kATileBytes = 2 * kAAtomBytes;          // 128 bf16 of K
+  static constexpr int kConsumerThreads = 128 * kConsumerGroups;
+  static constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp
+  static constexpr int kWTileBytes = kRows * kBK;         // e4m3, one 128-byte atom wide
+  static constexpr int kAAtomBytes = kTokens * 128;       // 64 bf16 of K per token row
+  static constexpr int kATileBytes = 2 * kAAtomBytes;     // 128 bf16 of K
   static constexpr int kWTileOffset = 0;
   static constexpr int kATileOffset = kWTileOffset + kStages * kWTileBytes;
   static constexpr int kBarrierOffset = kATileOffset + kStages * kATileBytes;
@@ -46,12 +54,17 @@ struct PrefillTile {
   static constexpr int kFixedSmemBytes = kScaleOffset + 1024;  // + alignment slack
   static constexpr std::uint32_t kTxBytes = kWTileBytes + kATileBytes;
   static constexpr int kAccRegs = kTokens / 2;
+  // After the main loop the ring holds the split's fp32 tile for the cluster reduction.
+  static constexpr int kReduceOffset = 0;
 
-  // Shared memory with the weight scale bytes of all of K ([row][K/32]).
-  static constexpr int smem_bytes(int k) { return kFixedSmemBytes + kRows * (k / kBlockSize); }
+  // Shared memory with the weight scale bytes of `chunks` 128-K chunks ([row][4 * chunks]).
+  static constexpr int smem_bytes(int chunks) { return kFixedSmemBytes + kRows * 4 * chunks; }
 
   static_assert(kWTileBytes % 1024 == 0 && kAAtomBytes % 1024 == 0, "swizzle atoms");
   static_assert(kStages >= 2, "a ring needs two stages");
+  static_assert(kConsumerGroups == 1 || kConsumerGroups == 2, "one or two consumer warpgroups");
+  static_assert(kTokens == 32 || kTokens == 64 || kTokens == 128, "compiled wgmma widths");
+  static_assert(kRows * kTokens * 4 <= kBarrierOffset, "the reduction tile reuses the ring");
 };
 
 namespace prefill_detail {
@@ -61,21 +74,23 @@ __device__ __forceinline__ int swizzled(int row, int col) {
   return row * 128 + (((col >> 4) ^ (row & 7)) << 4) + (col & 15);
 }
 
+// The producer thread: fills the ring for this CTA's chunk range [c_begin, c_begin + chunks).
 template <class Tile>
 __device__ __forceinline__ void produce(const CUtensorMap* w_map, const CUtensorMap* a_map,
                                         std::uint32_t smem, std::uint32_t full, std::uint32_t empty,
-                                        int chunks, int n0, int t0) {
+                                        int c_begin, int chunks, int n0, int t0) {
   auto weights = [&](int c) {
     const int s = c % Tile::kStages;
     hopper::mbarrier_arrive_expect_tx(full + 8 * s, Tile::kTxBytes);
-    hopper::tma_load_2d(smem + Tile::kWTileOffset + s * Tile::kWTileBytes, w_map, c * Tile::kBK, n0,
-                        full + 8 * s);
+    hopper::tma_load_2d(smem + Tile::kWTileOffset + s * Tile::kWTileBytes, w_map,
+                        (c_begin + c) * Tile::kBK, n0, full + 8 * s);
   };
   auto activations = [&](int c) {
     const int s = c % Tile::kStages;
     const std::uint32_t dst = smem + Tile::kATileOffset + s * Tile::kATileBytes;
-    hopper::tma_load_2d(dst, a_map, c * Tile::kBK, t0, full + 8 * s);
-    hopper::tma_load_2d(dst + Tile::kAAtomBytes, a_map, c * Tile::kBK + 64, t0, full + 8 * s);
+    const int k0 = (c_begin + c) * Tile::kBK;
+    hopper::tma_load_2d(dst, a_map, k0, t0, full + 8 * s);
+    hopper::tma_load_2d(dst + Tile::kAAtomBytes, a_map, k0 + 64, t0, full + 8 * s);
   };
   const int prologue = chunks < Tile::kStages ? chunks : Tile::kStages;
   for (int c = 0; c < prologue; ++c) weights(c);  // static weights: before the wait
@@ -88,8 +103,16 @@ __device__ __forceinline__ void produce(const CUtensorMap* w_map, const CUtensor
   }
 }
 
-// One consumer warpgroup: rows 64g..64g+63 of the CTA's weight tile times all 128 tokens,
-// accumulated over all of K.
+// Hands stage s back to the producer. Plain reads of a stage precede the producer's next TMA
+// write into it only through a proxy fence (the decode kernel lost data without one).
+__device__ __forceinline__ void release_stage(std::uint32_t empty, int s, int lane) {
+  hopper::fence_proxy_async_shared();
+  __syncwarp();
+  if (lane == 0) hopper::mbarrier_arrive(empty + 8 * s);
+}
+
+// One consumer warpgroup: rows 64g..64g+63 of the CTA's weight tile times all its tokens,
+// accumulated over the CTA's K range (chunks of it, scale bytes [row][4 * chunks]).
 template <class Tile>
 __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint32_t smem,
                                         const std::uint8_t* smem_ptr, std::uint32_t full,
@@ -106,13 +129,14 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
     fragment_offsets[block] = swizzled(row0, 32 * block + 8 * t);
   }
   const std::uint64_t a_descriptor = hopper::kmajor_sw128_descriptor(smem + Tile::kATileOffset);
-  for (int c = 0; c < chunks; ++c) {
+
+  // Waits for chunk c, widens its weight fragments into `a` and issues its 8 wgmma as one group.
+  // wgmma reads its register operand asynchronously: `a` stays untouched until a wait covers
+  // the group.
+  auto issue_chunk = [&](int c, std::uint32_t(&a)[4][2][4]) {
     const int s = c % Tile::kStages;
     hopper::mbarrier_wait(full + 8 * s, (c / Tile::kStages) & 1);
     const std::uint8_t* w_tile = smem_ptr + Tile::kWTileOffset + s * Tile::kWTileBytes;
-    // Fragments of all four blocks first: wgmma reads its register operand asynchronously, so
-    // each block keeps its own registers until the wait.
-    std::uint32_t a[4][2][4];
 #pragma unroll
     for (int block = 0; block < 4; ++block) {
       const int b = 4 * c + block;
@@ -131,22 +155,50 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
     for (int k16 = 0; k16 < 8; ++k16) {
       // B: atom k16 / 4 of stage s, 32 bytes (16 bf16) per k16 step within the atom.
       const int offset = s * Tile::kATileBytes + (k16 >> 2) * Tile::kAAtomBytes + (k16 & 3) * 32;
-      Mma::run(acc, a[k16 >> 1][k16 & 1], a_descriptor + (offset >> 4), c > 0 || k16 > 0);
+      // Always accumulate (acc starts at zero): a run-time scale-d predicate would be a
+      // non-wgmma instruction feeding a wgmma while the previous group is in flight, which
+      // makes ptxas serialize every wgmma (C7513).
+      Mma::run(acc, a[k16 >> 1][k16 & 1], a_descriptor + (offset >> 4), true);
     }
     hopper::wgmma_commit();
+  };
+
+  if constexpr (Tile::kOverlap) {
+    // Two fragment sets used alternately (a compile-time choice, so they stay in registers):
+    // after issuing chunk c, waiting until one group is pending finishes chunk c - 1, whose
+    // stage and fragment set are then free.
+    std::uint32_t even[4][2][4], odd[4][2][4];
+    int c = 0;
+    for (; c + 1 < chunks; c += 2) {
+      issue_chunk(c, even);
+      hopper::wgmma_wait<1>();
+      if (c > 0) release_stage(empty, (c - 1) % Tile::kStages, lane);
+      issue_chunk(c + 1, odd);
+      hopper::wgmma_wait<1>();
+      release_stage(empty, c % Tile::kStages, lane);
+    }
+    if (c < chunks) {  // an odd chunk count
+      issue_chunk(c, even);
+      hopper::wgmma_wait<1>();
+      if (c > 0) release_stage(empty, (c - 1) % Tile::kStages, lane);
+    }
     hopper::wgmma_wait<0>();
     hopper::pin(acc);
-    // Plain reads of a stage precede the producer's next TMA write into it only through a
-    // proxy fence (the decode kernel lost data without one).
-    hopper::fence_proxy_async_shared();
-    __syncwarp();
-    if (lane == 0) hopper::mbarrier_arrive(empty + 8 * s);  // the stage's tiles are read
+  } else {
+    std::uint32_t a[4][2][4];
+    for (int c = 0; c < chunks; ++c) {
+      issue_chunk(c, a);
+      hopper::wgmma_wait<0>();
+      hopper::pin(acc);
+      release_stage(empty, c % Tile::kStages, lane);
+    }
   }
 }
 
 }  // namespace prefill_detail
 
-// Grid: x = 128-row weight tiles, y = 128-token tiles. K % 128 == 0.
+// Grid: x = kRows-row weight tiles, y = K splits (= the cluster size), z = token tiles.
+// K % 128 == 0.
 template <class Tile>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     prefill_gemm_kernel(const __grid_constant__ CUtensorMap w_map,
@@ -157,21 +209,26 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const std::uint32_t full = smem + Tile::kBarrierOffset;
   const std::uint32_t empty = full + 8 * Tile::kStages;
   const int n0 = static_cast<int>(blockIdx.x) * Tile::kRows;
-  const int t0 = static_cast<int>(blockIdx.y) * Tile::kTokens;
-  const int chunks = p.k / Tile::kBK;
-  const int blocks_per_row = p.k / kBlockSize;
+  const int split = static_cast<int>(blockIdx.y);
+  const int splits = static_cast<int>(gridDim.y);
+  const int t0 = static_cast<int>(blockIdx.z) * Tile::kTokens;
+  const int k_chunks = p.k / Tile::kBK;
+  const int c_begin = split * k_chunks / splits;
+  const int chunks = (split + 1) * k_chunks / splits - c_begin;
+  const int blocks = 4 * chunks;  // scale bytes per row in shared memory
   const int tid = static_cast<int>(threadIdx.x);
 
   // Full: the producer's expect_tx arrival; empty: one arrival per consumer warp.
   if (tid == 0) hopper::init_ring(full, empty, Tile::kStages, 1, 4 * Tile::kConsumerGroups);
-  // The weight scale bytes of the CTA's rows (static: no need to wait for the previous kernel);
-  // rows past N get byte 0, a finite scale for the zero rows TMA fills in.
+  // The weight scale bytes of the CTA's rows and K range (static: no need to wait for the
+  // previous kernel); rows past N get byte 0, a finite scale for the zero rows TMA fills in.
   std::uint8_t* scale_bytes = smem_ptr + Tile::kScaleOffset;
-  for (int e = tid; e < Tile::kRows * blocks_per_row; e += Tile::kThreads) {
-    const int row = e / blocks_per_row, b = e % blocks_per_row;
-    scale_bytes[e] = n0 + row < p.n
-                         ? p.w_scales[static_cast<std::int64_t>(n0 + row) * p.ld_w_scales + b]
-                         : std::uint8_t{0};
+  for (int e = tid; e < Tile::kRows * blocks; e += Tile::kThreads) {
+    const int row = e / blocks, b = e % blocks;
+    scale_bytes[e] =
+        n0 + row < p.n
+            ? p.w_scales[static_cast<std::int64_t>(n0 + row) * p.ld_w_scales + 4 * c_begin + b]
+            : std::uint8_t{0};
   }
   __syncthreads();
   hopper::allow_dependent_launch();
@@ -179,29 +236,50 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   float acc[Tile::kAccRegs];
 #pragma unroll
   for (int i = 0; i < Tile::kAccRegs; ++i) acc[i] = 0.0f;
+  // The role as a warp-uniform value ptxas can see, so wgmma is not treated as divergent code.
   const int warpgroup = __shfl_sync(0xFFFFFFFFu, tid / 128, 0);
-  if (warpgroup == Tile::kConsumerGroups) {
-    if (tid == 128 * Tile::kConsumerGroups) {
+  const bool producer = warpgroup == Tile::kConsumerGroups;
+  if (producer) {
+    if (tid == Tile::kConsumerThreads) {
       hopper::prefetch_tensor_map(&w_map);
       hopper::prefetch_tensor_map(&a_map);
-      produce<Tile>(&w_map, &a_map, smem, full, empty, chunks, n0, t0);
+      produce<Tile>(&w_map, &a_map, smem, full, empty, c_begin, chunks, n0, t0);
+    }
+  } else {
+    consume<Tile>(acc, smem, smem_ptr, full, empty, chunks, warpgroup);
+  }
+  // The output may still be read by the kernel before us.
+  hopper::wait_prerequisite_grids();
+
+  if (splits == 1) {
+    if (producer) return;
+    const int warp = (tid % 128) >> 5, lane = tid & 31;
+#pragma unroll
+    for (int i = 0; i < Tile::kAccRegs; ++i) {
+      // Accumulator layout: row 16w + l/4 + 8 * ((i >> 1) & 1), token 8 * (i >> 2) + 2t + (i & 1).
+      const int n = n0 + 64 * warpgroup + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1);
+      const int m = t0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+      if (n < p.n && m < p.m) {
+        const float v =
+            p.bias_type != BiasType::kNone ? acc[i] + epilogue::load_bias(p, n) : acc[i];
+        epilogue::store_one(p, m, n, v);
+      }
     }
     return;
   }
-  consume<Tile>(acc, smem, smem_ptr, full, empty, chunks, warpgroup);
-  // The output may still be read by the kernel before us.
-  hopper::wait_prerequisite_grids();
-  const int warp = (tid % 128) >> 5, lane = tid & 31;
-#pragma unroll
-  for (int i = 0; i < Tile::kAccRegs; ++i) {
-    // Accumulator layout: row 16w + l/4 + 8 * ((i >> 1) & 1), token 8 * (i >> 2) + 2t + (i & 1).
-    const int n = n0 + 64 * warpgroup + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1);
-    const int m = t0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-    if (n < p.n && m < p.m) {
-      const float v = p.bias_type != BiasType::kNone ? acc[i] + epilogue::load_bias(p, n) : acc[i];
-      epilogue::store_one(p, m, n, v);
-    }
+  // Split-K: this split's tile goes into the ring, once every consumer warpgroup's last wgmma
+  // has finished reading it (the producer's copies all landed before the consumers' last wait).
+  if (!producer) {
+    hopper::named_barrier_sync(1, Tile::kConsumerThreads);
+    write_accumulator_tile<Tile::kRows, Tile::kTokens>(
+        reinterpret_cast<float*>(smem_ptr + Tile::kReduceOffset), acc, 64 * warpgroup);
   }
+  __syncwarp();  // the producer warp's lanes meet again before the aligned cluster barrier
+  hopper::cluster_sync();
+  reduce_splits_and_store<Tile::kRows, Tile::kTokens>(p, smem + Tile::kReduceOffset, n0, t0, split,
+                                                      splits, Tile::kThreads);
+  // No CTA may leave while a peer still reads its tile.
+  hopper::cluster_sync();
 }
 
 }  // namespace mxlinear::device

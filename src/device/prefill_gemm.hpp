@@ -12,23 +12,31 @@
 namespace mxlinear::device {
 
 struct PrefillInstanceInfo {
+  int rows;    // weight rows per CTA (64 per consumer warpgroup)
+  int tokens;  // activation rows per CTA (wgmma N)
   int stages;
+  bool overlap;  // one stage's wgmma kept in flight while the next stage's weights convert
   int fixed_smem_bytes;
 };
 
+// K splits run as a thread-block cluster of this many CTAs at most.
+inline constexpr int kPrefillMaxSplits = 8;
+
 std::span<const PrefillInstanceInfo> prefill_gemm_instances();
 
-// Shared memory of one CTA of `instance` at K (the ring plus every weight scale byte of K).
-int prefill_gemm_smem_bytes(int instance, int k);
+// Shared memory of one CTA of `instance` at K split `splits` ways (the ring plus the weight
+// scale bytes of the CTA's K range).
+int prefill_gemm_smem_bytes(int instance, int k, int splits);
 
 // Empty when p suits the prefill kernel (K % 128 == 0, 16-byte aligned weight rows, the
 // driver's TMA encoder), else what is wrong. The activation operand is checked by the launcher.
 std::string_view prefill_gemm_unsupported(const GemmParams& p);
 
 // out = deq(a) deq(w)^T (+ bias) for p.m > 0, with a_bf16 = the permuted bf16 activation
-// [p.m, p.k] (row stride ld_a_bf16 elements, 16-byte aligned rows), launched as a
-// programmatic dependent of the pre-pass. Returns the launch error, if any.
+// [p.m, p.k] (row stride ld_a_bf16 elements, 16-byte aligned rows), K split `splits` ways
+// (1..kPrefillMaxSplits, at most K / 128), launched as a programmatic dependent of the
+// pre-pass. Returns the launch error, if any.
 cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf16,
-                                int instance, cudaStream_t stream);
+                                int instance, int splits, cudaStream_t stream);
 
 }  // namespace mxlinear::device

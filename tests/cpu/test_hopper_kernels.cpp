@@ -86,8 +86,8 @@ TEST(DecodeKernel, ClaimsOnlyWhatItCanRun) {
   layer.alignment = 16;
   layer.scale_alignment = 2;
   EXPECT_THAT(decode_kernel().can_implement(layer).reason, HasSubstr("4-byte"));
-  EXPECT_TRUE(decode_kernel().worth_sweeping(128));
-  EXPECT_FALSE(decode_kernel().worth_sweeping(8192));
+  EXPECT_TRUE(decode_kernel().worth_sweeping(128, decode_kernel().configs().front()));
+  EXPECT_FALSE(decode_kernel().worth_sweeping(8192, decode_kernel().configs().front()));
   EXPECT_THAT(decode_kernel().is_supported(DeviceDescription::parse("cpu")).reason,
               HasSubstr("needs a GPU"));
   EXPECT_TRUE(decode_kernel().is_supported(DeviceDescription::parse("sm_90a:132")).ok());
@@ -123,9 +123,19 @@ TEST(DecodeKernel, KRangeBeyondSharedMemoryIsUnsupported) {
 TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
   const Kernel& k = prefill_kernel();
   EXPECT_TRUE(k.needs_tuned_rows());
-  EXPECT_FALSE(k.worth_sweeping(128));
-  EXPECT_TRUE(k.worth_sweeping(512));
+  // Large tiles from M = 128, small tiles and K splits only where tokens are few.
+  EXPECT_FALSE(k.worth_sweeping(64, "w128_t128_st4"));
+  EXPECT_TRUE(k.worth_sweeping(512, "w128_t128_st4"));
+  EXPECT_TRUE(k.worth_sweeping(32, "w64_t32_st4_overlap_split4"));
+  EXPECT_FALSE(k.worth_sweeping(8192, "w64_t32_st4_overlap"));
+  EXPECT_FALSE(k.worth_sweeping(8192, "w128_t128_st4_split2"));
+  EXPECT_FALSE(k.worth_sweeping(512, "no_such_config"));
   const std::vector<std::string> configs = k.configs();
+  // Every axis spelled; the v0 names (one split, no overlap) unchanged for the shipped rows.
+  EXPECT_THAT(configs,
+              ::testing::IsSupersetOf({"w128_t128_st4", "w128_t128_st3", "w128_t128_st4_overlap",
+                                       "w64_t32_st4_overlap", "w64_t64_st4_overlap_split8"}));
+  EXPECT_EQ(configs.size(), 24u);
   EXPECT_THAT(configs, ::testing::Contains(k.default_config(8192)));
   LayerDescription layer;
   layer.n = 6144;
@@ -146,6 +156,13 @@ TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
               static_cast<std::size_t>(m * kk) + k.workspace_bytes(LinearShape{m, 64, kk}, ""))
         << "M = " << m << ", K = " << kk;
   }
+}
+
+TEST(PrefillKernel, MoreSplitsThanKChunksIsRejected) {
+  const FakeCall f(32, 64, 768);  // 6 chunks of 128
+  const Error e = error_of("w64_t32_st4_overlap_split8", f, prefill_kernel());
+  EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+  EXPECT_THAT(e.what(), HasSubstr("K = 768 has only 6 chunks"));
 }
 
 TEST(PrefillKernel, CallWithoutScratchOrWithUnknownConfigIsRejected) {

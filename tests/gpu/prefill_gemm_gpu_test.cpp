@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <sstream>
 #include <string>
+#include <tuple>
 
 #include "device/activation_bf16.hpp"
 #include "device/prefill_gemm.hpp"
@@ -33,9 +35,13 @@ DeviceBuffer activation_bf16(const DeviceMx& a) {
   return out;
 }
 
-std::vector<std::uint8_t> run_instance(int instance, const MxOperand& a, const MxOperand& w,
-                                       DType out_dtype, const DeviceBuffer* bias,
-                                       device::BiasType bias_type) {
+struct Config {
+  int instance, splits;
+};
+
+std::vector<std::uint8_t> run_config(Config config, const MxOperand& a, const MxOperand& w,
+                                     DType out_dtype, const DeviceBuffer* bias,
+                                     device::BiasType bias_type) {
   DeviceMx da = upload(a);
   DeviceMx dw = upload(w);
   const DeviceBuffer a16 = activation_bf16(da);
@@ -47,7 +53,8 @@ std::vector<std::uint8_t> run_instance(int instance, const MxOperand& a, const M
     p.bias_type = bias_type;
   }
   EXPECT_TRUE(device::prefill_gemm_unsupported(p).empty());
-  EXPECT_EQ(device::launch_prefill_gemm(p, a16.get(), a.k, instance, nullptr), cudaSuccess);
+  EXPECT_EQ(device::launch_prefill_gemm(p, a16.get(), a.k, config.instance, config.splits, nullptr),
+            cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return out.download<std::uint8_t>(out.size());
 }
@@ -64,15 +71,21 @@ struct Case {
   std::int64_t m, n, k;
 };
 
-// Tails on purpose: M and N not multiples of 128 (or of 8), more than one tile of each.
-const Case kShapes[] = {{1, 1, 128}, {7, 33, 256}, {300, 257, 512}, {130, 129, 1024}};
+// Tails on purpose: M and N not multiples of the tiles (or of 8), more than one tile of each;
+// K chunks (of 128) that the splits do not divide evenly (10). Shapes with fewer chunks than a
+// config's splits are skipped for it (the launcher rejects them).
+const Case kShapes[] = {
+    {1, 1, 128}, {7, 33, 256}, {300, 257, 512}, {130, 129, 1024}, {70, 200, 1280}};
 
-class PrefillGemmInstance : public ::testing::TestWithParam<int> {
+// (instance, K splits): every config the registry entry offers.
+class PrefillGemmInstance : public ::testing::TestWithParam<std::tuple<int, int>> {
  protected:
+  Config config() const { return {std::get<0>(GetParam()), std::get<1>(GetParam())}; }
+  bool fits(const Case& c) const { return c.k / 128 >= config().splits; }
   GemmRunner runner() const {
-    return [instance = GetParam()](const MxOperand& a, const MxOperand& w, DType out_dtype,
-                                   const DeviceBuffer* bias, device::BiasType bias_type) {
-      return run_instance(instance, a, w, out_dtype, bias, bias_type);
+    return [config = config()](const MxOperand& a, const MxOperand& w, DType out_dtype,
+                               const DeviceBuffer* bias, device::BiasType bias_type) {
+      return run_config(config, a, w, out_dtype, bias, bias_type);
     };
   }
 };
@@ -107,6 +120,7 @@ TEST_P(PrefillGemmInstance, ExactInputsMatchFp64BitForBit) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
   for (const Case& c : kShapes) {
+    if (!fits(c)) continue;
     const MxOperand a = exact_operand(c.m, c.k, rng);
     const MxOperand w = exact_operand(c.n, c.k, rng);
     const std::vector<double> ref = reference(a, w, {});
@@ -124,6 +138,7 @@ TEST_P(PrefillGemmInstance, RandomInputsWithinDerivedTolerance) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
   for (const Case& c : kShapes) {
+    if (!fits(c)) continue;
     const MxOperand a = random_operand(c.m, c.k, rng);
     const MxOperand w = random_operand(c.n, c.k, rng);
     const std::vector<double> ref = reference(a, w, {});
@@ -144,8 +159,8 @@ TEST_P(PrefillGemmInstance, RandomInputsWithinDerivedTolerance) {
 TEST_P(PrefillGemmInstance, SubnormalActivationsStayWithinTheFlushBound) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  MxOperand a = random_operand(9, 512, rng);
-  const MxOperand w = random_operand(70, 512, rng);
+  MxOperand a = random_operand(9, 1024, rng);
+  const MxOperand w = random_operand(70, 1024, rng);
   std::uniform_int_distribution<int> tiny(0, 3);
   for (auto& s : a.scales) s = static_cast<std::uint8_t>(tiny(rng));
   const std::vector<double> exact = reference(a, w, {});
@@ -157,10 +172,10 @@ TEST_P(PrefillGemmInstance, SubnormalActivationsStayWithinTheFlushBound) {
       for (std::int64_t k = 0; k < a.k; ++k) {
         const double av =
             static_cast<double>(e4m3_to_float(a.data[static_cast<std::size_t>(m * a.k + k)])) *
-            e8m0_to_float(a.scales[static_cast<std::size_t>(m * 16 + k / 32)]);
+            e8m0_to_float(a.scales[static_cast<std::size_t>(m * (a.k / 32) + k / 32)]);
         const double wv =
             static_cast<double>(e4m3_to_float(w.data[static_cast<std::size_t>(n * w.k + k)])) *
-            e8m0_to_float(w.scales[static_cast<std::size_t>(n * 16 + k / 32)]);
+            e8m0_to_float(w.scales[static_cast<std::size_t>(n * (w.k / 32) + k / 32)]);
         sum += round_bf16(av) * wv;
         abs_sum += std::fabs(round_bf16(av) * wv);
         w_abs += std::fabs(wv);
@@ -204,26 +219,26 @@ TEST(PrefillRegistryEntry, RunsThePrePassAndTheGemmInTheCallsScratch) {
   const auto it = std::find_if(kernels.begin(), kernels.end(),
                                [](const auto& k) { return k->name() == "prefill"; });
   ASSERT_NE(it, kernels.end());
-  const MxOperand a = random_operand(260, 768, rng);
-  const MxOperand w = random_operand(200, 768, rng);
+  const MxOperand a = random_operand(260, 1024, rng);
+  const MxOperand w = random_operand(200, 1024, rng);
   const DeviceMx da = upload(a);
   const DeviceMx dw = upload(w);
   DeviceBuffer out(static_cast<std::size_t>(260 * 200) * 4);
-  DeviceBuffer scratch(linear_workspace_bytes(260, 768));
+  DeviceBuffer scratch(linear_workspace_bytes(260, 1024));
   for (const std::string& config : (*it)->configs()) {
     out.poison();
     KernelCall call{QuantizedActivation{da.data_view(), da.scales_view(), DType::kBF16},
                     MxWeight{dw.data_view(), dw.scales_view()},
                     std::nullopt,
                     TensorView::contiguous(out.get(), {260, 200}, DType::kF32, Location::kDevice),
-                    LinearShape{260, 200, 768},
+                    LinearShape{260, 200, 1024},
                     nullptr,
                     Workspace{scratch.get(), scratch.size()}};
     (*it)->run(call, config);
     MXL_CUDA_OK(cudaDeviceSynchronize());
     SCOPED_TRACE(config);
     expect_within_tolerance(out.download<std::uint8_t>(out.size()), reference(a, w, {}),
-                            abs_product_sums(a, w), 2 * 768, DType::kF32);
+                            abs_product_sums(a, w), 2 * 1024, DType::kF32);
   }
 }
 
@@ -233,14 +248,22 @@ TEST_P(PrefillGemmInstance, NaNBiasAndDeterminism) {
   check_nan_bias_determinism(runner(), {256, 300, 257, 1024}, rng);
 }
 
-std::string instance_name(const ::testing::TestParamInfo<int>& info) {
-  return "st" + std::to_string(
-                    device::prefill_gemm_instances()[static_cast<std::size_t>(info.param)].stages);
+std::string config_name(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
+  const auto& instance =
+      device::prefill_gemm_instances()[static_cast<std::size_t>(std::get<0>(info.param))];
+  std::ostringstream name;  // the registry's config name
+  name << "w" << instance.rows << "_t" << instance.tokens << "_st" << instance.stages
+       << (instance.overlap ? "_overlap" : "");
+  if (std::get<1>(info.param) > 1) name << "_split" << std::get<1>(info.param);
+  return name.str();
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    EveryInstance, PrefillGemmInstance,
-    ::testing::Range(0, static_cast<int>(device::prefill_gemm_instances().size())), instance_name);
+    EveryConfig, PrefillGemmInstance,
+    ::testing::Combine(::testing::Range(0,
+                                        static_cast<int>(device::prefill_gemm_instances().size())),
+                       ::testing::Values(1, 2, 4, 8)),
+    config_name);
 
 }  // namespace
 }  // namespace mxlinear::test

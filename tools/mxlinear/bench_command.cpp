@@ -312,12 +312,13 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     layer.k = k;
     for (const auto& kernel : Registry::global().kernels()) {
       if (!kernel->is_supported(device).ok() || !kernel->can_implement(layer).ok() ||
-          kernel->name() == "reference" || !kernel->worth_sweeping(m) ||
+          kernel->name() == "reference" ||
           (!sweep_kernels.empty() && std::find(sweep_kernels.begin(), sweep_kernels.end(),
                                                kernel->name()) == sweep_kernels.end())) {
         continue;
       }
       for (const std::string& config : kernel->configs()) {
+        if (!kernel->worth_sweeping(m, config)) continue;
         const auto call = [&](int i) {
           kernel->run(KernelCall{xa, w.view(i), std::nullopt, ov, LinearShape{m, n, k}, stream,
                                  Workspace{ws.ptr, linear_workspace_bytes(m, k)}},

@@ -70,7 +70,7 @@ class DecodeKernel final : public Kernel {
   }
 
   bool needs_tuned_rows() const override { return true; }
-  bool worth_sweeping(std::int64_t m) const override { return m <= 256; }
+  bool worth_sweeping(std::int64_t m, std::string_view) const override { return m <= 256; }
 
   std::string default_config(std::int64_t m) const override {
     const auto instances = device::decode_gemm_instances();

@@ -1,7 +1,8 @@
 // The Hopper prefill kernel in the registry: a tuned kernel (it claims only the (N, K) its
 // tuned rows name) for large M. Each call runs the bf16 activation pre-pass into the call's
 // scratch, then the GEMM. Config names: "w128_t128_st4" = 128 weight rows x 128 tokens per
-// CTA, a 4-stage ring.
+// CTA, a 4-stage ring; "_overlap" = one stage's wgmma kept in flight per warpgroup; "_split2"
+// = K split over a cluster of 2 CTAs (no suffix: one).
 #include <fmt/format.h>
 
 #include <string>
@@ -17,20 +18,29 @@
 namespace mxlinear {
 namespace {
 
-constexpr std::int64_t kMaxGridY = 65535;
-constexpr std::int64_t kTokensPerCta = 128;
+constexpr std::int64_t kMaxGridZ = 65535;
 constexpr std::size_t kScratchAlign = 256;
+constexpr int kSplitCounts[] = {1, 2, 4, 8};
+static_assert(kSplitCounts[3] == device::kPrefillMaxSplits);
 
-std::string config_name(const device::PrefillInstanceInfo& i) {
-  return fmt::format("w128_t128_st{}", i.stages);
+struct PrefillConfig {
+  int instance = -1;
+  int splits = 1;
+};
+
+std::string config_name(const device::PrefillInstanceInfo& i, int splits) {
+  return fmt::format("w{}_t{}_st{}{}{}", i.rows, i.tokens, i.stages, i.overlap ? "_overlap" : "",
+                     splits > 1 ? fmt::format("_split{}", splits) : std::string());
 }
 
-int find_instance(const std::string& config) {
+PrefillConfig find_config(std::string_view config) {
   const auto instances = device::prefill_gemm_instances();
   for (std::size_t i = 0; i < instances.size(); ++i) {
-    if (config == config_name(instances[i])) return static_cast<int>(i);
+    for (const int splits : kSplitCounts) {
+      if (config == config_name(instances[i], splits)) return {static_cast<int>(i), splits};
+    }
   }
-  return -1;
+  return {};
 }
 
 class PrefillKernel final : public Kernel {
@@ -39,7 +49,9 @@ class PrefillKernel final : public Kernel {
 
   std::vector<std::string> configs() const override {
     std::vector<std::string> names;
-    for (const auto& i : device::prefill_gemm_instances()) names.push_back(config_name(i));
+    for (const auto& i : device::prefill_gemm_instances()) {
+      for (const int splits : kSplitCounts) names.push_back(config_name(i, splits));
+    }
     return names;
   }
 
@@ -54,7 +66,7 @@ class PrefillKernel final : public Kernel {
                           layer.alignment)};
     }
     for (std::size_t i = 0; i < device::prefill_gemm_instances().size(); ++i) {
-      if (device::prefill_gemm_smem_bytes(static_cast<int>(i), static_cast<int>(layer.k)) <=
+      if (device::prefill_gemm_smem_bytes(static_cast<int>(i), static_cast<int>(layer.k), 1) <=
           kSmemLimit) {
         return {};
       }
@@ -64,10 +76,17 @@ class PrefillKernel final : public Kernel {
   }
 
   bool needs_tuned_rows() const override { return true; }
-  bool worth_sweeping(std::int64_t m) const override { return m >= 256; }
+  // Large tiles from M = 128 up; small tiles and K splits where tokens are few.
+  bool worth_sweeping(std::int64_t m, std::string_view config) const override {
+    const PrefillConfig c = find_config(config);
+    if (c.instance < 0) return false;
+    const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)];
+    const bool small = i.tokens < 128 || c.splits > 1;
+    return small ? m >= 8 && m <= 512 : m >= 128;
+  }
 
   std::string default_config(std::int64_t) const override {
-    return config_name(device::prefill_gemm_instances()[0]);
+    return config_name(device::prefill_gemm_instances()[0], 1);
   }
 
   void prepare_weights(const MxWeight& in, const MxWeight& out,
@@ -82,24 +101,32 @@ class PrefillKernel final : public Kernel {
   }
 
   void run(const KernelCall& call, const std::string& config) const override {
-    const int instance = find_instance(config);
-    if (instance < 0) {
+    const PrefillConfig c = find_config(config);
+    if (c.instance < 0) {
       detail::fail(
           ErrorCode::kInvalidArgument, "prefill kernel", "config",
           fmt::format("is '{}'; expected one of: {}", config, fmt::join(this->configs(), ", ")));
     }
     const LinearShape& shape = call.shape;
-    if (const int smem = device::prefill_gemm_smem_bytes(instance, static_cast<int>(shape.k));
+    if (c.splits > shape.k / 128) {
+      detail::fail(ErrorCode::kUnsupported, "prefill kernel", "config",
+                   fmt::format("is '{}'; K = {} has only {} chunks of 128 to split", config,
+                               shape.k, shape.k / 128));
+    }
+    if (const int smem =
+            device::prefill_gemm_smem_bytes(c.instance, static_cast<int>(shape.k), c.splits);
         smem > kSmemLimit) {
       detail::fail(ErrorCode::kUnsupported, "prefill kernel", "config",
                    fmt::format("is '{}'; K = {} needs {} bytes of shared memory per CTA, more "
                                "than {}",
                                config, shape.k, smem, kSmemLimit));
     }
-    if ((shape.m + kTokensPerCta - 1) / kTokensPerCta > kMaxGridY) {
+    const std::int64_t tokens =
+        device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)].tokens;
+    if ((shape.m + tokens - 1) / tokens > kMaxGridZ) {
       detail::fail(ErrorCode::kUnsupported, "linear", "x",
-                   fmt::format("has {} rows; expected at most {} for the prefill kernel", shape.m,
-                               kMaxGridY * kTokensPerCta));
+                   fmt::format("has {} rows; expected at most {} for prefill config {}", shape.m,
+                               kMaxGridZ * tokens, config));
     }
     if (call.workspace.bytes < workspace_bytes(shape, config) || call.workspace.data == nullptr) {
       detail::fail(ErrorCode::kInternal, "prefill kernel", "workspace",
@@ -122,9 +149,9 @@ class PrefillKernel final : public Kernel {
     a.k = p.k;
     detail::check_cuda(device::launch_activation_bf16(a, call.stream),
                        "linear: launching the prefill activation pre-pass");
-    detail::check_cuda(
-        device::launch_prefill_gemm(p, call.workspace.data, shape.k, instance, call.stream),
-        fmt::format("linear: launching prefill GEMM {}", config));
+    detail::check_cuda(device::launch_prefill_gemm(p, call.workspace.data, shape.k, c.instance,
+                                                   c.splits, call.stream),
+                       fmt::format("linear: launching prefill GEMM {}", config));
   }
 
  private:

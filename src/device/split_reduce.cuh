@@ -1,0 +1,54 @@
+// Split-K inside a thread-block cluster, shared by the wgmma kernels: each CTA of the cluster
+// (grid.y = cluster size = splits) computes the same output tile over its own K range, leaves
+// it in its shared memory, and the splits' tiles meet through distributed shared memory. They
+// are added in split order, the same order every run: deterministic, no atomics, no workspace.
+#pragma once
+
+#include <cstdint>
+
+#include "device/epilogue.cuh"
+#include "device/gemm_params.hpp"
+#include "device/hopper_ptx.cuh"
+
+namespace mxlinear::device {
+
+// Writes one warpgroup's wgmma accumulator (64 rows x kTokens, rows from row_base) into an fp32
+// tile stored token-major with kRows rows per token. Accumulator layout of warp w, lane l:
+// register i holds row 16w + l/4 + 8 * ((i >> 1) & 1), token 8 * (i >> 2) + 2 * (l % 4) + (i & 1).
+template <int kRows, int kTokens>
+__device__ __forceinline__ void write_accumulator_tile(float* tile, const float (&acc)[kTokens / 2],
+                                                       int row_base) {
+  const int warp = (static_cast<int>(threadIdx.x) % 128) >> 5;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+#pragma unroll
+  for (int i = 0; i < kTokens / 2; ++i) {
+    const int row = row_base + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1);
+    const int token = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+    tile[token * kRows + row] = acc[i];
+  }
+}
+
+// After a cluster barrier that follows every CTA's write_accumulator_tile: split r adds rows
+// [r * kRows / splits, (r + 1) * kRows / splits) of every split's tile (at `tile_address` in
+// each CTA), in split order, adds the bias, rounds once and stores. All `threads` threads of
+// the CTA take part; a cluster barrier must follow before any CTA exits.
+template <int kRows, int kTokens>
+__device__ __forceinline__ void reduce_splits_and_store(const GemmParams& p,
+                                                        std::uint32_t tile_address, int n0, int t0,
+                                                        int split, int splits, int threads) {
+  const int row_begin = split * kRows / splits;
+  const int rows = (split + 1) * kRows / splits - row_begin;
+  for (int e = static_cast<int>(threadIdx.x); e < rows * kTokens; e += threads) {
+    const int token = e / rows;
+    const int row = row_begin + e % rows;
+    const int n = n0 + row, m = t0 + token;
+    if (n >= p.n || m >= p.m) continue;
+    const std::uint32_t local = tile_address + 4u * static_cast<std::uint32_t>(token * kRows + row);
+    float sum = hopper::load_cluster_shared(local, 0);
+    for (int r = 1; r < splits; ++r) sum += hopper::load_cluster_shared(local, r);
+    if (p.bias_type != BiasType::kNone) sum += epilogue::load_bias(p, n);
+    epilogue::store_one(p, m, n, sum);
+  }
+}
+
+}  // namespace mxlinear::device
