@@ -5,6 +5,9 @@
 #   stress      every decode config, run directly 4 times on seed-sized layers with several token
 #               tiles (mxlinear check --kernel decode --repeat), then racecheck on the first
 #               failing one (the v2 sweep saw 8-token configs go wrong there; docs/PERF.md)
+#   profile     Nsight Compute on one kernel instance inside a bench sweep of the qkv layer:
+#               $PROFILE_KERNEL (a regex of the mangled name; default: the overlapped 128 x 128
+#               prefill instance), $PROFILE_M (default 8192), $PROFILE_SWEEP (default prefill)
 # Extra bench arguments go in $BENCH_ARGS; $SANITIZE_TESTS (names of GPU test binaries) narrows
 # the sanitizer step and $SANITIZE_FILTER (a gtest filter, default: all but the seed-sized
 # stress tests) the tests it runs.
@@ -102,6 +105,17 @@ if [[ " $steps " == *" stress "* ]]; then
       --kernel decode $first_failure --out-dtype fp32 --repeat 1 --seed 7 >>"$log" 2>&1
     grep -E "RACECHECK SUMMARY|Race reported" "$log" | head -5
   fi
+fi
+
+if [[ " $steps " == *" profile "* ]]; then
+  ncu --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis --section Occupancy \
+    -k "regex:${PROFILE_KERNEL:-prefill_gemm_kernel.*Lb1ELi2ELi128E}" --launch-skip 1 -c 1 \
+    build-device/tools/mxlinear bench --model bench/models/qkv-only.csv --m "${PROFILE_M:-8192}" \
+    --all-configs --sweep-kernels "${PROFILE_SWEEP:-prefill}" --replays 1 >"$OUT/ncu.txt" 2>&1 ||
+    status=1
+  grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers|Achieved Occupancy" \
+    "$OUT/ncu.txt" | head -12
 fi
 
 if [[ " $steps " == *" bench "* ]]; then

@@ -226,6 +226,10 @@ struct TunedCase {
   const char* kernel;
 };
 
+void PrintTo(const TunedCase& c, std::ostream* os) {
+  *os << c.m << " x " << c.n << " x " << c.k << " -> " << c.kernel;
+}
+
 class LinearGpuTunedKernel : public ::testing::TestWithParam<TunedCase> {};
 
 TEST_P(LinearGpuTunedKernel, ServesTheSeedShapeThroughBothEntryPoints) {
