@@ -2,9 +2,10 @@
 # One call on the H200: build, GPU tests, compute-sanitizer (memcheck, racecheck), SASS summary,
 # the selection report and benchmarks. Everything lands in $OUT (default ./device-out). Steps:
 #   test sanitize sass select bench      (default: all)
-#   stress      every decode config, run directly 4 times on seed-sized layers with several token
-#               tiles (mxlinear check --kernel decode --repeat), then racecheck on the first
-#               failing one (the v2 sweep saw 8-token configs go wrong there; docs/PERF.md)
+#   stress      every decode config and the 4-stage prefill configs, run directly 4 times on
+#               seed-sized layers with several token tiles (mxlinear check --kernel K --repeat),
+#               then racecheck on the first failing one (the decode kernel's missing proxy
+#               fence only showed there; docs/PERF.md)
 #   profile     Nsight Compute on one kernel instance inside a bench sweep of the qkv layer:
 #               $PROFILE_KERNEL (a regex of the mangled name; default: the overlapped 128 x 128
 #               prefill instance), $PROFILE_M (default 8192), $PROFILE_SWEEP (default prefill)
@@ -83,11 +84,19 @@ fi
 if [[ " $steps " == *" stress "* ]]; then
   log="$OUT/stress.log"
   first_failure=""
+  runs=()
   for config in t8_st4_split{1,2,4,8} t32_st4_split{1,2,4,8} t128_st4_split{1,2,4,8}; do
+    runs+=("decode $config")
+  done
+  for instance in w128_t128_st4 w128_t128_st4_overlap w64_t32_st4_overlap w64_t64_st4_overlap; do
+    for split in "" _split2 _split4 _split8; do runs+=("prefill $instance$split"); done
+  done
+  for run in "${runs[@]}"; do
+    read -r kernel config <<<"$run"
     for shape in "32 6144 3072" "128 6144 3072"; do
       read -r m n k <<<"$shape"
-      args=(--config "$config" --m "$m" --n "$n" --k "$k")
-      if build-device/tools/mxlinear check --kernel decode "${args[@]}" --out-dtype fp32 \
+      args=(--kernel "$kernel" --config "$config" --m "$m" --n "$n" --k "$k")
+      if build-device/tools/mxlinear check "${args[@]}" --out-dtype fp32 \
           --repeat 4 --seed 7 >>"$log" 2>&1; then
         verdict=PASS
       else
@@ -95,14 +104,14 @@ if [[ " $steps " == *" stress "* ]]; then
         status=1
         [ -z "$first_failure" ] && first_failure="${args[*]}"
       fi
-      echo "stress $config M=$m N=$n K=$k: $verdict" | tee -a "$OUT/machine.txt"
+      echo "stress $kernel/$config M=$m N=$n K=$k: $verdict" | tee -a "$OUT/machine.txt"
     done
   done
   if [ -n "$first_failure" ]; then
     echo "== racecheck on: $first_failure" >>"$log"
     # shellcheck disable=SC2086
     timeout 240 compute-sanitizer --tool racecheck build-device/tools/mxlinear check \
-      --kernel decode $first_failure --out-dtype fp32 --repeat 1 --seed 7 >>"$log" 2>&1
+      $first_failure --out-dtype fp32 --repeat 1 --seed 7 >>"$log" 2>&1
     grep -E "RACECHECK SUMMARY|Race reported" "$log" | head -5
   fi
 fi

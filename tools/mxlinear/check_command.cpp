@@ -89,11 +89,16 @@ int run_kernel_directly(const HostLayer& layer, const CheckOptions& options,
   if (s.bias) call.bias = TensorView::contiguous(d.bias.ptr, {s.n}, DType::kF32, Location::kDevice);
   call.out = DeviceLayer::view(d.y, s.m, s.n, s.out_dtype);
   call.shape = LinearShape{s.m, s.n, s.k};
+  const std::string config = options.config.empty() ? kernel->default_config(s.m) : options.config;
+  // Scratch the kernel asks for (the prefill kernel's bf16 activation), as linear() provides.
+  const std::size_t scratch_bytes = kernel->workspace_bytes(call.shape, config);
+  DeviceMemory scratch(scratch_bytes);
+  call.workspace = Workspace{scratch.ptr, scratch_bytes};
   int differing = 0;
   std::vector<std::uint8_t> again(out.size());
   for (int r = 0; r < options.repeat; ++r) {
     d.poison_and_download(nullptr);
-    kernel->run(call, options.config.empty() ? kernel->default_config(s.m) : options.config);
+    kernel->run(call, config);
     cuda_or_throw(cudaDeviceSynchronize(), "kernel");
     d.poison_and_download(r == 0 ? &out : &again);
     if (r > 0 && again != out) ++differing;
