@@ -27,7 +27,7 @@
 #include "device/hopper_ptx.cuh"
 #include "device/mx_convert.cuh"
 #include "device/ptx.cuh"
-#include "device/split_reduce.cuh"
+#include "device/split_k.cuh"
 #include "device/wgmma_f16.cuh"
 #include "mxlinear/format.hpp"
 
@@ -303,13 +303,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const std::uint32_t full = smem + Tile::kBarrierOffset;
   const std::uint32_t empty = full + 8 * Tile::kStages;
 
-  const int n0 = static_cast<int>(blockIdx.x) * Tile::kRows;
-  const int split = static_cast<int>(blockIdx.y);
-  const int splits = static_cast<int>(gridDim.y);
-  const int t0 = static_cast<int>(blockIdx.z) * Tile::kTokens;
-  const int k_chunks = p.k / Tile::kBK;
-  const int c_begin = split * k_chunks / splits;
-  const int chunks = (split + 1) * k_chunks / splits - c_begin;
+  const auto [n0, t0, split, splits, c_begin, chunks] = split_tile<Tile::kRows, Tile::kTokens>(p.k);
   const int tid = static_cast<int>(threadIdx.x);
 
   // Full: the producer's expect_tx arrival; empty: one arrival per consumer warp.

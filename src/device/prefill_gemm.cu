@@ -1,4 +1,5 @@
 #include <array>
+#include <iterator>
 
 #include "device/launch_util.hpp"
 #include "device/prefill_gemm.cuh"
@@ -89,22 +90,15 @@ cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::in
   if (reinterpret_cast<std::uintptr_t>(a_bf16) % 16 != 0 || (p.m > 1 && ld_a_bf16 % 8 != 0)) {
     return cudaErrorInvalidValue;
   }
-  switch (instance) {
-    case 0:
-      return launch<Tile4>(p, a_bf16, ld_a_bf16, splits, stream);
-    case 1:
-      return launch<Tile3>(p, a_bf16, ld_a_bf16, splits, stream);
-    case 2:
-      return launch<Tile4Overlap>(p, a_bf16, ld_a_bf16, splits, stream);
-    case 3:
-      return launch<Tile3Overlap>(p, a_bf16, ld_a_bf16, splits, stream);
-    case 4:
-      return launch<Tile64x32>(p, a_bf16, ld_a_bf16, splits, stream);
-    case 5:
-      return launch<Tile64x64>(p, a_bf16, ld_a_bf16, splits, stream);
-    default:
-      return cudaErrorInvalidValue;
+  using Launcher = cudaError_t (*)(const GemmParams&, const void*, std::int64_t, int, cudaStream_t);
+  // In kInstances' order.
+  constexpr Launcher kLaunchers[] = {launch<Tile4>,        launch<Tile3>,     launch<Tile4Overlap>,
+                                     launch<Tile3Overlap>, launch<Tile64x32>, launch<Tile64x64>};
+  static_assert(std::size(kLaunchers) == kInstances.size());
+  if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
+    return cudaErrorInvalidValue;
   }
+  return kLaunchers[instance](p, a_bf16, ld_a_bf16, splits, stream);
 }
 
 }  // namespace mxlinear::device

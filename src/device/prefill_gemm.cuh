@@ -13,7 +13,7 @@
 //   B descriptor reads.
 // - e4m3 * 2^(s-127) is exact in bf16 down to bf16's subnormal range: a dequantized operand
 //   below 2^-126 is rounded to the 2^-133 grid (the flush bound MXFP8.md allows; tested).
-// - Optional split-K over a thread-block cluster (split_reduce.cuh), as in the decode kernel.
+// - Optional split-K over a thread-block cluster (split_k.cuh), as in the decode kernel.
 #pragma once
 
 #include <cuda.h>
@@ -25,7 +25,7 @@
 #include "device/hopper_ptx.cuh"
 #include "device/mx_convert.cuh"
 #include "device/ptx.cuh"
-#include "device/split_reduce.cuh"
+#include "device/split_k.cuh"
 #include "device/wgmma_f16.cuh"
 #include "mxlinear/format.hpp"
 
@@ -208,13 +208,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const auto [smem, smem_ptr] = hopper::align_smem_1024(smem_raw);
   const std::uint32_t full = smem + Tile::kBarrierOffset;
   const std::uint32_t empty = full + 8 * Tile::kStages;
-  const int n0 = static_cast<int>(blockIdx.x) * Tile::kRows;
-  const int split = static_cast<int>(blockIdx.y);
-  const int splits = static_cast<int>(gridDim.y);
-  const int t0 = static_cast<int>(blockIdx.z) * Tile::kTokens;
-  const int k_chunks = p.k / Tile::kBK;
-  const int c_begin = split * k_chunks / splits;
-  const int chunks = (split + 1) * k_chunks / splits - c_begin;
+  const auto [n0, t0, split, splits, c_begin, chunks] = split_tile<Tile::kRows, Tile::kTokens>(p.k);
   const int blocks = 4 * chunks;  // scale bytes per row in shared memory
   const int tid = static_cast<int>(threadIdx.x);
 

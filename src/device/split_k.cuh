@@ -12,6 +12,28 @@
 
 namespace mxlinear::device {
 
+// Where a CTA of a split-K wgmma kernel works. Grid: x = kRows-row weight tiles, y = K splits
+// (= the cluster size), z = token tiles; split r takes 128-K chunks [c_begin, c_begin + chunks)
+// of the K / 128, spread as evenly as the division allows.
+struct SplitTile {
+  int n0, t0;           // first weight row and first token
+  int split, splits;    // this CTA's split and the cluster's
+  int c_begin, chunks;  // its range of 128-K chunks
+};
+
+template <int kRows, int kTokens>
+__device__ __forceinline__ SplitTile split_tile(int k) {
+  SplitTile t;
+  t.n0 = static_cast<int>(blockIdx.x) * kRows;
+  t.split = static_cast<int>(blockIdx.y);
+  t.splits = static_cast<int>(gridDim.y);
+  t.t0 = static_cast<int>(blockIdx.z) * kTokens;
+  const int k_chunks = k / 128;
+  t.c_begin = t.split * k_chunks / t.splits;
+  t.chunks = (t.split + 1) * k_chunks / t.splits - t.c_begin;
+  return t;
+}
+
 // Writes one warpgroup's wgmma accumulator (64 rows x kTokens, rows from row_base) into an fp32
 // tile stored token-major with kRows rows per token. Accumulator layout of warp w, lane l:
 // register i holds row 16w + l/4 + 8 * ((i >> 1) & 1), token 8 * (i >> 2) + 2 * (l % 4) + (i & 1).
