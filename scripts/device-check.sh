@@ -2,7 +2,7 @@
 # One call on the H200: build, GPU tests, compute-sanitizer (memcheck, racecheck), SASS summary,
 # the selection report and benchmarks. Everything lands in $OUT (default ./device-out). Steps:
 #   test sanitize sass select bench      (default: all)
-#   stress      every decode config and the 4-stage prefill configs, run directly 4 times on
+#   stress      every decode and gemv config and the 4-stage prefill configs, run directly 4 times on
 #               seed-sized layers with several token tiles (mxlinear check --kernel K --repeat),
 #               then racecheck on the first failing one (the decode kernel's missing proxy
 #               fence only showed there; docs/PERF.md)
@@ -32,12 +32,14 @@ cat "$OUT/machine.txt"
 t0=$(date +%s)
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 &&
   cmake --build build-device -j "$(nproc)" --target quantize_gpu_test generic_gemm_gpu_test \
-    decode_gemm_gpu_test prefill_gemm_gpu_test linear_gpu_test mxlinear_cli >>"$OUT/build.log" 2>&1 ||
+    gemv_gemm_gpu_test decode_gemm_gpu_test prefill_gemm_gpu_test linear_gpu_test mxlinear_cli \
+    >>"$OUT/build.log" 2>&1 ||
   { echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 rm -f "$OUT/build.log"  # kept only when the build fails: the device returns at most 8 files
 gpu_tests=(build-device/tests/gpu/quantize_gpu_test build-device/tests/gpu/generic_gemm_gpu_test
-           build-device/tests/gpu/decode_gemm_gpu_test build-device/tests/gpu/prefill_gemm_gpu_test
+           build-device/tests/gpu/gemv_gemm_gpu_test build-device/tests/gpu/decode_gemm_gpu_test
+           build-device/tests/gpu/prefill_gemm_gpu_test
            build-device/tests/gpu/linear_gpu_test)
 
 if [[ " $steps " == *" test "* ]]; then
@@ -66,7 +68,7 @@ if [[ " $steps " == *" sanitize "* ]]; then
 fi
 
 if [[ " $steps " == *" sass "* ]]; then
-  for kernel in generic_gemm decode_gemm prefill_gemm; do
+  for kernel in generic_gemm gemv_gemm decode_gemm prefill_gemm; do
     obj=$(find build-device -name "$kernel.cu.o" | head -1)
     cuobjdump --dump-sass "$obj" >"/tmp/$kernel.sass" 2>&1
     echo "SASS $kernel:"
@@ -91,9 +93,12 @@ if [[ " $steps " == *" stress "* ]]; then
   for instance in w128_t128_st4 w128_t128_st4_overlap w64_t32_st4_overlap w64_t64_st4_overlap; do
     for split in "" _split2 _split4 _split8; do runs+=("prefill $instance$split"); done
   done
+  runs+=("gemv t1" "gemv t2")
   for run in "${runs[@]}"; do
     read -r kernel config <<<"$run"
-    for shape in "32 6144 3072" "128 6144 3072"; do
+    shapes=("32 6144 3072" "128 6144 3072")
+    [ "$kernel" = gemv ] && shapes=("1 6144 3072" "2 2560 6144")
+    for shape in "${shapes[@]}"; do
       read -r m n k <<<"$shape"
       args=(--kernel "$kernel" --config "$config" --m "$m" --n "$n" --k "$k")
       if build-device/tools/mxlinear check "${args[@]}" --out-dtype fp32 \

@@ -27,6 +27,7 @@ const Kernel& builtin(std::string_view name) {
 }
 const Kernel& decode_kernel() { return builtin("decode"); }
 const Kernel& prefill_kernel() { return builtin("prefill"); }
+const Kernel& gemv_kernel() { return builtin("gemv"); }
 
 // A call over host buffers: the checks under test fail before any pointer is used.
 struct FakeCall {
@@ -173,6 +174,39 @@ TEST(PrefillKernel, CallWithoutScratchOrWithUnknownConfigIsRejected) {
   const Error scratch = error_of(prefill_kernel().configs().front(), f, prefill_kernel());
   EXPECT_EQ(scratch.code(), ErrorCode::kInternal);
   EXPECT_EQ(scratch.argument(), "workspace");
+}
+
+TEST(GemvKernel, ClaimsTheSmallestMAndSaysWhatItNeeds) {
+  const Kernel& k = gemv_kernel();
+  EXPECT_TRUE(k.needs_tuned_rows());
+  EXPECT_EQ(k.configs(), (std::vector<std::string>{"t1", "t2"}));
+  EXPECT_EQ(k.default_config(1), "t1");
+  EXPECT_EQ(k.default_config(2), "t2");
+  EXPECT_TRUE(k.worth_sweeping(1, "t1"));
+  EXPECT_FALSE(k.worth_sweeping(32, "t2"));
+  LayerDescription layer;
+  layer.n = 2560;
+  layer.k = 6144;
+  EXPECT_TRUE(k.can_implement(layer).ok());
+  layer.k = 96;  // any K % 32 == 0
+  EXPECT_TRUE(k.can_implement(layer).ok());
+  layer.alignment = 8;
+  EXPECT_THAT(k.can_implement(layer).reason, HasSubstr("16-byte"));
+  layer.alignment = 16;
+  layer.k = 1 << 16;  // one token's fp32 activation would not fit in shared memory
+  EXPECT_THAT(k.can_implement(layer).reason, HasSubstr("shared memory"));
+  EXPECT_THAT(k.is_supported(DeviceDescription::parse("cpu")).reason, HasSubstr("needs a GPU"));
+}
+
+TEST(GemvKernel, UnknownConfigOrTooLargeKIsRejected) {
+  const FakeCall f(1, 64, 768);
+  const Error unknown = error_of("t3", f, gemv_kernel());
+  EXPECT_EQ(unknown.code(), ErrorCode::kInvalidArgument);
+  EXPECT_THAT(unknown.what(), HasSubstr("t1, t2"));
+  const FakeCall wide(2, 64, 32768);  // two tokens' fp32 activations: 270 KB
+  const Error smem = error_of("t2", wide, gemv_kernel());
+  EXPECT_EQ(smem.code(), ErrorCode::kUnsupported);
+  EXPECT_THAT(smem.what(), HasSubstr("shared memory"));
 }
 
 // The K permutation inside an MX block that the bf16 activation pre-pass writes must put each

@@ -188,12 +188,14 @@ TEST(Registry, BuiltinKernelsOnTheCpuAndOnADescribedH200) {
   misaligned.alignment = 4;
   const LayerSelection s = r.select(misaligned, kH200);
   EXPECT_EQ(s.kernel->name(), "reference");
-  ASSERT_EQ(s.rejected.size(), 3u);
+  ASSERT_EQ(s.rejected.size(), 4u);
   EXPECT_EQ(s.rejected.at(0).kernel, "decode");  // no table: the tuned kernels claim nothing
   EXPECT_THAT(s.rejected.at(0).reason, HasSubstr("no tuned rows of decode"));
   EXPECT_EQ(s.rejected.at(1).kernel, "prefill");
   EXPECT_THAT(s.rejected.at(1).reason, HasSubstr("no tuned rows of prefill"));
-  EXPECT_THAT(s.rejected.at(2).reason, HasSubstr("16-byte aligned"));
+  EXPECT_EQ(s.rejected.at(2).kernel, "gemv");
+  EXPECT_THAT(s.rejected.at(2).reason, HasSubstr("no tuned rows of gemv"));
+  EXPECT_THAT(s.rejected.at(3).reason, HasSubstr("16-byte aligned"));
 }
 
 // A tuned kernel claims a shape only through rows that name it; rows of another kernel for the

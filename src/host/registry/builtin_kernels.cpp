@@ -1,6 +1,6 @@
 // The kernels every device list ends with: the generic GPU kernel and the CPU reference.
-// The Hopper decode and prefill kernels, which go ahead of them, live in decode_kernel.cpp and
-// prefill_kernel.cpp.
+// The Hopper tuned kernels, which go ahead of them, live in decode_kernel.cpp,
+// prefill_kernel.cpp and gemv_kernel.cpp.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include "device/generic_gemm.hpp"
 #include "host/cuda_check.hpp"
 #include "host/registry/decode_kernel.hpp"
+#include "host/registry/gemv_kernel.hpp"
 #include "host/registry/kernel_params.hpp"
 #include "host/registry/prefill_kernel.hpp"
 #include "host/validate.hpp"
@@ -142,8 +143,8 @@ class ReferenceKernel final : public Kernel {
 }  // namespace
 
 std::vector<std::shared_ptr<const Kernel>> builtin_kernels() {
-  return {make_decode_kernel(), make_prefill_kernel(), std::make_shared<GenericKernel>(),
-          std::make_shared<ReferenceKernel>()};
+  return {make_decode_kernel(), make_prefill_kernel(), make_gemv_kernel(),
+          std::make_shared<GenericKernel>(), std::make_shared<ReferenceKernel>()};
 }
 
 }  // namespace mxlinear

@@ -1,0 +1,34 @@
+// Host-side entry to the CUDA-core MX GEMV (1-2 tokens per CTA): its compiled instances and a
+// launcher.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <span>
+#include <string_view>
+
+#include "device/gemm_params.hpp"
+
+namespace mxlinear::device {
+
+struct GemvInstanceInfo {
+  int tokens;        // activation rows per CTA (and weight rows per warp)
+  int rows_per_cta;  // weight rows per CTA
+};
+
+std::span<const GemvInstanceInfo> gemv_gemm_instances();
+
+inline constexpr int kGemvMaxSmemBytes = 227 * 1024;
+
+// Shared memory of one CTA of `instance` at K: its tokens widened to fp32, with their scales.
+int gemv_gemm_smem_bytes(int instance, int k);
+
+// Empty when p suits the GEMV (16-byte aligned weight rows, 4-byte aligned activation rows),
+// else what is wrong. Shared memory is checked by the caller (gemv_gemm_smem_bytes).
+std::string_view gemv_gemm_unsupported(const GemmParams& p);
+
+// out = deq(a) deq(w)^T (+ bias) for p.m > 0, launched as a programmatic dependent of the
+// previous kernel on the stream. Returns the launch error, if any.
+cudaError_t launch_gemv_gemm(const GemmParams& p, int instance, cudaStream_t stream);
+
+}  // namespace mxlinear::device

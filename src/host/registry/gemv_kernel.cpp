@@ -1,0 +1,104 @@
+// The CUDA-core MX GEMV in the registry: a tuned kernel for the smallest M (it claims only the
+// (N, K) its tuned rows name). Config names: "t1" = one token per CTA and one weight row per
+// warp, "t2" = two of each.
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "device/gemv_gemm.hpp"
+#include "host/cuda_check.hpp"
+#include "host/registry/gemv_kernel.hpp"
+#include "host/registry/kernel_params.hpp"
+#include "host/validate.hpp"
+
+namespace mxlinear {
+namespace {
+
+constexpr std::int64_t kMaxGridY = 65535;
+
+std::string config_name(const device::GemvInstanceInfo& i) { return fmt::format("t{}", i.tokens); }
+
+int find_instance(std::string_view config) {
+  const auto instances = device::gemv_gemm_instances();
+  for (std::size_t i = 0; i < instances.size(); ++i) {
+    if (config == config_name(instances[i])) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+class GemvKernel final : public Kernel {
+ public:
+  std::string_view name() const override { return "gemv"; }
+
+  std::vector<std::string> configs() const override {
+    std::vector<std::string> names;
+    for (const auto& i : device::gemv_gemm_instances()) names.push_back(config_name(i));
+    return names;
+  }
+
+  Verdict is_supported(const DeviceDescription& device) const override {
+    return detail::needs_sm90a(device);
+  }
+
+  Verdict can_implement(const LayerDescription& layer) const override {
+    if (layer.alignment < 16) {
+      return {fmt::format("needs 16-byte aligned e4m3 rows; the layer's are {}-byte aligned",
+                          layer.alignment)};
+    }
+    if (device::gemv_gemm_smem_bytes(0, static_cast<int>(layer.k)) > device::kGemvMaxSmemBytes) {
+      return {fmt::format("K = {} does not fit one token's activation in shared memory", layer.k)};
+    }
+    return {};
+  }
+
+  bool needs_tuned_rows() const override { return true; }
+  bool worth_sweeping(std::int64_t m, std::string_view) const override { return m <= 4; }
+
+  std::string default_config(std::int64_t m) const override {
+    const auto instances = device::gemv_gemm_instances();
+    return config_name(instances[m <= 1 ? 0 : 1]);
+  }
+
+  void prepare_weights(const MxWeight& in, const MxWeight& out,
+                       cudaStream_t stream) const override {
+    detail::copy_weight(in, out, stream);  // streamed in the checkpoint layout
+  }
+  bool prepared_weights_cacheable() const override { return true; }
+
+  void run(const KernelCall& call, const std::string& config) const override {
+    const int instance = find_instance(config);
+    if (instance < 0) {
+      detail::fail(
+          ErrorCode::kInvalidArgument, "gemv kernel", "config",
+          fmt::format("is '{}'; expected one of: {}", config, fmt::join(this->configs(), ", ")));
+    }
+    const LinearShape& shape = call.shape;
+    if (const int smem = device::gemv_gemm_smem_bytes(instance, static_cast<int>(shape.k));
+        smem > device::kGemvMaxSmemBytes) {
+      detail::fail(ErrorCode::kUnsupported, "gemv kernel", "config",
+                   fmt::format("is '{}'; K = {} needs {} bytes of shared memory per CTA, more "
+                               "than {}",
+                               config, shape.k, smem, device::kGemvMaxSmemBytes));
+    }
+    const int tokens = device::gemv_gemm_instances()[static_cast<std::size_t>(instance)].tokens;
+    if ((shape.m + tokens - 1) / tokens > kMaxGridY) {
+      detail::fail(ErrorCode::kUnsupported, "linear", "x",
+                   fmt::format("has {} rows; expected at most {} for gemv config {}", shape.m,
+                               kMaxGridY * tokens, config));
+    }
+    const device::GemmParams p = detail::gemm_params(call);
+    if (const std::string_view why = device::gemv_gemm_unsupported(p); !why.empty()) {
+      detail::fail(ErrorCode::kUnsupported, "gemv kernel", "layer",
+                   fmt::format("is {} x {} x {}; {}", shape.m, shape.n, shape.k, why));
+    }
+    detail::check_cuda(device::launch_gemv_gemm(p, instance, call.stream),
+                       fmt::format("linear: launching gemv {}", config));
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const Kernel> make_gemv_kernel() { return std::make_shared<GemvKernel>(); }
+
+}  // namespace mxlinear

@@ -1,0 +1,12 @@
+// The CUDA-core GEMV's registry entry.
+#pragma once
+
+#include <memory>
+
+#include "mxlinear/registry.hpp"
+
+namespace mxlinear {
+
+std::shared_ptr<const Kernel> make_gemv_kernel();
+
+}  // namespace mxlinear
