@@ -3,6 +3,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <atomic>
+
 #include "device/hopper_ptx.cuh"
 #include "device/ptx.cuh"
 #include "device/quantize.hpp"
@@ -31,23 +34,19 @@ struct InputTraits<InType::kF32> {
   static __device__ float widen(T v) { return v; }
 };
 
+// A group: 8 consecutive elements of a row, starting at element `col` (a multiple of 8).
+struct Group {
+  int row, col;
+};
+
+// Loads a group widened to fp32 (zeros where inactive).
 template <InType kIn, bool kVector>
-__global__ void __launch_bounds__(kThreadsPerBlock) quantize_kernel(const QuantizeParams p) {
-  // A GEMM launched next as a programmatic dependent (the decode kernel) may start now: it
-  // prefetches static weights and reads what this kernel writes only after griddepcontrol.wait.
-  // A no-op for kernels launched normally.
-  hopper::allow_dependent_launch();
+__device__ __forceinline__ void load_group(const QuantizeParams& p, Group g, bool active,
+                                           float (&v)[kElemsPerThread]) {
   using Traits = InputTraits<kIn>;
   using T = typename Traits::T;
-  const int groups_per_row = p.k / kElemsPerThread;
-  const std::int64_t total = static_cast<std::int64_t>(p.m) * groups_per_row;
-  // The grid covers `total` rounded up to whole warps, so every lane reaches the shuffles.
-  const std::int64_t id = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const bool active = id < total;
-  const std::int64_t row = active ? id / groups_per_row : 0;
-  const int col = active ? static_cast<int>(id % groups_per_row) * kElemsPerThread : 0;
-
-  float v[kElemsPerThread];
+  const std::int64_t row = active ? g.row : 0;
+  const int col = active ? g.col : 0;
   const T* src = static_cast<const T*>(p.x) + row * p.ld_x + col;
   if constexpr (kVector) {
     constexpr int kVecs = kElemsPerThread * sizeof(T) / 16;
@@ -62,7 +61,13 @@ __global__ void __launch_bounds__(kThreadsPerBlock) quantize_kernel(const Quanti
 #pragma unroll
     for (int i = 0; i < kElemsPerThread; ++i) v[i] = active ? Traits::widen(src[i]) : 0.0f;
   }
+}
 
+// Quantizes one group: the 4 lanes of its MX block share amax and the non-finite flag by two
+// shuffles (every lane of the warp takes part), then each active lane stores its 8 bytes and
+// the block's first lane its scale.
+__device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g, bool active,
+                                               const float (&v)[kElemsPerThread]) {
   float amax = 0.0f;
   bool non_finite = false;
 #pragma unroll
@@ -76,6 +81,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) quantize_kernel(const Quanti
     non_finite |= __shfl_xor_sync(0xffffffffu, static_cast<int>(non_finite), offset) != 0;
   }
   if (!active) return;
+  const std::int64_t row = g.row;
+  const int col = g.col;
 
   std::uint8_t scale = kE8M0NaN;
   uint2 packed = make_uint2(0x7F7F7F7Fu, 0x7F7F7F7Fu);
@@ -95,11 +102,71 @@ __global__ void __launch_bounds__(kThreadsPerBlock) quantize_kernel(const Quanti
   if ((col % kBlockSize) == 0) p.scales[row * p.ld_s + col / kBlockSize] = scale;
 }
 
+// A grid of at most a few CTAs per SM walks the groups (4 per MX block) in row-major order:
+// each warp takes 32 consecutive groups and the 32 one grid-stride later, loading both before
+// quantizing either, so every thread has two loads in flight and no CTA waits in a second wave.
+// Positions advance by a fixed (rows, groups) step: no division per group.
+template <InType kIn, bool kVector>
+__global__ void __launch_bounds__(kThreadsPerBlock) quantize_kernel(const QuantizeParams p) {
+  // A GEMM launched next as a programmatic dependent may start now: it prefetches static
+  // weights and reads what this kernel writes only after griddepcontrol.wait. A no-op for
+  // kernels launched normally.
+  hopper::allow_dependent_launch();
+  const int groups_per_row = p.k / kElemsPerThread;
+  const std::int64_t total = static_cast<std::int64_t>(p.m) * groups_per_row;
+  const int stride = static_cast<int>(gridDim.x) * kThreadsPerBlock;  // the grid's groups
+  const int step_rows = 2 * stride / groups_per_row, step_groups = 2 * stride % groups_per_row;
+  const int first = static_cast<int>(blockIdx.x) * kThreadsPerBlock + static_cast<int>(threadIdx.x);
+  Group g0{first / groups_per_row, first % groups_per_row};
+  Group g1{(first + stride) / groups_per_row, (first + stride) % groups_per_row};
+  auto advance = [&](Group& g) {
+    g.row += step_rows;
+    g.col += step_groups;
+    if (g.col >= groups_per_row) {
+      g.col -= groups_per_row;
+      ++g.row;
+    }
+  };
+  // Warp-uniform loop bounds (the warp's first group), so every lane reaches the shuffles.
+  for (std::int64_t base = first - (static_cast<int>(threadIdx.x) & 31); base < total;
+       base += 2 * stride) {
+    const bool active0 = g0.row < p.m, active1 = g1.row < p.m;
+    float v0[kElemsPerThread], v1[kElemsPerThread];
+    load_group<kIn, kVector>(p, {g0.row, g0.col * kElemsPerThread}, active0, v0);
+    load_group<kIn, kVector>(p, {g1.row, g1.col * kElemsPerThread}, active1, v1);
+    quantize_group(p, {g0.row, g0.col * kElemsPerThread}, active0, v0);
+    quantize_group(p, {g1.row, g1.col * kElemsPerThread}, active1, v1);
+    advance(g0);
+    advance(g1);
+  }
+}
+
+// CTAs per SM the grid is sized for (256 threads each: a full SM).
+constexpr int kBlocksPerSm = 8;
+
+// The current device's SM count, asked once per device.
+cudaError_t sm_count(int& count) {
+  static std::atomic<int> cached[64] = {};
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (device < 64 && (count = cached[device].load(std::memory_order_relaxed)) > 0) {
+    return cudaSuccess;
+  }
+  if (cudaError_t e = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+      e != cudaSuccess) {
+    return e;
+  }
+  if (device < 64) cached[device].store(count, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
 template <InType kIn>
 cudaError_t launch_typed(const QuantizeParams& p, bool vector, cudaStream_t stream) {
   const std::int64_t threads = static_cast<std::int64_t>(p.m) * (p.k / kElemsPerThread);
-  const std::int64_t blocks = (threads + kThreadsPerBlock - 1) / kThreadsPerBlock;
-  if (blocks > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
+  int sms = 0;
+  if (cudaError_t e = sm_count(sms); e != cudaSuccess) return e;
+  const std::int64_t blocks = std::min<std::int64_t>(
+      (threads + kThreadsPerBlock - 1) / kThreadsPerBlock, std::int64_t{sms} * kBlocksPerSm);
   const dim3 grid(static_cast<unsigned>(blocks));
   if (vector) {
     quantize_kernel<kIn, true><<<grid, kThreadsPerBlock, 0, stream>>>(p);
