@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -134,6 +135,115 @@ void check_nan_bias_determinism(const GemmRunner& run, const ContractSizes& size
     SCOPED_TRACE("two runs are bitwise equal");
     check_two_runs_equal(run, sizes.m, sizes.n, sizes.k_large, rng);
   }
+}
+
+std::vector<std::uint8_t> run_launcher(const GemmLauncher& launch, const MxOperand& a,
+                                       const MxOperand& w, DType out_dtype,
+                                       const DeviceBuffer* bias, device::BiasType bias_type) {
+  DeviceMx da = upload(a);
+  DeviceMx dw = upload(w);
+  const std::size_t bytes = static_cast<std::size_t>(a.rows * w.rows) * element_size(out_dtype);
+  DeviceBuffer out(bytes);
+  out.poison();
+  device::GemmParams p = gemm_params(da, dw, out, out_dtype);
+  if (bias) {
+    p.bias = bias->get();
+    p.bias_type = bias_type;
+  }
+  EXPECT_EQ(launch(p, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<std::uint8_t> r(bytes);
+  out.download_to(r.data(), bytes);
+  return r;
+}
+
+void check_exact_on_shapes(const GemmRunner& run, std::span<const GemmShape> shapes,
+                           std::mt19937_64& rng) {
+  for (const GemmShape& c : shapes) {
+    const MxOperand a = exact_operand(c.m, c.k, rng);
+    const MxOperand w = exact_operand(c.n, c.k, rng);
+    const std::vector<double> ref = reference(a, w, {});
+    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "M=" << c.m << " N=" << c.n << " K=" << c.k << " out=" << to_string(dtype));
+      expect_bit_exact(run(a, w, dtype, nullptr, device::BiasType::kNone), ref, c.n, dtype);
+    }
+  }
+}
+
+void check_random_on_shapes(const GemmRunner& run, std::span<const GemmShape> shapes, int k_factor,
+                            std::mt19937_64& rng) {
+  for (const GemmShape& c : shapes) {
+    const MxOperand a = random_operand(c.m, c.k, rng);
+    const MxOperand w = random_operand(c.n, c.k, rng);
+    const std::vector<double> ref = reference(a, w, {});
+    const std::vector<double> abs_sums = abs_product_sums(a, w);
+    for (DType dtype : {DType::kBF16, DType::kF32}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "M=" << c.m << " N=" << c.n << " K=" << c.k << " out=" << to_string(dtype));
+      expect_within_tolerance(run(a, w, dtype, nullptr, device::BiasType::kNone), ref, abs_sums,
+                              k_factor * c.k, dtype);
+    }
+  }
+}
+
+void check_extreme_scale_bytes(const GemmRunner& run, std::int64_t m, std::int64_t n,
+                               std::mt19937_64& rng) {
+  MxOperand a = exact_operand(m, 1024, rng);
+  MxOperand w = exact_operand(n, 1024, rng);
+  std::fill(a.scales.begin(), a.scales.end(), std::uint8_t{0});
+  for (const std::int64_t row : {std::int64_t{0}, n - 1}) {
+    std::fill_n(w.scales.begin() + row * 32, 32, std::uint8_t{254});
+  }
+  const std::vector<double> ref = reference(a, w, {});
+  const auto out = run(a, w, DType::kF32, nullptr, device::BiasType::kNone);
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_EQ(output_value(out, DType::kF32, i), round_to(ref[i], DType::kF32))
+        << "out[" << i / static_cast<std::size_t>(n) << ", " << i % static_cast<std::size_t>(n)
+        << "]";
+  }
+}
+
+void check_stable_across_runs(const GemmRunner& run, const GemmShape& shape, int runs, int k_factor,
+                              std::mt19937_64& rng) {
+  const MxOperand a = random_operand(shape.m, shape.k, rng);
+  const MxOperand w = random_operand(shape.n, shape.k, rng);
+  const auto first = run(a, w, DType::kF32, nullptr, device::BiasType::kNone);
+  for (int r = 1; r < runs; ++r) {
+    const auto again = run(a, w, DType::kF32, nullptr, device::BiasType::kNone);
+    ASSERT_EQ(std::memcmp(first.data(), again.data(), first.size()), 0) << "run " << r;
+  }
+  expect_within_tolerance(first, reference(a, w, {}), abs_product_sums(a, w), k_factor * shape.k,
+                          DType::kF32);
+}
+
+void check_graph_replay(const GemmLauncher& launch, const GemmShape& shape, std::mt19937_64& rng) {
+  const MxOperand a = random_operand(shape.m, shape.k, rng);
+  const MxOperand w = random_operand(shape.n, shape.k, rng);
+  const auto eager = run_launcher(launch, a, w, DType::kBF16, nullptr, device::BiasType::kNone);
+  DeviceMx da = upload(a);
+  DeviceMx dw = upload(w);
+  DeviceBuffer out(eager.size());
+  const device::GemmParams p = gemm_params(da, dw, out, DType::kBF16);
+  cudaStream_t stream;
+  MXL_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  MXL_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(launch(p, stream), cudaSuccess);
+  MXL_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  MXL_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    out.poison();
+    MXL_CUDA_OK(cudaGraphLaunch(exec, stream));
+    MXL_CUDA_OK(cudaStreamSynchronize(stream));
+    std::vector<std::uint8_t> got(eager.size());
+    out.download_to(got.data(), got.size());
+    EXPECT_EQ(std::memcmp(got.data(), eager.data(), got.size()), 0) << "replay " << replay;
+  }
+  MXL_CUDA_OK(cudaGraphExecDestroy(exec));
+  MXL_CUDA_OK(cudaGraphDestroy(graph));
+  MXL_CUDA_OK(cudaStreamDestroy(stream));
 }
 
 }  // namespace mxlinear::test

@@ -2,8 +2,11 @@
 // bit-exact and tolerance checks of MXFP8.md, and bias buffers.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "device/gemm_params.hpp"
@@ -55,5 +58,44 @@ struct ContractSizes {
 };
 void check_nan_bias_determinism(const GemmRunner& run, const ContractSizes& sizes,
                                 std::mt19937_64& rng);
+
+// A kernel launcher as the generic runner and the graph check see it.
+using GemmLauncher = std::function<cudaError_t(const device::GemmParams& p, cudaStream_t stream)>;
+
+// Uploads the operands, poisons the output, launches, synchronizes and returns the raw output
+// [a.rows, w.rows] of dtype out_dtype.
+std::vector<std::uint8_t> run_launcher(const GemmLauncher& launch, const MxOperand& a,
+                                       const MxOperand& w, DType out_dtype,
+                                       const DeviceBuffer* bias, device::BiasType bias_type);
+
+struct GemmShape {
+  std::int64_t m, n, k;
+};
+
+// Exact inputs on every shape, every output dtype: equal to fp64 rounded once, bit for bit.
+void check_exact_on_shapes(const GemmRunner& run, std::span<const GemmShape> shapes,
+                           std::mt19937_64& rng);
+
+// Random inputs on every shape, bf16 and fp32 output: within tolerance() of fp64, whose
+// accumulation slack is that of k_factor * K (1 for per-block promotion, 2 for a kernel that
+// accumulates k16 steps in the tensor core).
+void check_random_on_shapes(const GemmRunner& run, std::span<const GemmShape> shapes, int k_factor,
+                            std::mt19937_64& rng);
+
+// Scale bytes 0 (2^-127, an fp32 subnormal) and 254 (2^127) decode exactly: every activation
+// block of an [m, 1024] activation has scale byte 0, weight rows 0 and n - 1 have 254
+// everywhere; no sum mixes tiny and normal terms, so every output is exact. n >= 2.
+void check_extreme_scale_bytes(const GemmRunner& run, std::int64_t m, std::int64_t n,
+                               std::mt19937_64& rng);
+
+// A layer run `runs` times: every run equals the first bit for bit and the first is within
+// tolerance (k_factor as in check_random_on_shapes). Seed-sized layers expose ring races that
+// small shapes run too briefly to show.
+void check_stable_across_runs(const GemmRunner& run, const GemmShape& shape, int runs, int k_factor,
+                              std::mt19937_64& rng);
+
+// Three back-to-back launches captured into a CUDA graph (programmatic edges between them)
+// replay to the eager result, twice.
+void check_graph_replay(const GemmLauncher& launch, const GemmShape& shape, std::mt19937_64& rng);
 
 }  // namespace mxlinear::test

@@ -34,24 +34,14 @@ GemmRun run_config(int config, const MxOperand& a, const MxOperand& w, DType out
                    const DeviceBuffer* bias = nullptr,
                    device::BiasType bias_type = device::BiasType::kNone,
                    ScalePath path = ScalePath::kCpAsyncWhereAligned) {
-  DeviceMx da = upload(a);
-  DeviceMx dw = upload(w);
-  const std::size_t bytes = static_cast<std::size_t>(a.rows * w.rows) * element_size(out_dtype);
-  DeviceBuffer out(bytes);
-  out.poison();
-  device::GemmParams p = gemm_params(da, dw, out, out_dtype);
-  if (bias) {
-    p.bias = bias->get();
-    p.bias_type = bias_type;
-  }
-  p.scales_via_cp_async =
-      path == ScalePath::kCpAsyncWhereAligned && device::scales_allow_cp_async(p);
-  EXPECT_EQ(device::launch_generic_gemm(p, config, nullptr), cudaSuccess);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  GemmRun r;
-  r.out.resize(bytes);
-  out.download_to(r.out.data(), bytes);
-  return r;
+  const GemmLauncher launch = [config, path](const device::GemmParams& params,
+                                             cudaStream_t stream) {
+    device::GemmParams p = params;
+    p.scales_via_cp_async =
+        path == ScalePath::kCpAsyncWhereAligned && device::scales_allow_cp_async(p);
+    return device::launch_generic_gemm(p, config, stream);
+  };
+  return GemmRun{run_launcher(launch, a, w, out_dtype, bias, bias_type)};
 }
 
 class GenericGemmConfig : public ::testing::TestWithParam<int> {

@@ -67,21 +67,24 @@ double round_bf16(double x) {
   return std::nearbyint(std::ldexp(x, -quantum)) * std::ldexp(1.0, quantum);
 }
 
-struct Case {
-  std::int64_t m, n, k;
-};
-
 // Tails on purpose: M and N not multiples of the tiles (or of 8), more than one tile of each;
 // K chunks (of 128) that the splits do not divide evenly (10). Shapes with fewer chunks than a
 // config's splits are skipped for it (the launcher rejects them).
-const Case kShapes[] = {
+const GemmShape kShapes[] = {
     {1, 1, 128}, {7, 33, 256}, {300, 257, 512}, {130, 129, 1024}, {70, 200, 1280}};
 
 // (instance, K splits): every config the registry entry offers.
 class PrefillGemmInstance : public ::testing::TestWithParam<std::tuple<int, int>> {
  protected:
   Config config() const { return {std::get<0>(GetParam()), std::get<1>(GetParam())}; }
-  bool fits(const Case& c) const { return c.k / 128 >= config().splits; }
+  // The shapes with at least as many 128-K chunks as the config has splits.
+  std::vector<GemmShape> shapes() const {
+    std::vector<GemmShape> fitting;
+    for (const GemmShape& c : kShapes) {
+      if (c.k / 128 >= config().splits) fitting.push_back(c);
+    }
+    return fitting;
+  }
   GemmRunner runner() const {
     return [config = config()](const MxOperand& a, const MxOperand& w, DType out_dtype,
                                const DeviceBuffer* bias, device::BiasType bias_type) {
@@ -119,17 +122,7 @@ TEST(ActivationBf16, EqualsTheDequantizedValuesAtTheirPermutedPositions) {
 TEST_P(PrefillGemmInstance, ExactInputsMatchFp64BitForBit) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  for (const Case& c : kShapes) {
-    if (!fits(c)) continue;
-    const MxOperand a = exact_operand(c.m, c.k, rng);
-    const MxOperand w = exact_operand(c.n, c.k, rng);
-    const std::vector<double> ref = reference(a, w, {});
-    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
-      SCOPED_TRACE(::testing::Message()
-                   << "M=" << c.m << " N=" << c.n << " K=" << c.k << " out=" << to_string(dtype));
-      expect_bit_exact(runner()(a, w, dtype, nullptr, device::BiasType::kNone), ref, c.n, dtype);
-    }
-  }
+  check_exact_on_shapes(runner(), shapes(), rng);
 }
 
 // The main loop accumulates all of K in the tensor core's fp32 (k16 steps), not MX blocks, so
@@ -137,19 +130,7 @@ TEST_P(PrefillGemmInstance, ExactInputsMatchFp64BitForBit) {
 TEST_P(PrefillGemmInstance, RandomInputsWithinDerivedTolerance) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  for (const Case& c : kShapes) {
-    if (!fits(c)) continue;
-    const MxOperand a = random_operand(c.m, c.k, rng);
-    const MxOperand w = random_operand(c.n, c.k, rng);
-    const std::vector<double> ref = reference(a, w, {});
-    const std::vector<double> abs_sums = abs_product_sums(a, w);
-    for (DType dtype : {DType::kBF16, DType::kF32}) {
-      SCOPED_TRACE(::testing::Message()
-                   << "M=" << c.m << " N=" << c.n << " K=" << c.k << " out=" << to_string(dtype));
-      expect_within_tolerance(runner()(a, w, dtype, nullptr, device::BiasType::kNone), ref,
-                              abs_sums, 2 * c.k, dtype);
-    }
-  }
+  check_random_on_shapes(runner(), shapes(), 2, rng);
 }
 
 // Activations with scale bytes 0..3 dequantize to 2^-136..2^-115: below 2^-126 bf16 rounds them
@@ -200,15 +181,7 @@ TEST_P(PrefillGemmInstance, SubnormalActivationsStayWithinTheFlushBound) {
 TEST_P(PrefillGemmInstance, SeedSizedLayerIsStableAcrossRuns) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  const MxOperand a = random_operand(300, 6144, rng);
-  const MxOperand w = random_operand(640, 6144, rng);
-  const auto first = runner()(a, w, DType::kF32, nullptr, device::BiasType::kNone);
-  for (int run = 1; run < 4; ++run) {
-    const auto again = runner()(a, w, DType::kF32, nullptr, device::BiasType::kNone);
-    ASSERT_EQ(std::memcmp(first.data(), again.data(), first.size()), 0) << "run " << run;
-  }
-  expect_within_tolerance(first, reference(a, w, {}), abs_product_sums(a, w), 2 * 6144,
-                          DType::kF32);
+  check_stable_across_runs(runner(), {300, 640, 6144}, 4, 2, rng);
 }
 
 // The registry entry runs the pre-pass into the call's scratch, then the GEMM, for every config.
