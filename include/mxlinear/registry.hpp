@@ -61,6 +61,9 @@ struct KernelCall {
   LinearShape shape;
   cudaStream_t stream = nullptr;
   Workspace workspace;  // at least the kernel's workspace_bytes() for this call
+  // The workspace already starts with x dequantized to bf16 in the prefill kernel's layout
+  // (set by the linear's quantization for kernels that take_dequantized_activation()).
+  bool x_dequantized_in_workspace = false;
 };
 
 class Kernel {
@@ -92,6 +95,13 @@ class Kernel {
     (void)shape;
     (void)config;
     return 0;
+  }
+  // Whether this config reads the activation dequantized to bf16 (activation_bf16.hpp's layout)
+  // from the start of its workspace: the linear's bf16 entry point then writes it in the same
+  // pass as the quantization and sets KernelCall::x_dequantized_in_workspace.
+  virtual bool takes_dequantized_activation(const std::string& config) const {
+    (void)config;
+    return false;
   }
   virtual void run(const KernelCall& call, const std::string& config) const = 0;
 };

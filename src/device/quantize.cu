@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "device/hopper_ptx.cuh"
+#include "device/mx_convert.cuh"
 #include "device/ptx.cuh"
 #include "device/quantize.hpp"
 
@@ -65,7 +66,9 @@ __device__ __forceinline__ void load_group(const QuantizeParams& p, Group g, boo
 
 // Quantizes one group: the 4 lanes of its MX block share amax and the non-finite flag by two
 // shuffles (every lane of the warp takes part), then each active lane stores its 8 bytes and
-// the block's first lane its scale.
+// the block's first lane its scale; with kDequantize also the group's bf16 dequantized values
+// where the activation pre-pass puts them (the same conversion, so the same bits).
+template <bool kDequantize>
 __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g, bool active,
                                                const float (&v)[kElemsPerThread]) {
   float amax = 0.0f;
@@ -100,13 +103,25 @@ __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g,
   }
   *reinterpret_cast<uint2*>(p.q + row * p.ld_q + col) = packed;
   if ((col % kBlockSize) == 0) p.scales[row * p.ld_s + col / kBlockSize] = scale;
+  if constexpr (kDequantize) {
+    // Bytes 8t..8t+7 of a block become bf16 pairs at positions 2t, 8 + 2t, 16 + 2t, 24 + 2t.
+    const float s = mx::scale_from_byte(scale);
+    std::uint32_t out[4];
+    mx::e4m3x4_scaled_to_bf16x2x2(packed.x, s, out[0], out[1]);
+    mx::e4m3x4_scaled_to_bf16x2x2(packed.y, s, out[2], out[3]);
+    const int block = col / kBlockSize, t = (col % kBlockSize) / kElemsPerThread;
+    auto* dst =
+        static_cast<std::uint16_t*>(p.dequantized) + row * p.ld_dq + kBlockSize * block + 2 * t;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) *reinterpret_cast<std::uint32_t*>(dst + 8 * i) = out[i];
+  }
 }
 
 // A grid of at most a few CTAs per SM walks the groups (4 per MX block) in row-major order:
 // each warp takes 32 consecutive groups and the 32 one grid-stride later, loading both before
 // quantizing either, so every thread has two loads in flight and no CTA waits in a second wave.
 // Positions advance by a fixed (rows, groups) step: no division per group.
-template <InType kIn, bool kVector>
+template <InType kIn, bool kVector, bool kDequantize>
 __global__ void __launch_bounds__(kThreadsPerBlock) quantize_kernel(const QuantizeParams p) {
   // A GEMM launched next as a programmatic dependent may start now: it prefetches static
   // weights and reads what this kernel writes only after griddepcontrol.wait. A no-op for
@@ -134,8 +149,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) quantize_kernel(const Quanti
     float v0[kElemsPerThread], v1[kElemsPerThread];
     load_group<kIn, kVector>(p, {g0.row, g0.col * kElemsPerThread}, active0, v0);
     load_group<kIn, kVector>(p, {g1.row, g1.col * kElemsPerThread}, active1, v1);
-    quantize_group(p, {g0.row, g0.col * kElemsPerThread}, active0, v0);
-    quantize_group(p, {g1.row, g1.col * kElemsPerThread}, active1, v1);
+    quantize_group<kDequantize>(p, {g0.row, g0.col * kElemsPerThread}, active0, v0);
+    quantize_group<kDequantize>(p, {g1.row, g1.col * kElemsPerThread}, active1, v1);
     advance(g0);
     advance(g1);
   }
@@ -168,10 +183,15 @@ cudaError_t launch_typed(const QuantizeParams& p, bool vector, cudaStream_t stre
   const std::int64_t blocks = std::min<std::int64_t>(
       (threads + kThreadsPerBlock - 1) / kThreadsPerBlock, std::int64_t{sms} * kBlocksPerSm);
   const dim3 grid(static_cast<unsigned>(blocks));
-  if (vector) {
-    quantize_kernel<kIn, true><<<grid, kThreadsPerBlock, 0, stream>>>(p);
+  const bool dequantize = p.dequantized != nullptr;
+  if (vector && dequantize) {
+    quantize_kernel<kIn, true, true><<<grid, kThreadsPerBlock, 0, stream>>>(p);
+  } else if (vector) {
+    quantize_kernel<kIn, true, false><<<grid, kThreadsPerBlock, 0, stream>>>(p);
+  } else if (dequantize) {
+    quantize_kernel<kIn, false, true><<<grid, kThreadsPerBlock, 0, stream>>>(p);
   } else {
-    quantize_kernel<kIn, false><<<grid, kThreadsPerBlock, 0, stream>>>(p);
+    quantize_kernel<kIn, false, false><<<grid, kThreadsPerBlock, 0, stream>>>(p);
   }
   return cudaGetLastError();
 }

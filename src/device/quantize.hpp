@@ -12,12 +12,16 @@ namespace mxlinear::device {
 enum class InType : std::uint8_t { kBF16, kF16, kF32 };
 
 // x [M, K] (row stride ld_x elements) -> data [M, K] e4m3 (row stride ld_q) and scales
-// [M, K/32] e8m0 (row stride ld_s), byte-identical to the CPU reference.
+// [M, K/32] e8m0 (row stride ld_s), byte-identical to the CPU reference. With `dequantized`
+// set, the same pass also writes what the prefill kernel's activation pre-pass would make of
+// them (activation_bf16.hpp: exact bf16, K permuted inside blocks; row stride ld_dq elements,
+// 4-byte aligned rows), saving that pass and its launch.
 struct QuantizeParams {
   const void* x = nullptr;
   std::uint8_t* q = nullptr;
   std::uint8_t* scales = nullptr;
-  std::int64_t ld_x = 0, ld_q = 0, ld_s = 0;
+  void* dequantized = nullptr;
+  std::int64_t ld_x = 0, ld_q = 0, ld_s = 0, ld_dq = 0;
   int m = 0, k = 0;
   InType in_type = InType::kBF16;
   ScaleRule rule = ScaleRule::kRceil;

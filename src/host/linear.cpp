@@ -104,7 +104,8 @@ const CachedSelection& selection_for(const LayerDescription& layer) {
   return cache.emplace(key, std::move(entry)).first->second;
 }
 
-void run_selected(std::string_view op, const KernelCall& call) {
+// The kernel and config the registry hands this call to (fails if no kernel can run it).
+Dispatch dispatch_call(std::string_view op, const KernelCall& call) {
   LayerDescription layer;
   layer.n = call.shape.n;
   layer.k = call.shape.k;
@@ -128,6 +129,10 @@ void run_selected(std::string_view op, const KernelCall& call) {
                 fmt::format("{} x {} x {}: {}/{} ({})", call.shape.m, layer.n, layer.k,
                             d.kernel->name(), d.config, d.why));
   }
+  return d;
+}
+
+void run_dispatched(std::string_view op, const Dispatch& d, const KernelCall& call) {
   const std::size_t scratch = d.kernel->workspace_bytes(call.shape, d.config);
   if (scratch <= call.workspace.bytes) {
     d.kernel->run(call, d.config);
@@ -148,15 +153,20 @@ void run_selected(std::string_view op, const KernelCall& call) {
                      fmt::format("{}: kernel scratch free", op));
 }
 
+// Quantizes x into data and scales; with `dequantized` (bf16 [M, K], contiguous) it also writes
+// the activation as the prefill kernel's pre-pass would.
 void launch_quantize(std::string_view op, const TensorView& x, const TensorView& data,
-                     const TensorView& scales, ScaleRule rule, cudaStream_t stream) {
+                     const TensorView& scales, ScaleRule rule, cudaStream_t stream,
+                     void* dequantized = nullptr) {
   device::QuantizeParams p;
   p.x = x.data;
   p.q = static_cast<std::uint8_t*>(data.data);
   p.scales = static_cast<std::uint8_t*>(scales.data);
+  p.dequantized = dequantized;
   p.ld_x = x.row_stride();
   p.ld_q = data.row_stride();
   p.ld_s = scales.row_stride();
+  p.ld_dq = x.cols();
   p.m = static_cast<int>(x.rows());
   p.k = static_cast<int>(x.cols());
   p.in_type = in_type(x.dtype);
@@ -219,9 +229,14 @@ void linear(const TensorView& x, const MxWeight& weight, const std::optional<Ten
                                               DType::kE8M0, Location::kDevice);
   const Workspace scratch{bytes + layout.data + layout.scales, layout.scratch};
   try {
-    launch_quantize(kOp, x, q, s, ScaleRule::kRceil, stream);
-    run_selected(kOp, KernelCall{QuantizedActivation{q, s, x.dtype}, weight, bias, out, shape,
-                                 stream, scratch});
+    KernelCall call{QuantizedActivation{q, s, x.dtype}, weight, bias, out, shape, stream, scratch};
+    const Dispatch d = dispatch_call(kOp, call);
+    // A kernel that reads the activation dequantized gets it from the quantization pass itself
+    // (the workspace's scratch holds M * K bf16 values): one pass and one launch fewer.
+    call.x_dequantized_in_workspace = d.kernel->takes_dequantized_activation(d.config);
+    launch_quantize(kOp, x, q, s, ScaleRule::kRceil, stream,
+                    call.x_dequantized_in_workspace ? scratch.data : nullptr);
+    run_dispatched(kOp, d, call);
   } catch (...) {
     if (allocate) (void)cudaFreeAsync(buffer, stream);
     throw;
@@ -237,7 +252,8 @@ void linear(const QuantizedActivation& x, const MxWeight& weight,
       detail::check_linear(kOp, x.data, &x.scales, weight, bias, out, Location::kDevice);
   check_workspace(kOp, workspace, shape);
   if (shape.m == 0) return;
-  run_selected(kOp, KernelCall{x, weight, bias, out, shape, stream, workspace});
+  const KernelCall call{x, weight, bias, out, shape, stream, workspace};
+  run_dispatched(kOp, dispatch_call(kOp, call), call);
 }
 
 void quantize(const TensorView& x, const TensorView& data, const TensorView& scales,

@@ -159,6 +159,18 @@ TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
   }
 }
 
+// The linear's bf16 entry point writes the bf16 activation in its quantization pass only for
+// kernels that read it; the others get e4m3 and scales as before.
+TEST(HopperKernels, OnlyThePrefillKernelTakesTheDequantizedActivation) {
+  for (const std::string& config : prefill_kernel().configs()) {
+    EXPECT_TRUE(prefill_kernel().takes_dequantized_activation(config)) << config;
+  }
+  EXPECT_FALSE(decode_kernel().takes_dequantized_activation(decode_kernel().configs().front()));
+  EXPECT_FALSE(gemv_kernel().takes_dequantized_activation("t1"));
+  EXPECT_FALSE(
+      builtin("generic").takes_dequantized_activation(builtin("generic").default_config(8192)));
+}
+
 TEST(PrefillKernel, MoreSplitsThanKChunksIsRejected) {
   const FakeCall f(32, 64, 768);  // 6 chunks of 128
   const Error e = error_of("w64_t32_st4_overlap_split8", f, prefill_kernel());

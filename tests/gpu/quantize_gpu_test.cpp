@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 
+#include "device/activation_bf16.hpp"
+#include "device/quantize.hpp"
 #include "gpu/gpu_support.hpp"
 #include "mxlinear/quantize.hpp"
 #include "support/random.hpp"
@@ -152,6 +154,70 @@ TEST(QuantizeGpu, EdgeBlocksBitExact) {
   // bf16 and fp16 see the same blocks after their own rounding (fp16 overflows to Inf).
   expect_gpu_matches_cpu(values, rows, 32, 32, DType::kBF16, ScaleRule::kRceil);
   expect_gpu_matches_cpu(values, rows, 32, 32, DType::kF16, ScaleRule::kRceil);
+}
+
+// More groups than two sweeps of the grid (8 CTAs per SM), with groups per row (132) that do not
+// divide the grid's stride: every position advance, including the carry into the next row.
+TEST(QuantizeGpu, InputLargerThanTheGridIsWalkedBitExact) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  expect_gpu_matches_cpu(random_values(4100, 1056, rng), 4100, 1056, 1056, DType::kBF16,
+                         ScaleRule::kRceil);
+}
+
+// The pass that also dequantizes (for the prefill kernel) writes the same e4m3 bytes and scales
+// as the plain pass, and bf16 values equal to the activation pre-pass run on them, for aligned
+// (vector) and strided (scalar) input of every dtype, NaN and Inf blocks included.
+TEST(QuantizeGpu, DequantizingPassEqualsQuantizeThenPrePass) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (const std::int64_t ld_x : {std::int64_t{544}, std::int64_t{547}}) {
+      SCOPED_TRACE(::testing::Message() << to_string(dtype) << " ld_x=" << ld_x);
+      const std::int64_t rows = 37, k = 544;
+      std::vector<float> values = random_values(rows, ld_x, rng);
+      values[5] = std::numeric_limits<float>::quiet_NaN();
+      values[static_cast<std::size_t>(3 * ld_x + 70)] = std::numeric_limits<float>::infinity();
+      const DeviceBuffer x = DeviceBuffer::from(encode_as(values, dtype));
+      const auto count = static_cast<std::size_t>(rows * k);
+      DeviceBuffer q_plain(count), s_plain(count / 32), q(count), s(count / 32), dq(count * 2);
+      for (DeviceBuffer* b : {&q_plain, &s_plain, &q, &s, &dq}) b->poison();
+      device::QuantizeParams p;
+      p.x = x.get();
+      p.ld_x = ld_x;
+      p.ld_q = k;
+      p.ld_s = k / 32;
+      p.m = static_cast<int>(rows);
+      p.k = static_cast<int>(k);
+      p.in_type = dtype == DType::kBF16
+                      ? device::InType::kBF16
+                      : (dtype == DType::kF16 ? device::InType::kF16 : device::InType::kF32);
+      p.q = q_plain.bytes();
+      p.scales = s_plain.bytes();
+      ASSERT_EQ(device::launch_quantize(p, nullptr), cudaSuccess);
+      p.q = q.bytes();
+      p.scales = s.bytes();
+      p.dequantized = dq.get();
+      p.ld_dq = k;
+      ASSERT_EQ(device::launch_quantize(p, nullptr), cudaSuccess);
+      DeviceBuffer prepass(count * 2);
+      prepass.poison();
+      device::ActivationBf16Params a;
+      a.q = q_plain.bytes();
+      a.scales = s_plain.bytes();
+      a.ld_q = k;
+      a.ld_scales = k / 32;
+      a.out = prepass.get();
+      a.ld_out = k;
+      a.m = static_cast<int>(rows);
+      a.k = static_cast<int>(k);
+      ASSERT_EQ(device::launch_activation_bf16(a, nullptr), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(q.download<std::uint8_t>(count), q_plain.download<std::uint8_t>(count));
+      EXPECT_EQ(s.download<std::uint8_t>(count / 32), s_plain.download<std::uint8_t>(count / 32));
+      EXPECT_EQ(dq.download<std::uint16_t>(count), prepass.download<std::uint16_t>(count));
+    }
+  }
 }
 
 TEST(QuantizeGpu, ZeroRowsIsANoOp) {

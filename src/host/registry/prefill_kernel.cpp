@@ -100,6 +100,8 @@ class PrefillKernel final : public Kernel {
     return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
   }
 
+  bool takes_dequantized_activation(const std::string&) const override { return true; }
+
   void run(const KernelCall& call, const std::string& config) const override {
     const PrefillConfig c = find_config(config);
     if (c.instance < 0) {
@@ -138,17 +140,19 @@ class PrefillKernel final : public Kernel {
       detail::fail(ErrorCode::kUnsupported, "prefill kernel", "layer",
                    fmt::format("is {} x {} x {}; {}", shape.m, shape.n, shape.k, why));
     }
-    device::ActivationBf16Params a;
-    a.q = p.a;
-    a.scales = p.a_scales;
-    a.ld_q = p.ld_a;
-    a.ld_scales = p.ld_a_scales;
-    a.out = call.workspace.data;
-    a.ld_out = shape.k;
-    a.m = p.m;
-    a.k = p.k;
-    detail::check_cuda(device::launch_activation_bf16(a, call.stream),
-                       "linear: launching the prefill activation pre-pass");
+    if (!call.x_dequantized_in_workspace) {
+      device::ActivationBf16Params a;
+      a.q = p.a;
+      a.scales = p.a_scales;
+      a.ld_q = p.ld_a;
+      a.ld_scales = p.ld_a_scales;
+      a.out = call.workspace.data;
+      a.ld_out = shape.k;
+      a.m = p.m;
+      a.k = p.k;
+      detail::check_cuda(device::launch_activation_bf16(a, call.stream),
+                         "linear: launching the prefill activation pre-pass");
+    }
     detail::check_cuda(device::launch_prefill_gemm(p, call.workspace.data, shape.k, c.instance,
                                                    c.splits, call.stream),
                        fmt::format("linear: launching prefill GEMM {}", config));
