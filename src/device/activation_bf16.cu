@@ -10,6 +10,10 @@ constexpr int kThreads = 256;
 // One thread per 8 bytes of a block: bytes 8t..8t+7 of block b become bf16 pairs at logical
 // positions 2t, 8+2t (bytes 0-3) and 16+2t, 24+2t (bytes 4-7) of the block.
 __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const ActivationBf16Params p) {
+  // Launched as a programmatic dependent itself: the previous kernel (the producer of the
+  // activation, or the previous layer's GEMM, which may still read the scratch written here)
+  // must finish first; only the launch and the CTAs' start overlap its tail.
+  hopper::wait_prerequisite_grids();
   // The prefill GEMM launched next (a programmatic dependent) may start its prologue now.
   hopper::allow_dependent_launch();
   const std::int64_t groups_per_row = p.k / 8;
@@ -33,9 +37,16 @@ __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const Activat
 cudaError_t launch_activation_bf16(const ActivationBf16Params& p, cudaStream_t stream) {
   const std::int64_t threads = static_cast<std::int64_t>(p.m) * (p.k / 8);
   if (threads == 0) return cudaSuccess;
-  const auto blocks = static_cast<unsigned>((threads + kThreads - 1) / kThreads);
-  activation_bf16_kernel<<<blocks, kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>((threads + kThreads - 1) / kThreads));
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, activation_bf16_kernel, p);
 }
 
 }  // namespace mxlinear::device

@@ -123,9 +123,12 @@ __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g,
 // Positions advance by a fixed (rows, groups) step: no division per group.
 template <InType kIn, bool kVector, bool kDequantize>
 __global__ void __launch_bounds__(kThreadsPerBlock) quantize_kernel(const QuantizeParams p) {
+  // Launched as a programmatic dependent itself: the previous kernel (say the previous layer's
+  // GEMM, which may still read the workspace this kernel writes, or the producer of x) must
+  // finish first; only the launch and the CTAs' start overlap its tail.
+  hopper::wait_prerequisite_grids();
   // A GEMM launched next as a programmatic dependent may start now: it prefetches static
-  // weights and reads what this kernel writes only after griddepcontrol.wait. A no-op for
-  // kernels launched normally.
+  // weights and reads what this kernel writes only after griddepcontrol.wait.
   hopper::allow_dependent_launch();
   const int groups_per_row = p.k / kElemsPerThread;
   const std::int64_t total = static_cast<std::int64_t>(p.m) * groups_per_row;
@@ -182,18 +185,20 @@ cudaError_t launch_typed(const QuantizeParams& p, bool vector, cudaStream_t stre
   if (cudaError_t e = sm_count(sms); e != cudaSuccess) return e;
   const std::int64_t blocks = std::min<std::int64_t>(
       (threads + kThreadsPerBlock - 1) / kThreadsPerBlock, std::int64_t{sms} * kBlocksPerSm);
-  const dim3 grid(static_cast<unsigned>(blocks));
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kThreadsPerBlock);
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
   const bool dequantize = p.dequantized != nullptr;
-  if (vector && dequantize) {
-    quantize_kernel<kIn, true, true><<<grid, kThreadsPerBlock, 0, stream>>>(p);
-  } else if (vector) {
-    quantize_kernel<kIn, true, false><<<grid, kThreadsPerBlock, 0, stream>>>(p);
-  } else if (dequantize) {
-    quantize_kernel<kIn, false, true><<<grid, kThreadsPerBlock, 0, stream>>>(p);
-  } else {
-    quantize_kernel<kIn, false, false><<<grid, kThreadsPerBlock, 0, stream>>>(p);
-  }
-  return cudaGetLastError();
+  if (vector && dequantize) return cudaLaunchKernelEx(&config, quantize_kernel<kIn, true, true>, p);
+  if (vector) return cudaLaunchKernelEx(&config, quantize_kernel<kIn, true, false>, p);
+  if (dequantize) return cudaLaunchKernelEx(&config, quantize_kernel<kIn, false, true>, p);
+  return cudaLaunchKernelEx(&config, quantize_kernel<kIn, false, false>, p);
 }
 
 }  // namespace
