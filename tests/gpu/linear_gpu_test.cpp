@@ -218,17 +218,15 @@ TEST(LinearGpu, GraphReplayMatchesEagerWithACallerWorkspace) {
   }
 }
 
-// Seed shapes on the GPU the shipped table was tuned on: linear() hands each M to the tuned
-// kernel its row names (decode up to M = 128, prefill above), through both entry points, and
-// the answer matches the CPU reference; the two entry points agree bit for bit.
+// Seed shapes on the GPU the shipped table was tuned on: linear() hands each M to a tuned kernel
+// (the one its row names), through both entry points, and the answer matches the CPU
+// reference; the two entry points agree bit for bit (the bf16 one quantizes, and for the
+// prefill kernel dequantizes, in one pass; the other runs the kernel's own pre-pass).
 struct TunedCase {
   std::int64_t m, n, k;
-  const char* kernel;
 };
 
-void PrintTo(const TunedCase& c, std::ostream* os) {
-  *os << c.m << " x " << c.n << " x " << c.k << " -> " << c.kernel;
-}
+void PrintTo(const TunedCase& c, std::ostream* os) { *os << c.m << " x " << c.n << " x " << c.k; }
 
 class LinearGpuTunedKernel : public ::testing::TestWithParam<TunedCase> {};
 
@@ -247,7 +245,10 @@ TEST_P(LinearGpuTunedKernel, ServesTheSeedShapeThroughBothEntryPoints) {
   const Registry& registry = Registry::global();
   const Dispatch d = registry.dispatch(registry.select(desc, device), device, c.m);
   ASSERT_NE(d.kernel, nullptr);
-  EXPECT_EQ(d.kernel->name(), c.kernel) << "config " << d.config;
+  // Which tuned kernel is the table's business (pinned by the CPU test of the shipped table);
+  // here it must be one of them, and right.
+  EXPECT_TRUE(d.kernel->needs_tuned_rows()) << d.kernel->name() << "/" << d.config;
+  SCOPED_TRACE(std::string(d.kernel->name()) + "/" + d.config);
 
   auto rng = make_rng();
   Layer l = make_layer(1, c.m, c.n, c.k, rng);
@@ -275,17 +276,18 @@ TEST_P(LinearGpuTunedKernel, ServesTheSeedShapeThroughBothEntryPoints) {
   EXPECT_EQ(count_mismatches(got, cpu_reference(l), l.k), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    SeedShapes, LinearGpuTunedKernel,
-    ::testing::Values(TunedCase{1, 6144, 768, "decode"}, TunedCase{8, 1536, 6144, "decode"},
-                      TunedCase{32, 6144, 768, "decode"}, TunedCase{128, 6144, 768, "decode"},
-                      TunedCase{512, 6144, 768, "prefill"}, TunedCase{700, 2560, 6144, "prefill"}),
-    [](const ::testing::TestParamInfo<TunedCase>& param) {
-      // (a stream, not operator+: GCC 12 warns falsely on the latter)
-      std::ostringstream name;
-      name << "M" << param.param.m << "_N" << param.param.n << "_K" << param.param.k;
-      return name.str();
-    });
+INSTANTIATE_TEST_SUITE_P(SeedShapes, LinearGpuTunedKernel,
+                         ::testing::Values(TunedCase{1, 6144, 768}, TunedCase{2, 2560, 6144},
+                                           TunedCase{8, 1536, 6144}, TunedCase{32, 6144, 768},
+                                           TunedCase{128, 6144, 768}, TunedCase{512, 6144, 768},
+                                           TunedCase{700, 2560, 6144}),
+                         [](const ::testing::TestParamInfo<TunedCase>& param) {
+                           // (a stream, not operator+: GCC 12 warns falsely on the latter)
+                           std::ostringstream name;
+                           name << "M" << param.param.m << "_N" << param.param.n << "_K"
+                                << param.param.k;
+                           return name.str();
+                         });
 
 // e4m3 rows that are not 16-byte aligned are beyond the generic kernel (cp.async); the registry
 // hands such a layer to the CPU reference kernel, which must still give the right answer.
