@@ -1,5 +1,8 @@
+#include <algorithm>
+
 #include "device/activation_bf16.hpp"
 #include "device/hopper_ptx.cuh"
+#include "device/launch_util.hpp"
 #include "device/mx_convert.cuh"
 
 namespace mxlinear::device {
@@ -7,8 +10,10 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// One thread per 8 bytes of a block: bytes 8t..8t+7 of block b become bf16 pairs at logical
-// positions 2t, 8+2t (bytes 0-3) and 16+2t, 24+2t (bytes 4-7) of the block.
+// Bytes 8t..8t+7 of block b of a row become bf16 pairs at logical positions 2t, 8 + 2t (bytes
+// 0-3) and 16 + 2t, 24 + 2t (bytes 4-7) of the block. A grid of a few CTAs per SM walks these
+// 8-byte groups row-major, one grid-stride at a time, by a fixed (rows, groups) step: no
+// division per group.
 __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const ActivationBf16Params p) {
   // Launched as a programmatic dependent itself: the previous kernel (the producer of the
   // activation, or the previous layer's GEMM, which may still read the scratch written here)
@@ -16,29 +21,43 @@ __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const Activat
   hopper::wait_prerequisite_grids();
   // The prefill GEMM launched next (a programmatic dependent) may start its prologue now.
   hopper::allow_dependent_launch();
-  const std::int64_t groups_per_row = p.k / 8;
-  const std::int64_t id = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (id >= groups_per_row * p.m) return;
-  const std::int64_t row = id / groups_per_row;
-  const int group = static_cast<int>(id % groups_per_row);
-  const int block = group / 4, t = group % 4;
-  const uint2 bytes = *reinterpret_cast<const uint2*>(p.q + row * p.ld_q + 8 * group);
-  const float scale = mx::scale_from_byte(p.scales[row * p.ld_scales + block]);
-  std::uint32_t out[4];
-  mx::e4m3x4_scaled_to_bf16x2x2(bytes.x, scale, out[0], out[1]);
-  mx::e4m3x4_scaled_to_bf16x2x2(bytes.y, scale, out[2], out[3]);
-  auto* dst = static_cast<std::uint16_t*>(p.out) + row * p.ld_out + 32 * block + 2 * t;
+  const int groups_per_row = p.k / 8;
+  const int stride = static_cast<int>(gridDim.x) * kThreads;
+  const int step_rows = stride / groups_per_row, step_groups = stride % groups_per_row;
+  const int first = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
+  int row = first / groups_per_row, group = first % groups_per_row;
+  for (; row < p.m; row += step_rows) {
+    const int block = group / 4, t = group % 4;
+    const std::int64_t r = row;
+    const uint2 bytes = *reinterpret_cast<const uint2*>(p.q + r * p.ld_q + 8 * group);
+    const float scale = mx::scale_from_byte(p.scales[r * p.ld_scales + block]);
+    std::uint32_t out[4];
+    mx::e4m3x4_scaled_to_bf16x2x2(bytes.x, scale, out[0], out[1]);
+    mx::e4m3x4_scaled_to_bf16x2x2(bytes.y, scale, out[2], out[3]);
+    auto* dst = static_cast<std::uint16_t*>(p.out) + r * p.ld_out + 32 * block + 2 * t;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) *reinterpret_cast<std::uint32_t*>(dst + 8 * i) = out[i];
+    for (int i = 0; i < 4; ++i) *reinterpret_cast<std::uint32_t*>(dst + 8 * i) = out[i];
+    group += step_groups;
+    if (group >= groups_per_row) {
+      group -= groups_per_row;
+      ++row;
+    }
+  }
 }
+
+// CTAs per SM the grid is sized for (256 threads each: a full SM).
+constexpr int kBlocksPerSm = 8;
 
 }  // namespace
 
 cudaError_t launch_activation_bf16(const ActivationBf16Params& p, cudaStream_t stream) {
   const std::int64_t threads = static_cast<std::int64_t>(p.m) * (p.k / 8);
   if (threads == 0) return cudaSuccess;
+  int sms = 0;
+  if (cudaError_t e = current_sm_count(sms); e != cudaSuccess) return e;
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>((threads + kThreads - 1) / kThreads));
+  config.gridDim = dim3(static_cast<unsigned>(std::min<std::int64_t>(
+      (threads + kThreads - 1) / kThreads, std::int64_t{sms} * kBlocksPerSm)));
   config.blockDim = dim3(kThreads);
   config.stream = stream;
   cudaLaunchAttribute attribute{};

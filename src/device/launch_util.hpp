@@ -8,6 +8,22 @@
 
 namespace mxlinear::device {
 
+// The current device's SM count, asked of the runtime once per device (grids sized per SM).
+inline cudaError_t current_sm_count(int& count) {
+  static std::atomic<int> cached[64] = {};
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (device < 64 && (count = cached[device].load(std::memory_order_relaxed)) > 0) {
+    return cudaSuccess;
+  }
+  if (cudaError_t e = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+      e != cudaSuccess) {
+    return e;
+  }
+  if (device < 64) cached[device].store(count, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
 // Opts kKernel into `bytes` of dynamic shared memory on the current device, once per device
 // (the opt-in above 48 KiB is per device and per function: the template argument is the
 // function itself, so every kernel instance keeps its own record).

@@ -4,9 +4,9 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <atomic>
 
 #include "device/hopper_ptx.cuh"
+#include "device/launch_util.hpp"
 #include "device/mx_convert.cuh"
 #include "device/ptx.cuh"
 #include "device/quantize.hpp"
@@ -162,27 +162,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock) quantize_kernel(const Quanti
 // CTAs per SM the grid is sized for (256 threads each: a full SM).
 constexpr int kBlocksPerSm = 8;
 
-// The current device's SM count, asked once per device.
-cudaError_t sm_count(int& count) {
-  static std::atomic<int> cached[64] = {};
-  int device = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  if (device < 64 && (count = cached[device].load(std::memory_order_relaxed)) > 0) {
-    return cudaSuccess;
-  }
-  if (cudaError_t e = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-      e != cudaSuccess) {
-    return e;
-  }
-  if (device < 64) cached[device].store(count, std::memory_order_relaxed);
-  return cudaSuccess;
-}
-
 template <InType kIn>
 cudaError_t launch_typed(const QuantizeParams& p, bool vector, cudaStream_t stream) {
   const std::int64_t threads = static_cast<std::int64_t>(p.m) * (p.k / kElemsPerThread);
   int sms = 0;
-  if (cudaError_t e = sm_count(sms); e != cudaSuccess) return e;
+  if (cudaError_t e = current_sm_count(sms); e != cudaSuccess) return e;
   const std::int64_t blocks = std::min<std::int64_t>(
       (threads + kThreadsPerBlock - 1) / kThreadsPerBlock, std::int64_t{sms} * kBlocksPerSm);
   cudaLaunchConfig_t config{};

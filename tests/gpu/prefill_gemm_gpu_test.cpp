@@ -93,14 +93,11 @@ class PrefillGemmInstance : public ::testing::TestWithParam<std::tuple<int, int>
   }
 };
 
-TEST(ActivationBf16, EqualsTheDequantizedValuesAtTheirPermutedPositions) {
-  MXL_REQUIRE_GPU();
-  auto rng = make_rng();
-  MxOperand a = random_operand(37, 256, rng);
-  a.scales[5] = 0xFF;  // row 0, block 5: NaN scale
-  a.data[3 * 256 + 17] = 0x7F;
+// The pre-pass output of `a` equals the CPU's dequantized values at their permuted positions.
+void expect_prepass_matches_cpu(const MxOperand& a) {
   const DeviceMx da = upload(a);
-  const auto got = activation_bf16(da).download<std::uint16_t>(static_cast<std::size_t>(37 * 256));
+  const auto got =
+      activation_bf16(da).download<std::uint16_t>(static_cast<std::size_t>(a.rows * a.k));
   for (std::int64_t m = 0; m < a.rows; ++m) {
     for (std::int64_t k = 0; k < a.k; ++k) {
       const float v = e4m3_to_float(a.data[static_cast<std::size_t>(m * a.k + k)]) *
@@ -117,6 +114,23 @@ TEST(ActivationBf16, EqualsTheDequantizedValuesAtTheirPermutedPositions) {
       }
     }
   }
+}
+
+TEST(ActivationBf16, EqualsTheDequantizedValuesAtTheirPermutedPositions) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  MxOperand a = random_operand(37, 256, rng);
+  a.scales[5] = 0xFF;  // row 0, block 5: NaN scale
+  a.data[3 * 256 + 17] = 0x7F;
+  expect_prepass_matches_cpu(a);
+}
+
+// More 8-byte groups than two sweeps of the pre-pass's grid, with groups per row (132) that do
+// not divide its stride: every position advance, including the carry into the next row.
+TEST(ActivationBf16, InputLargerThanTheGridIsWalkedExactly) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  expect_prepass_matches_cpu(random_operand(4100, 1056, rng));
 }
 
 TEST_P(PrefillGemmInstance, ExactInputsMatchFp64BitForBit) {
