@@ -55,17 +55,10 @@ cudaError_t launch_activation_bf16(const ActivationBf16Params& p, cudaStream_t s
   if (threads == 0) return cudaSuccess;
   int sms = 0;
   if (cudaError_t e = current_sm_count(sms); e != cudaSuccess) return e;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(std::min<std::int64_t>(
-      (threads + kThreads - 1) / kThreads, std::int64_t{sms} * kBlocksPerSm)));
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, activation_bf16_kernel, p);
+  const auto blocks =
+      std::min<std::int64_t>((threads + kThreads - 1) / kThreads, std::int64_t{sms} * kBlocksPerSm);
+  return launch_programmatic(activation_bf16_kernel, dim3(static_cast<unsigned>(blocks)),
+                             dim3(kThreads), 0, stream, 0, p);
 }
 
 }  // namespace mxlinear::device

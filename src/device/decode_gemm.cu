@@ -37,23 +37,11 @@ cudaError_t launch(const GemmParams& p, int splits, cudaStream_t stream) {
   const dim3 grid((p.n + Tile::kRows - 1) / Tile::kRows, static_cast<unsigned>(splits),
                   (p.m + Tile::kTokens - 1) / Tile::kTokens);
   if (grid.z > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(Tile::kThreads);
   const int chunks_per_cta = (p.k / 128 + splits - 1) / splits;
-  config.dynamicSmemBytes = static_cast<std::size_t>(Tile::smem_bytes(chunks_per_cta));
-  if (config.dynamicSmemBytes > kMaxSmemBytes) return cudaErrorInvalidValue;
-  config.stream = stream;
-  cudaLaunchAttribute attributes[2]{};
-  attributes[0].id = cudaLaunchAttributeClusterDimension;
-  attributes[0].val.clusterDim.x = 1;
-  attributes[0].val.clusterDim.y = static_cast<unsigned>(splits);
-  attributes[0].val.clusterDim.z = 1;
-  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[1].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attributes;
-  config.numAttrs = 2;
-  return cudaLaunchKernelEx(&config, decode_gemm_kernel<Tile>, w_map, a_map, p);
+  const auto smem = static_cast<std::size_t>(Tile::smem_bytes(chunks_per_cta));
+  if (smem > kMaxSmemBytes) return cudaErrorInvalidValue;
+  return launch_programmatic(decode_gemm_kernel<Tile>, grid, dim3(Tile::kThreads), smem, stream,
+                             static_cast<unsigned>(splits), w_map, a_map, p);
 }
 
 }  // namespace

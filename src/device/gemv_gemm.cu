@@ -29,17 +29,8 @@ cudaError_t launch(const GemmParams& p, cudaStream_t stream) {
   const dim3 grid((p.n + Tile::kRowsPerCta - 1) / Tile::kRowsPerCta,
                   (p.m + Tile::kTokens - 1) / Tile::kTokens);
   if (grid.y > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(Tile::kThreads);
-  config.dynamicSmemBytes = static_cast<std::size_t>(smem);
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, gemv_gemm_kernel<Tile>, p);
+  return launch_programmatic(gemv_gemm_kernel<Tile>, grid, dim3(Tile::kThreads),
+                             static_cast<std::size_t>(smem), stream, 0, p);
 }
 
 }  // namespace

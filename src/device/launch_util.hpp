@@ -1,10 +1,11 @@
 // Host-side launch helpers shared by the kernels' launchers.
 #pragma once
 
-#include <cuda_runtime_api.h>
+#include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstdint>
+#include <utility>
 
 namespace mxlinear::device {
 
@@ -41,6 +42,30 @@ cudaError_t ensure_max_dynamic_smem(int bytes) {
   }
   configured.fetch_or(bit, std::memory_order_acq_rel);
   return cudaSuccess;
+}
+
+// Launches `kernel` as a programmatic dependent of the work before it on `stream` (the kernel
+// must execute griddepcontrol.wait before it reads or writes anything earlier kernels touch),
+// as clusters of (1, cluster_y, 1) CTAs when cluster_y > 0.
+template <class... Params, class... Args>
+cudaError_t launch_programmatic(void (*kernel)(Params...), dim3 grid, dim3 block,
+                                std::size_t smem_bytes, cudaStream_t stream, unsigned cluster_y,
+                                Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attributes[2]{};
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = 1;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = 1;
+  attributes[1].val.clusterDim.y = cluster_y;
+  attributes[1].val.clusterDim.z = 1;
+  config.attrs = attributes;
+  config.numAttrs = cluster_y > 0 ? 2 : 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace mxlinear::device

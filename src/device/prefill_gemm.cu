@@ -49,21 +49,10 @@ cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf
   const dim3 grid((p.n + Tile::kRows - 1) / Tile::kRows, static_cast<unsigned>(splits),
                   (p.m + Tile::kTokens - 1) / Tile::kTokens);
   if (grid.z > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(Tile::kThreads);
-  config.dynamicSmemBytes = static_cast<std::size_t>(smem);
-  config.stream = stream;
-  cudaLaunchAttribute attributes[2]{};
-  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[0].val.programmaticStreamSerializationAllowed = 1;
-  attributes[1].id = cudaLaunchAttributeClusterDimension;
-  attributes[1].val.clusterDim.x = 1;
-  attributes[1].val.clusterDim.y = static_cast<unsigned>(splits);
-  attributes[1].val.clusterDim.z = 1;
-  config.attrs = attributes;
-  config.numAttrs = splits > 1 ? 2 : 1;  // split 1 keeps v0's plain launch
-  return cudaLaunchKernelEx(&config, prefill_gemm_kernel<Tile>, w_map, a_map, p);
+  // Split 1 keeps v0's plain (non-cluster) launch.
+  return launch_programmatic(prefill_gemm_kernel<Tile>, grid, dim3(Tile::kThreads),
+                             static_cast<std::size_t>(smem), stream,
+                             splits > 1 ? static_cast<unsigned>(splits) : 0u, w_map, a_map, p);
 }
 
 }  // namespace

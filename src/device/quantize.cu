@@ -169,20 +169,15 @@ cudaError_t launch_typed(const QuantizeParams& p, bool vector, cudaStream_t stre
   if (cudaError_t e = current_sm_count(sms); e != cudaSuccess) return e;
   const std::int64_t blocks = std::min<std::int64_t>(
       (threads + kThreadsPerBlock - 1) / kThreadsPerBlock, std::int64_t{sms} * kBlocksPerSm);
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kThreadsPerBlock);
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  const dim3 grid(static_cast<unsigned>(blocks));
   const bool dequantize = p.dequantized != nullptr;
-  if (vector && dequantize) return cudaLaunchKernelEx(&config, quantize_kernel<kIn, true, true>, p);
-  if (vector) return cudaLaunchKernelEx(&config, quantize_kernel<kIn, true, false>, p);
-  if (dequantize) return cudaLaunchKernelEx(&config, quantize_kernel<kIn, false, true>, p);
-  return cudaLaunchKernelEx(&config, quantize_kernel<kIn, false, false>, p);
+  auto launch = [&](auto kernel) {
+    return launch_programmatic(kernel, grid, dim3(kThreadsPerBlock), 0, stream, 0, p);
+  };
+  if (vector && dequantize) return launch(quantize_kernel<kIn, true, true>);
+  if (vector) return launch(quantize_kernel<kIn, true, false>);
+  if (dequantize) return launch(quantize_kernel<kIn, false, true>);
+  return launch(quantize_kernel<kIn, false, false>);
 }
 
 }  // namespace
