@@ -64,6 +64,9 @@ struct KernelCall {
   // The workspace already starts with x dequantized to bf16 in the prefill kernel's layout
   // (set by the linear's quantization for kernels that take_dequantized_activation()).
   bool x_dequantized_in_workspace = false;
+  // The caller's bf16/fp16 activation, for a kernel that quantizes it itself
+  // (quantizes_activation()); x then holds no data (the linear skipped its quantization).
+  std::optional<TensorView> x_unquantized = std::nullopt;
 };
 
 class Kernel {
@@ -101,6 +104,14 @@ class Kernel {
   // pass as the quantization and sets KernelCall::x_dequantized_in_workspace.
   virtual bool takes_dequantized_activation(const std::string& config) const {
     (void)config;
+    return false;
+  }
+  // Whether this config quantizes the linear's bf16/fp16 activation `x` itself (RCEIL, the
+  // same bytes as the quantize kernel): the linear's bf16 entry point then skips its
+  // quantization and passes x as KernelCall::x_unquantized.
+  virtual bool quantizes_activation(const std::string& config, const TensorView& x) const {
+    (void)config;
+    (void)x;
     return false;
   }
   virtual void run(const KernelCall& call, const std::string& config) const = 0;

@@ -23,6 +23,12 @@ struct GemmParams {
   // Both scale matrices have 4-byte aligned rows (base and stride), so the pipeline can copy a
   // stage's 4 scale bytes per row with cp.async; otherwise they are read from global memory.
   bool scales_via_cp_async = false;
+  // For a kernel that quantizes the activation itself (the GEMV): when x is set, it reads this
+  // [M, K] bf16 or fp16 activation (16-byte aligned rows, stride ld_x elements) and quantizes it
+  // with RCEIL exactly as the quantize kernel would, instead of reading a and a_scales.
+  const void* x = nullptr;
+  std::int64_t ld_x = 0;
+  bool x_is_f16 = false;
 };
 
 }  // namespace mxlinear::device

@@ -55,7 +55,12 @@ std::string_view gemv_gemm_unsupported(const GemmParams& p) {
   };
   if (p.k % 32 != 0) return "K must be a multiple of 32";
   if (!aligned(p.w, p.ld_w, p.n, 16)) return "e4m3 weight rows must be 16-byte aligned";
-  if (!aligned(p.a, p.ld_a, p.m, 4)) return "e4m3 activation rows must be 4-byte aligned";
+  if (p.x == nullptr && !aligned(p.a, p.ld_a, p.m, 4)) {
+    return "e4m3 activation rows must be 4-byte aligned";
+  }
+  if (p.x != nullptr && !aligned(p.x, p.ld_x * 2, p.m, 16)) {
+    return "bf16/fp16 activation rows must be 16-byte aligned";
+  }
   return {};
 }
 

@@ -18,6 +18,7 @@
 //   are static), and the next kernel may launch once this one has its activations.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -96,6 +97,75 @@ __device__ __forceinline__ void load_activations(const GemmParams& p, int t0, fl
   }
 }
 
+// The CTA's tokens quantized from p.x (bf16 or fp16) the way the quantize kernel does it
+// (RCEIL; the same amax, scale and rounding, so the same bytes), then stored like
+// load_activations stores them. One thread per 32-element block.
+template <class Tile>
+__device__ __forceinline__ void quantize_activations(const GemmParams& p, int t0, float4* values,
+                                                     float* scales) {
+  const int blocks = p.k / kBlockSize, columns = p.k / 16, groups = p.k / 4;
+  for (int e = static_cast<int>(threadIdx.x); e < Tile::kTokens * blocks; e += Tile::kThreads) {
+    const int t = e / blocks, b = e % blocks;
+    const bool token = t0 + t < p.m;
+    float v[kBlockSize];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint4 raw = make_uint4(0, 0, 0, 0);
+      if (token) {
+        raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(p.x) +
+                                                   static_cast<std::int64_t>(t0 + t) * p.ld_x +
+                                                   kBlockSize * b) +
+                    i);
+      }
+      const std::uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float2 f;
+        if (p.x_is_f16) {
+          f = __half22float2(*reinterpret_cast<const __half2*>(&words[j]));
+        } else {
+          f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[j]));
+        }
+        v[8 * i + 2 * j] = f.x;
+        v[8 * i + 2 * j + 1] = f.y;
+      }
+    }
+    float amax = 0.0f;
+    bool non_finite = false;
+#pragma unroll
+    for (int i = 0; i < kBlockSize; ++i) {
+      non_finite |= !isfinite(v[i]);
+      amax = fmaxf(amax, fabsf(v[i]));
+    }
+    std::uint8_t scale = kE8M0NaN;
+    std::uint32_t bytes[8];
+#pragma unroll
+    for (int w = 0; w < 8; ++w) bytes[w] = 0x7F7F7F7Fu;
+    if (!non_finite) {
+      scale = e8m0_scale_for_amax(amax, ScaleRule::kRceil);
+      const float inverse = e8m0_inverse_to_float(scale);
+#pragma unroll
+      for (int w = 0; w < 8; ++w) {
+        const std::uint32_t lo = ptx::f32x2_to_e4m3x2(v[4 * w + 1] * inverse, v[4 * w] * inverse);
+        const std::uint32_t hi =
+            ptx::f32x2_to_e4m3x2(v[4 * w + 3] * inverse, v[4 * w + 2] * inverse);
+        bytes[w] = lo | (hi << 16);
+      }
+    }
+#pragma unroll
+    for (int w = 0; w < 8; ++w) {
+      std::uint32_t lo, hi;
+      ptx::e4m3x4_to_f16x2x2(bytes[w], lo, hi);
+      const float2 l = __half22float2(*reinterpret_cast<const __half2*>(&lo));
+      const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&hi));
+      const int g = 8 * b + w;  // k = 4g .. 4g + 3
+      values[t * groups + (g & 3) * columns + (g >> 2)] =
+          token ? make_float4(l.x, l.y, h.x, h.y) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    scales[t * blocks + b] = token ? mx::scale_from_byte(scale) : 0.0f;
+  }
+}
+
 }  // namespace gemv_detail
 
 // Grid: x = groups of kRowsPerCta weight rows, y = token tiles of kTokens.
@@ -137,7 +207,11 @@ __global__ void __launch_bounds__(Tile::kThreads) gemv_gemm_kernel(const GemmPar
   };
   load_round(0);  // static weights: in flight while the previous kernel finishes
   hopper::wait_prerequisite_grids();
-  load_activations<Tile>(p, t0, values, a_scales);
+  if (p.x != nullptr) {
+    quantize_activations<Tile>(p, t0, values, a_scales);
+  } else {
+    load_activations<Tile>(p, t0, values, a_scales);
+  }
   __syncthreads();
   hopper::allow_dependent_launch();
 

@@ -23,8 +23,9 @@ inline constexpr int kGemvMaxSmemBytes = 227 * 1024;
 // Shared memory of one CTA of `instance` at K: its tokens widened to fp32, with their scales.
 int gemv_gemm_smem_bytes(int instance, int k);
 
-// Empty when p suits the GEMV (16-byte aligned weight rows, 4-byte aligned activation rows),
-// else what is wrong. Shared memory is checked by the caller (gemv_gemm_smem_bytes).
+// Empty when p suits the GEMV (16-byte aligned weight rows; 4-byte aligned e4m3 activation
+// rows, or 16-byte aligned rows of the bf16/fp16 activation it quantizes itself), else what is
+// wrong. Shared memory is checked by the caller (gemv_gemm_smem_bytes).
 std::string_view gemv_gemm_unsupported(const GemmParams& p);
 
 // out = deq(a) deq(w)^T (+ bias) for p.m > 0, launched as a programmatic dependent of the

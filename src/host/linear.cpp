@@ -231,11 +231,15 @@ void linear(const TensorView& x, const MxWeight& weight, const std::optional<Ten
   try {
     KernelCall call{QuantizedActivation{q, s, x.dtype}, weight, bias, out, shape, stream, scratch};
     const Dispatch d = dispatch_call(kOp, call);
-    // A kernel that reads the activation dequantized gets it from the quantization pass itself
-    // (the workspace's scratch holds M * K bf16 values): one pass and one launch fewer.
-    call.x_dequantized_in_workspace = d.kernel->takes_dequantized_activation(d.config);
-    launch_quantize(kOp, x, q, s, ScaleRule::kRceil, stream,
-                    call.x_dequantized_in_workspace ? scratch.data : nullptr);
+    if (d.kernel->quantizes_activation(d.config, x)) {
+      call.x_unquantized = x;  // the kernel quantizes it: no separate pass
+    } else {
+      // A kernel that reads the activation dequantized gets it from the quantization pass
+      // itself (the workspace's scratch holds M * K bf16 values): one pass and one launch fewer.
+      call.x_dequantized_in_workspace = d.kernel->takes_dequantized_activation(d.config);
+      launch_quantize(kOp, x, q, s, ScaleRule::kRceil, stream,
+                      call.x_dequantized_in_workspace ? scratch.data : nullptr);
+    }
     run_dispatched(kOp, d, call);
   } catch (...) {
     if (allocate) (void)cudaFreeAsync(buffer, stream);

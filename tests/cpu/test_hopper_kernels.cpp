@@ -210,6 +210,24 @@ TEST(GemvKernel, ClaimsTheSmallestMAndSaysWhatItNeeds) {
   EXPECT_THAT(k.is_supported(DeviceDescription::parse("cpu")).reason, HasSubstr("needs a GPU"));
 }
 
+// The GEMV quantizes a 16-byte aligned bf16 or fp16 activation itself; the other kernels, an
+// fp32 activation or misaligned rows leave it to the quantize kernel.
+TEST(GemvKernel, QuantizesAlignedBf16AndFp16ActivationsItself) {
+  alignas(16) std::uint16_t storage[2 * 72] = {};
+  const auto view = [&](void* data, std::int64_t cols, std::int64_t stride, DType dtype) {
+    return TensorView::matrix(data, 2, cols, stride, dtype, Location::kDevice);
+  };
+  EXPECT_TRUE(gemv_kernel().quantizes_activation("t1", view(storage, 64, 64, DType::kBF16)));
+  EXPECT_TRUE(gemv_kernel().quantizes_activation("t2", view(storage, 64, 72, DType::kF16)));
+  EXPECT_FALSE(gemv_kernel().quantizes_activation("t1", view(storage, 32, 32, DType::kF32)));
+  EXPECT_FALSE(gemv_kernel().quantizes_activation("t1", view(storage, 64, 68, DType::kBF16)));
+  EXPECT_FALSE(gemv_kernel().quantizes_activation("t1", view(storage + 1, 64, 64, DType::kBF16)));
+  EXPECT_FALSE(decode_kernel().quantizes_activation(decode_kernel().configs().front(),
+                                                    view(storage, 64, 64, DType::kBF16)));
+  EXPECT_FALSE(
+      prefill_kernel().quantizes_activation("w128_t128_st4", view(storage, 64, 64, DType::kBF16)));
+}
+
 TEST(GemvKernel, UnknownConfigOrTooLargeKIsRejected) {
   const FakeCall f(1, 64, 768);
   const Error unknown = error_of("t3", f, gemv_kernel());
