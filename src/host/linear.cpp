@@ -138,7 +138,13 @@ void run_dispatched(std::string_view op, const Dispatch& d, const KernelCall& ca
     d.kernel->run(call, d.config);
     return;
   }
-  // Only the pre-quantized entry point called without a workspace gets here.
+  // Only the pre-quantized entry point called without a workspace gets here; the bf16 entry
+  // point's workspace always covers the kernel's scratch (linear_workspace_bytes).
+  if (call.x_dequantized_in_workspace) {
+    detail::fail(ErrorCode::kInternal, op, "workspace",
+                 fmt::format("has {} bytes of kernel scratch; {} needs {}", call.workspace.bytes,
+                             d.kernel->name(), scratch));
+  }
   KernelCall with_scratch = call;
   detail::check_cuda(cudaMallocAsync(&with_scratch.workspace.data, scratch, call.stream),
                      fmt::format("{}: kernel scratch", op));
