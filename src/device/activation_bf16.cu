@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "device/activation_bf16.hpp"
+#include "device/grid_walk.hpp"
 #include "device/hopper_ptx.cuh"
 #include "device/launch_util.hpp"
 #include "device/mx_convert.cuh"
@@ -12,8 +13,8 @@ constexpr int kThreads = 256;
 
 // Bytes 8t..8t+7 of block b of a row become bf16 pairs at logical positions 2t, 8 + 2t (bytes
 // 0-3) and 16 + 2t, 24 + 2t (bytes 4-7) of the block. A grid of a few CTAs per SM walks these
-// 8-byte groups row-major, one grid-stride at a time, by a fixed (rows, groups) step: no
-// division per group.
+// 8-byte groups row-major, one grid-stride at a time, by a fixed (rows, groups) step
+// (GroupWalk): no division per group.
 __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const ActivationBf16Params p) {
   // Launched as a programmatic dependent itself: the previous kernel (the producer of the
   // activation, or the previous layer's GEMM, which may still read the scratch written here)
@@ -21,14 +22,11 @@ __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const Activat
   hopper::wait_prerequisite_grids();
   // The prefill GEMM launched next (a programmatic dependent) may start its prologue now.
   hopper::allow_dependent_launch();
-  const int groups_per_row = p.k / 8;
   const int stride = static_cast<int>(gridDim.x) * kThreads;
-  const int step_rows = stride / groups_per_row, step_groups = stride % groups_per_row;
   const int first = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
-  int row = first / groups_per_row, group = first % groups_per_row;
-  for (; row < p.m; row += step_rows) {
-    const int block = group / 4, t = group % 4;
-    const std::int64_t r = row;
+  for (GroupWalk walk(first, stride, p.k / 8); walk.at.row < p.m; walk.advance()) {
+    const int group = walk.at.group, block = group / 4, t = group % 4;
+    const std::int64_t r = walk.at.row;
     const uint2 bytes = *reinterpret_cast<const uint2*>(p.q + r * p.ld_q + 8 * group);
     const float scale = mx::scale_from_byte(p.scales[r * p.ld_scales + block]);
     std::uint32_t out[4];
@@ -37,11 +35,6 @@ __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const Activat
     auto* dst = static_cast<std::uint16_t*>(p.out) + r * p.ld_out + 32 * block + 2 * t;
 #pragma unroll
     for (int i = 0; i < 4; ++i) *reinterpret_cast<std::uint32_t*>(dst + 8 * i) = out[i];
-    group += step_groups;
-    if (group >= groups_per_row) {
-      group -= groups_per_row;
-      ++row;
-    }
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "device/grid_walk.hpp"
 #include "device/hopper_ptx.cuh"
 #include "device/launch_util.hpp"
 #include "device/mx_convert.cuh"
@@ -120,7 +121,7 @@ __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g,
 // A grid of at most a few CTAs per SM walks the groups (4 per MX block) in row-major order:
 // each warp takes 32 consecutive groups and the 32 one grid-stride later, loading both before
 // quantizing either, so every thread has two loads in flight and no CTA waits in a second wave.
-// Positions advance by a fixed (rows, groups) step: no division per group.
+// Positions advance by a fixed (rows, groups) step (GroupWalk): no division per group.
 template <InType kIn, bool kVector, bool kDequantize>
 __global__ void __launch_bounds__(kThreadsPerBlock) quantize_kernel(const QuantizeParams p) {
   // Launched as a programmatic dependent itself: the previous kernel (say the previous layer's
@@ -133,29 +134,22 @@ __global__ void __launch_bounds__(kThreadsPerBlock) quantize_kernel(const Quanti
   const int groups_per_row = p.k / kElemsPerThread;
   const std::int64_t total = static_cast<std::int64_t>(p.m) * groups_per_row;
   const int stride = static_cast<int>(gridDim.x) * kThreadsPerBlock;  // the grid's groups
-  const int step_rows = 2 * stride / groups_per_row, step_groups = 2 * stride % groups_per_row;
   const int first = static_cast<int>(blockIdx.x) * kThreadsPerBlock + static_cast<int>(threadIdx.x);
-  Group g0{first / groups_per_row, first % groups_per_row};
-  Group g1{(first + stride) / groups_per_row, (first + stride) % groups_per_row};
-  auto advance = [&](Group& g) {
-    g.row += step_rows;
-    g.col += step_groups;
-    if (g.col >= groups_per_row) {
-      g.col -= groups_per_row;
-      ++g.row;
-    }
-  };
+  // Two walks of step 2 * stride: this thread's groups first + 2i * stride and the ones a stride
+  // later.
+  GroupWalk w0(first, 2 * stride, groups_per_row), w1(first + stride, 2 * stride, groups_per_row);
   // Warp-uniform loop bounds (the warp's first group), so every lane reaches the shuffles.
   for (std::int64_t base = first - (static_cast<int>(threadIdx.x) & 31); base < total;
        base += 2 * stride) {
+    const GroupPosition g0 = w0.at, g1 = w1.at;
     const bool active0 = g0.row < p.m, active1 = g1.row < p.m;
     float v0[kElemsPerThread], v1[kElemsPerThread];
-    load_group<kIn, kVector>(p, {g0.row, g0.col * kElemsPerThread}, active0, v0);
-    load_group<kIn, kVector>(p, {g1.row, g1.col * kElemsPerThread}, active1, v1);
-    quantize_group<kDequantize>(p, {g0.row, g0.col * kElemsPerThread}, active0, v0);
-    quantize_group<kDequantize>(p, {g1.row, g1.col * kElemsPerThread}, active1, v1);
-    advance(g0);
-    advance(g1);
+    load_group<kIn, kVector>(p, {g0.row, g0.group * kElemsPerThread}, active0, v0);
+    load_group<kIn, kVector>(p, {g1.row, g1.group * kElemsPerThread}, active1, v1);
+    quantize_group<kDequantize>(p, {g0.row, g0.group * kElemsPerThread}, active0, v0);
+    quantize_group<kDequantize>(p, {g1.row, g1.group * kElemsPerThread}, active1, v1);
+    w0.advance();
+    w1.advance();
   }
 }
 

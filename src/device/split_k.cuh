@@ -8,6 +8,7 @@
 
 #include "device/epilogue.cuh"
 #include "device/gemm_params.hpp"
+#include "device/grid_walk.hpp"
 #include "device/hopper_ptx.cuh"
 
 namespace mxlinear::device {
@@ -28,9 +29,9 @@ __device__ __forceinline__ SplitTile split_tile(int k) {
   t.split = static_cast<int>(blockIdx.y);
   t.splits = static_cast<int>(gridDim.y);
   t.t0 = static_cast<int>(blockIdx.z) * kTokens;
-  const int k_chunks = k / 128;
-  t.c_begin = t.split * k_chunks / t.splits;
-  t.chunks = (t.split + 1) * k_chunks / t.splits - t.c_begin;
+  const ChunkRange range = split_chunks(t.split, t.splits, k / 128);
+  t.c_begin = range.begin;
+  t.chunks = range.count;
   return t;
 }
 

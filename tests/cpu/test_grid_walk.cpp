@@ -1,0 +1,74 @@
+// The index arithmetic the GPU kernels walk their inputs with, checked exhaustively on the CPU:
+// the quantizer's and the activation pre-pass's grid-stride walks visit every group exactly
+// once, and split-K covers every 128-K chunk once, within the shared memory the host sized.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "device/grid_walk.hpp"
+
+namespace mxlinear::device {
+namespace {
+
+// Every thread of a grid of `threads` walks from its own index with step `stride`; returns how
+// often each of rows * groups_per_row groups was visited.
+std::vector<int> visits(int rows, int groups_per_row, int threads, int step, int offset) {
+  std::vector<int> count(static_cast<std::size_t>(rows) * groups_per_row, 0);
+  for (int first = 0; first < threads; ++first) {
+    for (GroupWalk w(first + offset, step, groups_per_row); w.at.row < rows; w.advance()) {
+      EXPECT_GE(w.at.group, 0);
+      EXPECT_LT(w.at.group, groups_per_row);
+      ++count[static_cast<std::size_t>(w.at.row) * groups_per_row + w.at.group];
+    }
+  }
+  return count;
+}
+
+struct WalkCase {
+  int rows, groups_per_row, threads;
+};
+
+// Grids smaller and larger than the array, strides that are and are not multiples of a row,
+// and rows that are shorter than the stride.
+const WalkCase kWalks[] = {{1, 4, 256},       {7, 12, 256},  {37, 68, 512},   {300, 132, 1024},
+                           {4100, 132, 2048}, {3, 768, 256}, {1000, 96, 2048}};
+
+TEST(GridWalk, PrePassWalkVisitsEveryGroupOnce) {
+  for (const WalkCase& c : kWalks) {
+    SCOPED_TRACE(::testing::Message()
+                 << c.rows << " x " << c.groups_per_row << " by " << c.threads);
+    for (int n : visits(c.rows, c.groups_per_row, c.threads, c.threads, 0)) ASSERT_EQ(n, 1);
+  }
+}
+
+// The quantizer's two walks of step 2 * stride, the second a stride later, together.
+TEST(GridWalk, QuantizerPairOfWalksVisitsEveryGroupOnce) {
+  for (const WalkCase& c : kWalks) {
+    SCOPED_TRACE(::testing::Message()
+                 << c.rows << " x " << c.groups_per_row << " by " << c.threads);
+    const auto a = visits(c.rows, c.groups_per_row, c.threads, 2 * c.threads, 0);
+    const auto b = visits(c.rows, c.groups_per_row, c.threads, 2 * c.threads, c.threads);
+    for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i] + b[i], 1) << "group " << i;
+  }
+}
+
+// Split r of s takes a contiguous range; together they cover [0, chunks) once, and none is
+// longer than the ceil(chunks / s) the launchers size shared memory for.
+TEST(GridWalk, SplitChunksPartitionKWithinTheHostsBound) {
+  for (int chunks = 1; chunks <= 600; ++chunks) {
+    for (int splits = 1; splits <= 8 && splits <= chunks; ++splits) {
+      int next = 0;
+      for (int r = 0; r < splits; ++r) {
+        const ChunkRange range = split_chunks(r, splits, chunks);
+        ASSERT_EQ(range.begin, next) << chunks << " chunks, split " << r << " of " << splits;
+        ASSERT_GE(range.count, 1);
+        ASSERT_LE(range.count, (chunks + splits - 1) / splits);
+        next += range.count;
+      }
+      ASSERT_EQ(next, chunks);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mxlinear::device
