@@ -174,9 +174,16 @@ struct LayerWeights {
   }
 };
 
-// Worst relative Frobenius error of a few output rows (bf16 [m, n]) against the fp64 reference.
-double check_rows(const LayerWeights& w, const DeviceMemory& xq, const DeviceMemory& xs,
-                  const DeviceMemory& out, std::int64_t m) {
+// The fp64 reference of a few output rows (first, last and two between), computed once per
+// figure on the CPU: every config of the sweep is checked against the same rows, which would
+// otherwise cost a weight download and 4 N K fp64 products per config.
+struct ReferenceRows {
+  std::vector<std::int64_t> rows;
+  std::vector<std::vector<double>> values;  // [row][n]
+};
+
+ReferenceRows reference_rows(const LayerWeights& w, const DeviceMemory& xq, const DeviceMemory& xs,
+                             std::int64_t m) {
   const std::int64_t n = w.n, k = w.k;
   std::vector<std::uint8_t> wd(w.data_bytes), ws(w.scale_bytes);
   cuda(cudaMemcpy(wd.data(), w.data.ptr, wd.size(), cudaMemcpyDeviceToHost), "download");
@@ -184,8 +191,7 @@ double check_rows(const LayerWeights& w, const DeviceMemory& xq, const DeviceMem
   const MxWeight host_w{
       TensorView::contiguous(wd.data(), {n, k}, DType::kE4M3, Location::kHost),
       TensorView::contiguous(ws.data(), {n, k / 32}, DType::kE8M0, Location::kHost)};
-  double worst = 0;
-  std::vector<std::uint16_t> got(static_cast<std::size_t>(n));
+  ReferenceRows ref;
   for (std::int64_t r : std::set<std::int64_t>{0, m - 1, m / 2, m / 3}) {
     std::vector<std::uint8_t> qd(static_cast<std::size_t>(k)), qs(static_cast<std::size_t>(k / 32));
     cuda(cudaMemcpy(qd.data(), xq.bytes() + r * k, qd.size(), cudaMemcpyDeviceToHost), "download");
@@ -195,18 +201,29 @@ double check_rows(const LayerWeights& w, const DeviceMemory& xq, const DeviceMem
         TensorView::contiguous(qd.data(), {1, k}, DType::kE4M3, Location::kHost),
         TensorView::contiguous(qs.data(), {1, k / 32}, DType::kE8M0, Location::kHost),
         DType::kBF16};
-    std::vector<double> ref(static_cast<std::size_t>(n));
-    reference_linear_f64(a, host_w, std::nullopt, ref.data());
-    cuda(cudaMemcpy(got.data(), out.bytes() + r * n * 2, got.size() * 2, cudaMemcpyDeviceToHost),
+    ref.rows.push_back(r);
+    ref.values.emplace_back(static_cast<std::size_t>(n));
+    reference_linear_f64(a, host_w, std::nullopt, ref.values.back().data());
+  }
+  return ref;
+}
+
+// Worst relative Frobenius error of the reference rows of a bf16 output [m, n].
+double check_rows(const ReferenceRows& ref, const DeviceMemory& out, std::int64_t n) {
+  double worst = 0;
+  std::vector<std::uint16_t> got(static_cast<std::size_t>(n));
+  for (std::size_t j = 0; j < ref.rows.size(); ++j) {
+    cuda(cudaMemcpy(got.data(), out.bytes() + ref.rows[j] * n * 2, got.size() * 2,
+                    cudaMemcpyDeviceToHost),
          "download");
     double e2 = 0, r2 = 0;
     for (std::size_t i = 0; i < got.size(); ++i) {
       const std::uint32_t bits = static_cast<std::uint32_t>(got[i]) << 16;
       float v;
       std::memcpy(&v, &bits, 4);
-      const double d = static_cast<double>(v) - ref[i];
+      const double d = static_cast<double>(v) - ref.values[j][i];
       e2 += std::isnan(d) ? 1e300 : d * d;
-      r2 += ref[i] * ref[i];
+      r2 += ref.values[j][i] * ref.values[j][i];
     }
     worst = std::max(worst, std::sqrt(e2 / r2));
   }
@@ -245,7 +262,8 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
   const QuantizedActivation xa{qv, sv, DType::kBF16};
   linear(xa, w.view(0), std::nullopt, ov, stream);
   cuda(cudaStreamSynchronize(stream), "sync");
-  const double err = check_rows(w, xq, xs, out, m);
+  const ReferenceRows ref = reference_rows(w, xq, xs, m);
+  const double err = check_rows(ref, out, n);
   const bool ok = err <= 4e-3;  // bf16 output: a few units of 2^-8 at most
   json row = {{"layer", name},
               {"n", n},
@@ -333,7 +351,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
              "poison");
         call(0);
         cuda(cudaStreamSynchronize(stream), "sync");
-        const double config_err = check_rows(w, xq, xs, out, m);
+        const double config_err = check_rows(ref, out, n);
         const std::string key = fmt::format("{}/{}", kernel->name(), config);
         if (!(config_err <= 4e-3)) {
           configs_wrong[key] = config_err;  // never timed, never a tuned row
