@@ -122,11 +122,11 @@ if [[ " $steps " == *" stress "* ]]; then
 fi
 
 if [[ " $steps " == *" profile "* ]]; then
-  ncu --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
+  ncu --kernel-name-base mangled --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis --section Occupancy \
     -k "regex:${PROFILE_KERNEL:-prefill_gemm_kernel.*Lb1ELi2ELi128E}" --launch-skip 1 -c 1 \
     build-device/tools/mxlinear bench --model bench/models/qkv-only.csv --m "${PROFILE_M:-8192}" \
-    --all-configs --sweep-kernels "${PROFILE_SWEEP:-prefill}" --replays 1 >"$OUT/ncu.txt" 2>&1 ||
+    --all-configs --sweep-kernels "${PROFILE_SWEEP:-prefill}" --replays 3 >"$OUT/ncu.txt" 2>&1 ||
     status=1
   grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers|Achieved Occupancy" \
     "$OUT/ncu.txt" | head -12
