@@ -24,6 +24,7 @@
 
 #include "device/epilogue.cuh"
 #include "device/gemm_params.hpp"
+#include "device/grid_walk.hpp"
 #include "device/hopper_ptx.cuh"
 #include "device/mx_convert.cuh"
 #include "device/ptx.cuh"
@@ -123,21 +124,25 @@ __device__ __forceinline__ void produce_first_weights(const CUtensorMap* w_map, 
 // Decodes the scales of chunks [c_begin, c_begin + chunks) of `rows` rows from row `r0` of a
 // [*, K/32] scale matrix into shared memory as fp32 [chunk][block][row]; rows past `limit` get
 // 2^-127 (a finite scale for the zero rows TMA fills in).
+// One 4-byte word (a chunk's 4 blocks) per load, 4 loads in flight per thread: a plain loop
+// would pay a memory round trip per word before the first wgmma.
 __device__ __forceinline__ void load_scales(const std::uint8_t* scales, std::int64_t ld, int r0,
                                             int rows, int limit, int c_begin, int chunks,
                                             float* dst, int tid, int threads) {
-  for (int e = tid; e < rows * chunks; e += threads) {
-    const int row = e / chunks, c = e % chunks;
-    std::uint32_t word = 0;
-    if (r0 + row < limit) {
-      word = *reinterpret_cast<const std::uint32_t*>(
-          scales + static_cast<std::int64_t>(r0 + row) * ld + 4 * (c_begin + c));
-    }
+  copy_in_batches<4>(
+      rows, chunks, tid, threads,
+      [&](int row, int c) {
+        return r0 + row < limit
+                   ? *reinterpret_cast<const std::uint32_t*>(
+                         scales + static_cast<std::int64_t>(r0 + row) * ld + 4 * (c_begin + c))
+                   : 0u;
+      },
+      [&](int row, int c, std::uint32_t word) {
 #pragma unroll
-    for (int block = 0; block < 4; ++block) {
-      dst[(4 * c + block) * rows + row] = scale_from_byte((word >> (8 * block)) & 0xFFu);
-    }
-  }
+        for (int block = 0; block < 4; ++block) {
+          dst[(4 * c + block) * rows + row] = scale_from_byte((word >> (8 * block)) & 0xFFu);
+        }
+      });
 }
 
 // Promotes one block's partial sums: acc += (partial * sa[token]) * sw[row]. w_scales and

@@ -4,6 +4,13 @@
 
 #include "mxlinear/config.hpp"
 
+// `#pragma unroll` in device code only (host compilers warn on it, and -Werror).
+#if defined(__CUDA_ARCH__)
+#define MXL_UNROLL _Pragma("unroll")
+#else
+#define MXL_UNROLL
+#endif
+
 namespace mxlinear::device {
 
 // A position in a row-major [rows, groups_per_row] array of groups.
@@ -43,6 +50,30 @@ struct ChunkRange {
 MXL_HOST_DEVICE inline ChunkRange split_chunks(int split, int splits, int k_chunks) {
   const int begin = split * k_chunks / splits;
   return {begin, (split + 1) * k_chunks / splits - begin};
+}
+
+// One thread's share of a block-cooperative copy of a [rows, words] array (a CTA's scale words):
+// the thread takes words tid, tid + threads, ... in row-major order, kBatch at a time, and
+// calls load(row, word) for the whole batch before the batch's first store(row, word, value).
+// A plain loop would wait out a memory round trip per word (the store needs the load); batched,
+// a CTA pays about rows * words / (threads * kBatch) of them. No division per word.
+template <int kBatch, class Load, class Store>
+MXL_HOST_DEVICE void copy_in_batches(int rows, int words, int tid, int threads, Load load,
+                                     Store store) {
+  GroupWalk loads(tid, threads, words), stores = loads;
+  while (loads.at.row < rows) {
+    decltype(load(0, 0)) values[kBatch];
+    MXL_UNROLL
+    for (int i = 0; i < kBatch; ++i) {
+      if (loads.at.row < rows) values[i] = load(loads.at.row, loads.at.group);
+      loads.advance();
+    }
+    MXL_UNROLL
+    for (int i = 0; i < kBatch; ++i) {
+      if (stores.at.row < rows) store(stores.at.row, stores.at.group, values[i]);
+      stores.advance();
+    }
+  }
 }
 
 }  // namespace mxlinear::device

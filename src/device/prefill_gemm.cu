@@ -69,6 +69,11 @@ std::string_view prefill_gemm_unsupported(const GemmParams& p) {
   if (reinterpret_cast<std::uintptr_t>(p.w) % 16 != 0 || (p.n > 1 && p.ld_w % 16 != 0)) {
     return "e4m3 weight rows must be 16-byte aligned";
   }
+  // The kernel copies weight scales in 4-byte words (4 MX blocks: one 128-K chunk).
+  if (reinterpret_cast<std::uintptr_t>(p.w_scales) % 4 != 0 ||
+      (p.n > 1 && p.ld_w_scales % 4 != 0)) {
+    return "weight scale rows must be 4-byte aligned";
+  }
   if (!tma_available()) return "the driver has no cuTensorMapEncodeTiled";
   return {};
 }

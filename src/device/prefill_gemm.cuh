@@ -22,6 +22,7 @@
 
 #include "device/epilogue.cuh"
 #include "device/gemm_params.hpp"
+#include "device/grid_walk.hpp"
 #include "device/hopper_ptx.cuh"
 #include "device/mx_convert.cuh"
 #include "device/ptx.cuh"
@@ -214,16 +215,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
   // Full: the producer's expect_tx arrival; empty: one arrival per consumer warp.
   if (tid == 0) hopper::init_ring(full, empty, Tile::kStages, 1, 4 * Tile::kConsumerGroups);
-  // The weight scale bytes of the CTA's rows and K range (static: no need to wait for the
-  // previous kernel); rows past N get byte 0, a finite scale for the zero rows TMA fills in.
-  std::uint8_t* scale_bytes = smem_ptr + Tile::kScaleOffset;
-  for (int e = tid; e < Tile::kRows * blocks; e += Tile::kThreads) {
-    const int row = e / blocks, b = e % blocks;
-    scale_bytes[e] =
-        n0 + row < p.n
-            ? p.w_scales[static_cast<std::int64_t>(n0 + row) * p.ld_w_scales + 4 * c_begin + b]
-            : std::uint8_t{0};
-  }
   __syncthreads();
   hopper::allow_dependent_launch();
 
@@ -234,12 +225,30 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int warpgroup = __shfl_sync(0xFFFFFFFFu, tid / 128, 0);
   const bool producer = warpgroup == Tile::kConsumerGroups;
   if (producer) {
+    // The ring fills from the first cycle, while the consumers copy the scales.
     if (tid == Tile::kConsumerThreads) {
       hopper::prefetch_tensor_map(&w_map);
       hopper::prefetch_tensor_map(&a_map);
       produce<Tile>(&w_map, &a_map, smem, full, empty, c_begin, chunks, n0, t0);
     }
   } else {
+    // The weight scale bytes of the CTA's rows and K range, one 4-byte word (a chunk's 4
+    // blocks) per load, 8 loads in flight per thread (static data: no need to wait for the
+    // previous kernel). Rows past N get byte 0, a finite scale for the zero rows TMA fills in.
+    std::uint8_t* scale_bytes = smem_ptr + Tile::kScaleOffset;
+    copy_in_batches<8>(
+        Tile::kRows, chunks, tid, Tile::kConsumerThreads,
+        [&](int row, int word) {
+          return n0 + row < p.n
+                     ? *reinterpret_cast<const std::uint32_t*>(
+                           p.w_scales + static_cast<std::int64_t>(n0 + row) * p.ld_w_scales +
+                           4 * (c_begin + word))
+                     : 0u;
+        },
+        [&](int row, int word, std::uint32_t v) {
+          *reinterpret_cast<std::uint32_t*>(scale_bytes + row * blocks + 4 * word) = v;
+        });
+    hopper::named_barrier_sync(1, Tile::kConsumerThreads);
     consume<Tile>(acc, smem, smem_ptr, full, empty, chunks, warpgroup);
   }
   // The output may still be read by the kernel before us.

@@ -70,5 +70,47 @@ TEST(GridWalk, SplitChunksPartitionKWithinTheHostsBound) {
   }
 }
 
+// The batched copy of a CTA's scale words: every word loaded and stored exactly once, with its
+// own value, for batches that do and do not divide a thread's share, and a load for every word
+// of a batch before that batch's first store.
+TEST(GridWalk, BatchedCopyMovesEveryWordOnceLoadsBeforeStores) {
+  const WalkCase cases[] = {{64, 6, 160},   {128, 48, 256}, {128, 1, 256}, {8, 3, 160},
+                            {128, 64, 288}, {64, 192, 160}, {1, 1, 32}};
+  for (const WalkCase& c : cases) {
+    SCOPED_TRACE(::testing::Message()
+                 << c.rows << " x " << c.groups_per_row << " by " << c.threads);
+    const auto value = [&](int row, int word) {
+      return static_cast<unsigned>(row * 7919 + word * 31 + 1);
+    };
+    std::vector<unsigned> out(static_cast<std::size_t>(c.rows) * c.groups_per_row, 0);
+    std::vector<int> loads(out.size(), 0), stores(out.size(), 0);
+    for (int tid = 0; tid < c.threads; ++tid) {
+      int pending = 0;  // loads of the current batch not yet stored
+      copy_in_batches<8>(
+          c.rows, c.groups_per_row, tid, c.threads,
+          [&](int row, int word) {
+            ++loads[static_cast<std::size_t>(row) * c.groups_per_row + word];
+            ++pending;
+            return value(row, word);
+          },
+          [&](int row, int word, unsigned v) {
+            EXPECT_GT(pending, 0) << "a store before its load";
+            --pending;
+            ++stores[static_cast<std::size_t>(row) * c.groups_per_row + word];
+            out[static_cast<std::size_t>(row) * c.groups_per_row + word] = v;
+          });
+      EXPECT_EQ(pending, 0);
+    }
+    for (int row = 0; row < c.rows; ++row) {
+      for (int word = 0; word < c.groups_per_row; ++word) {
+        const auto i = static_cast<std::size_t>(row) * c.groups_per_row + word;
+        ASSERT_EQ(loads[i], 1) << row << ", " << word;
+        ASSERT_EQ(stores[i], 1) << row << ", " << word;
+        ASSERT_EQ(out[i], value(row, word));
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mxlinear::device

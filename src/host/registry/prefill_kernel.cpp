@@ -65,6 +65,10 @@ class PrefillKernel final : public Kernel {
       return {fmt::format("needs 16-byte aligned e4m3 rows; the layer's are {}-byte aligned",
                           layer.alignment)};
     }
+    if (layer.scale_alignment < 4) {
+      return {fmt::format("needs 4-byte aligned scale rows; the layer's are {}-byte aligned",
+                          layer.scale_alignment)};
+    }
     for (std::size_t i = 0; i < device::prefill_gemm_instances().size(); ++i) {
       if (device::prefill_gemm_smem_bytes(static_cast<int>(i), static_cast<int>(layer.k), 1) <=
           kSmemLimit) {
