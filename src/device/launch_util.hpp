@@ -25,6 +25,23 @@ inline cudaError_t current_sm_count(int& count) {
   return cudaSuccess;
 }
 
+// CTAs of kKernel that one SM holds at `threads` threads and no dynamic shared memory, asked of
+// the runtime once per kernel instance (grid-stride kernels size their grid by it: a grid
+// larger than what is resident runs in waves). The answer depends on the architecture only; a
+// process mixing GPU architectures would get the first one's.
+template <auto kKernel>
+cudaError_t resident_ctas_per_sm(int threads, int& count) {
+  static std::atomic<int> cached{0};
+  if ((count = cached.load(std::memory_order_relaxed)) > 0) return cudaSuccess;
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kKernel, threads, 0);
+      e != cudaSuccess) {
+    return e;
+  }
+  count = count > 0 ? count : 1;
+  cached.store(count, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
 // Opts kKernel into `bytes` of dynamic shared memory on the current device, once per device
 // (the opt-in above 48 KiB is per device and per function: the template argument is the
 // function itself, so every kernel instance keeps its own record).

@@ -119,9 +119,10 @@ __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g,
 }
 
 // A grid of at most a few CTAs per SM walks the groups (4 per MX block) in row-major order:
-// each warp takes 32 consecutive groups and the 32 one grid-stride later, loading both before
-// quantizing either, so every thread has two loads in flight and no CTA waits in a second wave.
-// Positions advance by a fixed (rows, groups) step (GroupWalk): no division per group.
+// each warp takes 32 consecutive groups and the 32 one grid-stride later, and loads the next
+// pair before it quantizes the current one, so loads stay in flight across iterations (v2
+// loaded only after its stores and streamed no faster than v1). Positions advance by a fixed
+// (rows, groups) step (GroupWalk): no division per group.
 template <InType kIn, bool kVector, bool kDequantize>
 __global__ void __launch_bounds__(kThreadsPerBlock) quantize_kernel(const QuantizeParams p) {
   // Launched as a programmatic dependent itself: the previous kernel (say the previous layer's
@@ -138,40 +139,55 @@ __global__ void __launch_bounds__(kThreadsPerBlock) quantize_kernel(const Quanti
   // Two walks of step 2 * stride: this thread's groups first + 2i * stride and the ones a stride
   // later.
   GroupWalk w0(first, 2 * stride, groups_per_row), w1(first + stride, 2 * stride, groups_per_row);
+  auto group_of = [](GroupPosition g) { return Group{g.row, g.group * kElemsPerThread}; };
+  GroupPosition g0 = w0.at, g1 = w1.at;
+  float v0[kElemsPerThread], v1[kElemsPerThread];
+  load_group<kIn, kVector>(p, group_of(g0), g0.row < p.m, v0);
+  load_group<kIn, kVector>(p, group_of(g1), g1.row < p.m, v1);
   // Warp-uniform loop bounds (the warp's first group), so every lane reaches the shuffles.
   for (std::int64_t base = first - (static_cast<int>(threadIdx.x) & 31); base < total;
        base += 2 * stride) {
-    const GroupPosition g0 = w0.at, g1 = w1.at;
-    const bool active0 = g0.row < p.m, active1 = g1.row < p.m;
-    float v0[kElemsPerThread], v1[kElemsPerThread];
-    load_group<kIn, kVector>(p, {g0.row, g0.group * kElemsPerThread}, active0, v0);
-    load_group<kIn, kVector>(p, {g1.row, g1.group * kElemsPerThread}, active1, v1);
-    quantize_group<kDequantize>(p, {g0.row, g0.group * kElemsPerThread}, active0, v0);
-    quantize_group<kDequantize>(p, {g1.row, g1.group * kElemsPerThread}, active1, v1);
     w0.advance();
     w1.advance();
+    const GroupPosition n0 = w0.at, n1 = w1.at;
+    float next0[kElemsPerThread], next1[kElemsPerThread];
+    load_group<kIn, kVector>(p, group_of(n0), n0.row < p.m, next0);
+    load_group<kIn, kVector>(p, group_of(n1), n1.row < p.m, next1);
+    quantize_group<kDequantize>(p, group_of(g0), g0.row < p.m, v0);
+    quantize_group<kDequantize>(p, group_of(g1), g1.row < p.m, v1);
+#pragma unroll
+    for (int i = 0; i < kElemsPerThread; ++i) {
+      v0[i] = next0[i];
+      v1[i] = next1[i];
+    }
+    g0 = n0;
+    g1 = n1;
   }
 }
 
-// CTAs per SM the grid is sized for (256 threads each: a full SM).
-constexpr int kBlocksPerSm = 8;
+// One resident wave of CTAs (fewer where the input is smaller): 64 registers a thread hold an
+// SM to 4 CTAs of 256, and a grid sized for more would run its walk in two waves.
+template <auto kKernel>
+cudaError_t launch_walk(const QuantizeParams& p, cudaStream_t stream) {
+  const std::int64_t threads = static_cast<std::int64_t>(p.m) * (p.k / kElemsPerThread);
+  int sms = 0, per_sm = 0;
+  if (cudaError_t e = current_sm_count(sms); e != cudaSuccess) return e;
+  if (cudaError_t e = resident_ctas_per_sm<kKernel>(kThreadsPerBlock, per_sm); e != cudaSuccess) {
+    return e;
+  }
+  const std::int64_t blocks = std::min<std::int64_t>(
+      (threads + kThreadsPerBlock - 1) / kThreadsPerBlock, std::int64_t{sms} * per_sm);
+  return launch_programmatic(kKernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreadsPerBlock),
+                             0, stream, 0, p);
+}
 
 template <InType kIn>
 cudaError_t launch_typed(const QuantizeParams& p, bool vector, cudaStream_t stream) {
-  const std::int64_t threads = static_cast<std::int64_t>(p.m) * (p.k / kElemsPerThread);
-  int sms = 0;
-  if (cudaError_t e = current_sm_count(sms); e != cudaSuccess) return e;
-  const std::int64_t blocks = std::min<std::int64_t>(
-      (threads + kThreadsPerBlock - 1) / kThreadsPerBlock, std::int64_t{sms} * kBlocksPerSm);
-  const dim3 grid(static_cast<unsigned>(blocks));
   const bool dequantize = p.dequantized != nullptr;
-  auto launch = [&](auto kernel) {
-    return launch_programmatic(kernel, grid, dim3(kThreadsPerBlock), 0, stream, 0, p);
-  };
-  if (vector && dequantize) return launch(quantize_kernel<kIn, true, true>);
-  if (vector) return launch(quantize_kernel<kIn, true, false>);
-  if (dequantize) return launch(quantize_kernel<kIn, false, true>);
-  return launch(quantize_kernel<kIn, false, false>);
+  if (vector && dequantize) return launch_walk<quantize_kernel<kIn, true, true>>(p, stream);
+  if (vector) return launch_walk<quantize_kernel<kIn, true, false>>(p, stream);
+  if (dequantize) return launch_walk<quantize_kernel<kIn, false, true>>(p, stream);
+  return launch_walk<quantize_kernel<kIn, false, false>>(p, stream);
 }
 
 }  // namespace
