@@ -25,6 +25,7 @@
 
 #include "device/epilogue.cuh"
 #include "device/gemm_params.hpp"
+#include "device/grid_walk.hpp"
 #include "device/hopper_ptx.cuh"
 #include "device/mx_convert.cuh"
 #include "device/ptx.cuh"
@@ -73,28 +74,32 @@ __device__ __forceinline__ void widen16(const uint4& bytes, float (&out)[16]) {
 template <class Tile>
 __device__ __forceinline__ void load_activations(const GemmParams& p, int t0, float4* values,
                                                  float* scales) {
+  // Every load of a thread in flight before its first store: a plain loop waits out a memory
+  // round trip per 4 bytes (12 of them per thread at K = 6144) before the first FMA.
   const int groups = p.k / 4, columns = p.k / 16;
-  for (int e = static_cast<int>(threadIdx.x); e < Tile::kTokens * groups; e += Tile::kThreads) {
-    const int t = e / groups, g = e % groups;
-    std::uint32_t x = 0;
-    if (t0 + t < p.m) {
-      x = *reinterpret_cast<const std::uint32_t*>(p.a + static_cast<std::int64_t>(t0 + t) * p.ld_a +
-                                                  4 * g);
-    }
-    std::uint32_t lo, hi;
-    ptx::e4m3x4_to_f16x2x2(x, lo, hi);
-    const float2 l = __half22float2(*reinterpret_cast<const __half2*>(&lo));
-    const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&hi));
-    values[t * groups + (g & 3) * columns + (g >> 2)] = make_float4(l.x, l.y, h.x, h.y);
-  }
+  copy_in_batches<16>(
+      Tile::kTokens, groups, static_cast<int>(threadIdx.x), Tile::kThreads,
+      [&](int t, int g) {
+        return t0 + t < p.m ? *reinterpret_cast<const std::uint32_t*>(
+                                  p.a + static_cast<std::int64_t>(t0 + t) * p.ld_a + 4 * g)
+                            : 0u;
+      },
+      [&](int t, int g, std::uint32_t x) {
+        std::uint32_t lo, hi;
+        ptx::e4m3x4_to_f16x2x2(x, lo, hi);
+        const float2 l = __half22float2(*reinterpret_cast<const __half2*>(&lo));
+        const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&hi));
+        values[t * groups + (g & 3) * columns + (g >> 2)] = make_float4(l.x, l.y, h.x, h.y);
+      });
   const int blocks = p.k / kBlockSize;
-  for (int e = static_cast<int>(threadIdx.x); e < Tile::kTokens * blocks; e += Tile::kThreads) {
-    const int t = e / blocks, b = e % blocks;
-    scales[e] =
-        t0 + t < p.m
-            ? mx::scale_from_byte(p.a_scales[static_cast<std::int64_t>(t0 + t) * p.ld_a_scales + b])
-            : 0.0f;
-  }
+  copy_in_batches<8>(
+      Tile::kTokens, blocks, static_cast<int>(threadIdx.x), Tile::kThreads,
+      [&](int t, int b) {
+        return t0 + t < p.m ? mx::scale_from_byte(
+                                  p.a_scales[static_cast<std::int64_t>(t0 + t) * p.ld_a_scales + b])
+                            : 0.0f;
+      },
+      [&](int t, int b, float s) { scales[t * blocks + b] = s; });
 }
 
 // The CTA's tokens quantized from p.x (bf16 or fp16) the way the quantize kernel does it
