@@ -7,6 +7,9 @@
 #include "device/tma_map.hpp"
 
 namespace mxlinear::device {
+
+static_assert(kDecodeMaxSplits <= kMaxClusterSplits,
+              "the split-K reduction holds one value per split");
 namespace {
 
 // The only instances compiled: one per decode M bucket the tuned tables use.

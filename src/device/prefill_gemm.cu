@@ -7,6 +7,9 @@
 #include "device/tma_map.hpp"
 
 namespace mxlinear::device {
+
+static_assert(kPrefillMaxSplits <= kMaxClusterSplits,
+              "the split-K reduction holds one value per split");
 namespace {
 
 // The only instances compiled: 128 x 128 tiles with a 4-stage ring, and a 3-stage one for K

@@ -13,6 +13,9 @@
 
 namespace mxlinear::device {
 
+// The most CTAs a split-K cluster holds (the portable cluster size).
+inline constexpr int kMaxClusterSplits = 8;
+
 // Where a CTA of a split-K wgmma kernel works. Grid: x = kRows-row weight tiles, y = K splits
 // (= the cluster size), z = token tiles; split r takes 128-K chunks [c_begin, c_begin + chunks)
 // of the K / 128, spread as evenly as the division allows.
@@ -67,8 +70,19 @@ __device__ __forceinline__ void reduce_splits_and_store(const GemmParams& p,
     const int n = n0 + row, m = t0 + token;
     if (n >= p.n || m >= p.m) continue;
     const std::uint32_t local = tile_address + 4u * static_cast<std::uint32_t>(token * kRows + row);
-    float sum = hopper::load_cluster_shared(local, 0);
-    for (int r = 1; r < splits; ++r) sum += hopper::load_cluster_shared(local, r);
+    // Every split's value in flight at once (a loop adding as it loads waits out a distributed
+    // shared memory round trip per split), then added in split order as before.
+    float part[kMaxClusterSplits];
+#pragma unroll
+    for (int r = 0; r < kMaxClusterSplits; ++r) {
+      part[r] =
+          r < splits ? hopper::load_cluster_shared(local, static_cast<std::uint32_t>(r)) : 0.0f;
+    }
+    float sum = part[0];
+#pragma unroll
+    for (int r = 1; r < kMaxClusterSplits; ++r) {
+      if (r < splits) sum += part[r];
+    }
     if (p.bias_type != BiasType::kNone) sum += epilogue::load_bias(p, n);
     epilogue::store_one(p, m, n, sum);
   }
