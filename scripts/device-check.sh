@@ -6,9 +6,11 @@
 #               seed-sized layers with several token tiles (mxlinear check --kernel K --repeat),
 #               then racecheck on the first failing one (the decode kernel's missing proxy
 #               fence only showed there; docs/PERF.md)
-#   profile     Nsight Compute on one kernel instance inside a bench sweep of the qkv layer:
-#               $PROFILE_KERNEL (a regex of the mangled name; default: the overlapped 128 x 128
-#               prefill instance), $PROFILE_M (default 8192), $PROFILE_SWEEP (default prefill)
+#   profile     Nsight Compute (speed of light, warp states, source-level stall counters) on
+#               one launch of each target inside a bench sweep of the qkv layer; one ncu-NAME.txt
+#               each. $PROFILE_TARGETS: space-separated NAME:SWEEP_KERNEL:M:REGEX (REGEX of the
+#               mangled kernel name); default: the overlapped 128 x 128 prefill at M = 8192, the
+#               8-token decode and the 1-token gemv at M = 1
 # Extra bench arguments go in $BENCH_ARGS; $SANITIZE_TESTS (names of GPU test binaries) narrows
 # the sanitizer step and $SANITIZE_FILTER (a gtest filter, default: all but the seed-sized
 # stress tests) the tests it runs.
@@ -122,14 +124,19 @@ if [[ " $steps " == *" stress "* ]]; then
 fi
 
 if [[ " $steps " == *" profile "* ]]; then
-  ncu --kernel-name-base mangled --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
-    --section MemoryWorkloadAnalysis --section Occupancy \
-    -k "regex:${PROFILE_KERNEL:-prefill_gemm_kernel.*Lb1ELi2ELi128E}" --launch-skip 1 -c 1 \
-    build-device/tools/mxlinear bench --model bench/models/qkv-only.csv --m "${PROFILE_M:-8192}" \
-    --all-configs --sweep-kernels "${PROFILE_SWEEP:-prefill}" --replays 3 >"$OUT/ncu.txt" 2>&1 ||
-    status=1
-  grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers|Achieved Occupancy" \
-    "$OUT/ncu.txt" | head -12
+  targets="${PROFILE_TARGETS:-prefill:prefill:8192:prefill_gemm_kernel.*Li4ELb1ELi2ELi128E \
+decode:decode:1:DecodeTileILi8E gemv:gemv:1:GemvTileILi1E}"
+  for target in $targets; do
+    IFS=: read -r name sweep m regex <<<"$target"
+    ncu --kernel-name-base mangled --section SpeedOfLight --section WarpStateStats \
+      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy \
+      --section SourceCounters --section LaunchStats -k "regex:$regex" --launch-skip 1 -c 1 \
+      build-device/tools/mxlinear bench --model bench/models/qkv-only.csv --m "$m" \
+      --all-configs --sweep-kernels "$sweep" --replays 3 >"$OUT/ncu-$name.txt" 2>&1 || status=1
+    echo "== ncu $name (M = $m)"
+    grep -E "Duration|Compute \(SM\) Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy" \
+      "$OUT/ncu-$name.txt" | head -8
+  done
 fi
 
 if [[ " $steps " == *" bench "* ]]; then
