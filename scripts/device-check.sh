@@ -92,7 +92,8 @@ if [[ " $steps " == *" stress "* ]]; then
   for config in t8_st4_split{1,2,4,8} t32_st4_split{1,2,4,8} t128_st4_split{1,2,4,8}; do
     runs+=("decode $config")
   done
-  for instance in w128_t128_st4 w128_t128_st4_overlap w64_t32_st4_overlap w64_t64_st4_overlap; do
+  for instance in w128_t128_st4 w128_t128_st4_overlap w64_t32_st4_overlap w64_t64_st4_overlap \
+    w128_t256_st2; do
     for split in "" _split2 _split4 _split8; do runs+=("prefill $instance$split"); done
   done
   runs+=("gemv t1" "gemv t2")

@@ -128,6 +128,18 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// Moves a warpgroup's register budget (PRIMITIVES.md section 5): every warp of the warpgroup
+// executes it, and ptxas honours it only with an entry register count (__launch_bounds__ with a
+// minimum of one CTA) and each role in its own branch with no code after the branches.
+template <int kRegisters>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
 // Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads, a multiple of 32.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

@@ -14,13 +14,17 @@ namespace {
 
 // The only instances compiled: 128 x 128 tiles with a 4-stage ring, and a 3-stage one for K
 // whose scales would not fit beside four stages (K > 8192), each without and with one stage's
-// wgmma kept in flight; and 64-row tiles of 32 and 64 tokens for the middle M buckets.
+// wgmma kept in flight; 64-row tiles of 32 and 64 tokens for the middle M buckets; and a
+// 128 x 256 tile (two stages fit; no stage kept in flight, so the producer refills a stage
+// while the next one is converted), which converts each weight fragment once per 256 tokens
+// instead of 128: half the conversion work per flop.
 using Tile4 = PrefillTile<4>;
 using Tile3 = PrefillTile<3>;
 using Tile4Overlap = PrefillTile<4, true>;
 using Tile3Overlap = PrefillTile<3, true>;
 using Tile64x32 = PrefillTile<4, true, 1, 32>;
 using Tile64x64 = PrefillTile<4, true, 1, 64>;
+using Tile128x256 = PrefillTile<2, false, 2, 256>;
 
 constexpr int kMaxSmemBytes = 227 * 1024;
 
@@ -29,9 +33,9 @@ constexpr PrefillInstanceInfo info() {
   return {Tile::kRows, Tile::kTokens, Tile::kStages, Tile::kOverlap, Tile::kFixedSmemBytes};
 }
 
-constexpr std::array<PrefillInstanceInfo, 6> kInstances = {
-    info<Tile4>(),        info<Tile3>(),     info<Tile4Overlap>(),
-    info<Tile3Overlap>(), info<Tile64x32>(), info<Tile64x64>()};
+constexpr std::array<PrefillInstanceInfo, 7> kInstances = {
+    info<Tile4>(),     info<Tile3>(),     info<Tile4Overlap>(), info<Tile3Overlap>(),
+    info<Tile64x32>(), info<Tile64x64>(), info<Tile128x256>()};
 
 int chunks_per_cta(int k, int splits) { return (k / 128 + splits - 1) / splits; }
 
@@ -90,7 +94,8 @@ cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::in
   using Launcher = cudaError_t (*)(const GemmParams&, const void*, std::int64_t, int, cudaStream_t);
   // In kInstances' order.
   constexpr Launcher kLaunchers[] = {launch<Tile4>,        launch<Tile3>,     launch<Tile4Overlap>,
-                                     launch<Tile3Overlap>, launch<Tile64x32>, launch<Tile64x64>};
+                                     launch<Tile3Overlap>, launch<Tile64x32>, launch<Tile64x64>,
+                                     launch<Tile128x256>};
   static_assert(std::size(kLaunchers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
     return cudaErrorInvalidValue;

@@ -44,10 +44,15 @@ struct PrefillTile {
   static constexpr int kTokens = kTokens_;            // wgmma N
   static constexpr int kBK = 128;  // K per stage: 128 e4m3 bytes per weight row, 4 MX blocks
   static constexpr int kConsumerThreads = 128 * kConsumerGroups;
-  static constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp
-  static constexpr int kWTileBytes = kRows * kBK;         // e4m3, one 128-byte atom wide
-  static constexpr int kAAtomBytes = kTokens * 128;       // 64 bf16 of K per token row
-  static constexpr int kATileBytes = 2 * kAAtomBytes;     // 128 bf16 of K
+  // 256 tokens need 128 accumulator registers a thread: the producer then is a whole warpgroup
+  // that gives its registers to the consumers (setmaxnreg: 2 x 128 x 232 + 128 x 40 <= 64 Ki);
+  // otherwise one producer warp and no register moves.
+  static constexpr bool kMovesRegisters = kTokens_ == 256;
+  static constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;
+  static constexpr int kThreads = kConsumerThreads + (kMovesRegisters ? 128 : 32);
+  static constexpr int kWTileBytes = kRows * kBK;      // e4m3, one 128-byte atom wide
+  static constexpr int kAAtomBytes = kTokens * 128;    // 64 bf16 of K per token row
+  static constexpr int kATileBytes = 2 * kAAtomBytes;  // 128 bf16 of K
   static constexpr int kWTileOffset = 0;
   static constexpr int kATileOffset = kWTileOffset + kStages * kWTileBytes;
   static constexpr int kBarrierOffset = kATileOffset + kStages * kATileBytes;
@@ -64,8 +69,11 @@ struct PrefillTile {
   static_assert(kWTileBytes % 1024 == 0 && kAAtomBytes % 1024 == 0, "swizzle atoms");
   static_assert(kStages >= 2, "a ring needs two stages");
   static_assert(kConsumerGroups == 1 || kConsumerGroups == 2, "one or two consumer warpgroups");
-  static_assert(kTokens == 32 || kTokens == 64 || kTokens == 128, "compiled wgmma widths");
+  static_assert(kTokens == 32 || kTokens == 64 || kTokens == 128 || kTokens == 256,
+                "compiled wgmma widths");
   static_assert(kRows * kTokens * 4 <= kBarrierOffset, "the reduction tile reuses the ring");
+  static_assert(!kMovesRegisters || kConsumerGroups == 2,
+                "the register split assumes 2 + 1 groups");
 };
 
 namespace prefill_detail {
@@ -196,6 +204,35 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
   }
 }
 
+// Stores one consumer warpgroup's accumulator (no K split): bias, one rounding, out.
+template <class Tile>
+__device__ __forceinline__ void store_tile(const GemmParams& p, const float (&acc)[Tile::kAccRegs],
+                                           int n0, int t0, int warpgroup) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = (tid % 128) >> 5, lane = tid & 31;
+#pragma unroll
+  for (int i = 0; i < Tile::kAccRegs; ++i) {
+    // Accumulator layout: row 16w + l/4 + 8 * ((i >> 1) & 1), token 8 * (i >> 2) + 2t + (i & 1).
+    const int n = n0 + 64 * warpgroup + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1);
+    const int m = t0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+    if (n < p.n && m < p.m) {
+      const float v = p.bias_type != BiasType::kNone ? acc[i] + epilogue::load_bias(p, n) : acc[i];
+      epilogue::store_one(p, m, n, v);
+    }
+  }
+}
+
+// The cluster's splits meet (every thread of every CTA, after its tile is in its ring).
+template <class Tile>
+__device__ __forceinline__ void reduce_in_cluster(const GemmParams& p, std::uint32_t smem, int n0,
+                                                  int t0, int split, int splits) {
+  hopper::cluster_sync();
+  reduce_splits_and_store<Tile::kRows, Tile::kTokens>(p, smem + Tile::kReduceOffset, n0, t0, split,
+                                                      splits, Tile::kThreads);
+  // No CTA may leave while a peer still reads its tile.
+  hopper::cluster_sync();
+}
+
 }  // namespace prefill_detail
 
 // Grid: x = kRows-row weight tiles, y = K splits (= the cluster size), z = token tiles.
@@ -218,20 +255,28 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   __syncthreads();
   hopper::allow_dependent_launch();
 
-  float acc[Tile::kAccRegs];
-#pragma unroll
-  for (int i = 0; i < Tile::kAccRegs; ++i) acc[i] = 0.0f;
   // The role as a warp-uniform value ptxas can see, so wgmma is not treated as divergent code.
+  // Each role runs to its end inside its own branch (setmaxnreg needs that).
   const int warpgroup = __shfl_sync(0xFFFFFFFFu, tid / 128, 0);
-  const bool producer = warpgroup == Tile::kConsumerGroups;
-  if (producer) {
+  if (warpgroup == Tile::kConsumerGroups) {
+    if constexpr (Tile::kMovesRegisters) hopper::setmaxnreg_dec<Tile::kProducerRegisters>();
     // The ring fills from the first cycle, while the consumers copy the scales.
     if (tid == Tile::kConsumerThreads) {
       hopper::prefetch_tensor_map(&w_map);
       hopper::prefetch_tensor_map(&a_map);
       produce<Tile>(&w_map, &a_map, smem, full, empty, c_begin, chunks, n0, t0);
     }
+    if (splits > 1) {
+      // The output may still be read by the kernel before us.
+      hopper::wait_prerequisite_grids();
+      __syncwarp();  // the producer warp's lanes meet again before the aligned cluster barrier
+      reduce_in_cluster<Tile>(p, smem, n0, t0, split, splits);
+    }
   } else {
+    if constexpr (Tile::kMovesRegisters) hopper::setmaxnreg_inc<Tile::kConsumerRegisters>();
+    float acc[Tile::kAccRegs];
+#pragma unroll
+    for (int i = 0; i < Tile::kAccRegs; ++i) acc[i] = 0.0f;
     // The weight scale bytes of the CTA's rows and K range, one 4-byte word (a chunk's 4
     // blocks) per load, 8 loads in flight per thread (static data: no need to wait for the
     // previous kernel). Rows past N get byte 0, a finite scale for the zero rows TMA fills in.
@@ -250,39 +295,19 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         });
     hopper::named_barrier_sync(1, Tile::kConsumerThreads);
     consume<Tile>(acc, smem, smem_ptr, full, empty, chunks, warpgroup);
-  }
-  // The output may still be read by the kernel before us.
-  hopper::wait_prerequisite_grids();
-
-  if (splits == 1) {
-    if (producer) return;
-    const int warp = (tid % 128) >> 5, lane = tid & 31;
-#pragma unroll
-    for (int i = 0; i < Tile::kAccRegs; ++i) {
-      // Accumulator layout: row 16w + l/4 + 8 * ((i >> 1) & 1), token 8 * (i >> 2) + 2t + (i & 1).
-      const int n = n0 + 64 * warpgroup + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1);
-      const int m = t0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-      if (n < p.n && m < p.m) {
-        const float v =
-            p.bias_type != BiasType::kNone ? acc[i] + epilogue::load_bias(p, n) : acc[i];
-        epilogue::store_one(p, m, n, v);
-      }
+    // The output may still be read by the kernel before us.
+    hopper::wait_prerequisite_grids();
+    if (splits == 1) {
+      store_tile<Tile>(p, acc, n0, t0, warpgroup);
+    } else {
+      // This split's tile goes into the ring, once every consumer warpgroup's last wgmma has
+      // finished reading it (the producer's copies all landed before the consumers' last wait).
+      hopper::named_barrier_sync(1, Tile::kConsumerThreads);
+      write_accumulator_tile<Tile::kRows, Tile::kTokens>(
+          reinterpret_cast<float*>(smem_ptr + Tile::kReduceOffset), acc, 64 * warpgroup);
+      reduce_in_cluster<Tile>(p, smem, n0, t0, split, splits);
     }
-    return;
   }
-  // Split-K: this split's tile goes into the ring, once every consumer warpgroup's last wgmma
-  // has finished reading it (the producer's copies all landed before the consumers' last wait).
-  if (!producer) {
-    hopper::named_barrier_sync(1, Tile::kConsumerThreads);
-    write_accumulator_tile<Tile::kRows, Tile::kTokens>(
-        reinterpret_cast<float*>(smem_ptr + Tile::kReduceOffset), acc, 64 * warpgroup);
-  }
-  __syncwarp();  // the producer warp's lanes meet again before the aligned cluster barrier
-  hopper::cluster_sync();
-  reduce_splits_and_store<Tile::kRows, Tile::kTokens>(p, smem + Tile::kReduceOffset, n0, t0, split,
-                                                      splits, Tile::kThreads);
-  // No CTA may leave while a peer still reads its tile.
-  hopper::cluster_sync();
 }
 
 }  // namespace mxlinear::device

@@ -80,13 +80,13 @@ class PrefillKernel final : public Kernel {
   }
 
   bool needs_tuned_rows() const override { return true; }
-  // Large tiles from M = 128 up; small tiles and K splits where tokens are few.
+  // Large tiles from M = their token count up; small tiles and K splits where tokens are few.
   bool worth_sweeping(std::int64_t m, std::string_view config) const override {
     const PrefillConfig c = find_config(config);
     if (c.instance < 0) return false;
     const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)];
     const bool small = i.tokens < 128 || c.splits > 1;
-    return small ? m >= 8 && m <= 512 : m >= 128;
+    return small ? m >= 8 && m <= 512 : m >= i.tokens;
   }
 
   std::string default_config(std::int64_t) const override {
