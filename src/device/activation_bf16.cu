@@ -12,9 +12,24 @@ namespace {
 constexpr int kThreads = 256;
 
 // Bytes 8t..8t+7 of block b of a row become bf16 pairs at logical positions 2t, 8 + 2t (bytes
-// 0-3) and 16 + 2t, 24 + 2t (bytes 4-7) of the block. A grid of a few CTAs per SM walks these
+// 0-3) and 16 + 2t, 24 + 2t (bytes 4-7) of the block. A grid of one resident wave walks these
 // 8-byte groups row-major, one grid-stride at a time, by a fixed (rows, groups) step
-// (GroupWalk): no division per group.
+// (GroupWalk): no division per group. Each thread loads its next group before converting the
+// current one, so a load is always in flight (a load-then-store loop waits out a memory round
+// trip per group).
+struct PrePassGroup {
+  uint2 bytes;
+  std::uint8_t scale;
+};
+
+__device__ __forceinline__ PrePassGroup load_group(const ActivationBf16Params& p,
+                                                   GroupPosition at) {
+  if (at.row >= p.m) return {};
+  const std::int64_t r = at.row;
+  return {*reinterpret_cast<const uint2*>(p.q + r * p.ld_q + 8 * at.group),
+          p.scales[r * p.ld_scales + at.group / 4]};
+}
+
 __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const ActivationBf16Params p) {
   // Launched as a programmatic dependent itself: the previous kernel (the producer of the
   // activation, or the previous layer's GEMM, which may still read the scratch written here)
@@ -24,17 +39,22 @@ __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const Activat
   hopper::allow_dependent_launch();
   const int stride = static_cast<int>(gridDim.x) * kThreads;
   const int first = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
-  for (GroupWalk walk(first, stride, p.k / 8); walk.at.row < p.m; walk.advance()) {
-    const int group = walk.at.group, block = group / 4, t = group % 4;
-    const std::int64_t r = walk.at.row;
-    const uint2 bytes = *reinterpret_cast<const uint2*>(p.q + r * p.ld_q + 8 * group);
-    const float scale = mx::scale_from_byte(p.scales[r * p.ld_scales + block]);
+  GroupWalk walk(first, stride, p.k / 8);
+  PrePassGroup current = load_group(p, walk.at);
+  while (walk.at.row < p.m) {
+    const GroupPosition at = walk.at;
+    walk.advance();
+    const PrePassGroup next = load_group(p, walk.at);
+    const int block = at.group / 4, t = at.group % 4;
+    const float scale = mx::scale_from_byte(current.scale);
     std::uint32_t out[4];
-    mx::e4m3x4_scaled_to_bf16x2x2(bytes.x, scale, out[0], out[1]);
-    mx::e4m3x4_scaled_to_bf16x2x2(bytes.y, scale, out[2], out[3]);
-    auto* dst = static_cast<std::uint16_t*>(p.out) + r * p.ld_out + 32 * block + 2 * t;
+    mx::e4m3x4_scaled_to_bf16x2x2(current.bytes.x, scale, out[0], out[1]);
+    mx::e4m3x4_scaled_to_bf16x2x2(current.bytes.y, scale, out[2], out[3]);
+    auto* dst = static_cast<std::uint16_t*>(p.out) + static_cast<std::int64_t>(at.row) * p.ld_out +
+                32 * block + 2 * t;
 #pragma unroll
     for (int i = 0; i < 4; ++i) *reinterpret_cast<std::uint32_t*>(dst + 8 * i) = out[i];
+    current = next;
   }
 }
 
