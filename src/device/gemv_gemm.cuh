@@ -7,7 +7,7 @@
 // - kRows weight rows per warp (as many as tokens, so each activation value read from shared
 //   memory serves kRows * kTokens products), 4 warps per CTA. Each lane streams 16-byte columns
 //   of its rows (half an MX block; the two halves of block b sit in lanes 2q and 2q + 1 of the
-//   same round); 8 columns per lane are in flight, 4 KiB per warp.
+//   same round); 16 columns per lane are in flight, 8 KiB per warp.
 // - The CTA's tokens are widened once into shared memory as fp32 (e4m3 values, unscaled),
 //   laid out so that a warp's 16-byte reads are consecutive (no bank conflicts), with their
 //   block scales decoded to fp32.
@@ -40,7 +40,10 @@ struct GemvTile {
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRowsPerCta = kRows * kWarps;
-  static constexpr int kColumnsPerLane = 8 / kRows;    // per row and round: 8 in flight
+  // Per row and round: 16 columns in flight per lane (8 KiB per warp), so a row of K <= 8192
+  // (t1; 4096 for t2) is one round: one memory round trip, issued before the activations are
+  // staged. (8 per lane took two dependent round trips at K = 6144.)
+  static constexpr int kColumnsPerLane = 16 / kRows;
   static constexpr int kRound = 32 * kColumnsPerLane;  // columns per row per round
 
   // [kTokens][K] fp32 activation values, then [kTokens][K/32] fp32 scales.
