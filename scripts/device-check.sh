@@ -6,11 +6,14 @@
 #               seed-sized layers with several token tiles (mxlinear check --kernel K --repeat),
 #               then racecheck on the first failing one (the decode kernel's missing proxy
 #               fence only showed there; docs/PERF.md)
-#   profile     Nsight Compute (speed of light, warp states, source-level stall counters) on
-#               one launch of each target inside a bench sweep of the qkv layer; one ncu-NAME.txt
-#               each. $PROFILE_TARGETS: space-separated NAME:SWEEP_KERNEL:M:REGEX (REGEX of the
-#               mangled kernel name); default: the overlapped 128 x 128 prefill at M = 8192, the
-#               8-token decode and the 1-token gemv at M = 1
+#   profile     Nsight Compute (speed of light, warp states, source-level stall counters, launch
+#               stats) on one launch per target; one ncu-NAME.txt each. $PROFILE_TARGETS, space
+#               separated, each either
+#                 bench:NAME:SWEEP_KERNEL:M:REGEX  inside a bench sweep of the qkv layer (REGEX:
+#                                                  of the mangled kernel name; large M)
+#                 check:NAME:KERNEL:CONFIG:M:N:K   one exact config through `mxlinear check`
+#               default: the overlapped 128 x 128 prefill and the 128 x 256 one at M = 8192, the
+#               tuned decode config and gemv t1 at M = 1 on the qkv shape
 # Extra bench arguments go in $BENCH_ARGS; $SANITIZE_TESTS (names of GPU test binaries) narrows
 # the sanitizer step and $SANITIZE_FILTER (a gtest filter, default: all but the seed-sized
 # stress tests) the tests it runs.
@@ -125,16 +128,24 @@ if [[ " $steps " == *" stress "* ]]; then
 fi
 
 if [[ " $steps " == *" profile "* ]]; then
-  targets="${PROFILE_TARGETS:-prefill:prefill:8192:prefill_gemm_kernel.*Li4ELb1ELi2ELi128E \
-decode:decode:1:DecodeTileILi8E gemv:gemv:1:GemvTileILi1E}"
+  targets="${PROFILE_TARGETS:-bench:prefill:prefill:8192:Li4ELb1ELi2ELi128E \
+bench:prefill256:prefill:8192:Li2ELb0ELi2ELi256E check:decode:decode:t8_st4_split8:1:2560:6144 \
+check:gemv:gemv:t1:1:2560:6144}"
+  sections=(--section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis
+            --section MemoryWorkloadAnalysis --section Occupancy --section SourceCounters
+            --section LaunchStats)
   for target in $targets; do
-    IFS=: read -r name sweep m regex <<<"$target"
-    ncu --kernel-name-base mangled --section SpeedOfLight --section WarpStateStats \
-      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy \
-      --section SourceCounters --section LaunchStats -k "regex:$regex" --launch-skip 1 -c 1 \
-      build-device/tools/mxlinear bench --model bench/models/qkv-only.csv --m "$m" \
-      --all-configs --sweep-kernels "$sweep" --replays 3 >"$OUT/ncu-$name.txt" 2>&1 || status=1
-    echo "== ncu $name (M = $m)"
+    IFS=: read -r how name a b c d e <<<"$target"
+    if [ "$how" = bench ]; then  # a: sweep kernel, b: M, c: regex
+      ncu --kernel-name-base mangled "${sections[@]}" -k "regex:$c" --launch-skip 1 -c 1 \
+        build-device/tools/mxlinear bench --model bench/models/qkv-only.csv --m "$b" \
+        --all-configs --sweep-kernels "$a" --replays 3 >"$OUT/ncu-$name.txt" 2>&1 || status=1
+    else  # a: kernel, b: config, c d e: M N K
+      ncu "${sections[@]}" -k "regex:${a}_gemm" -c 1 \
+        build-device/tools/mxlinear check --kernel "$a" --config "$b" --m "$c" --n "$d" --k "$e" \
+        --seed 7 >"$OUT/ncu-$name.txt" 2>&1 || status=1
+    fi
+    echo "== ncu $name"
     grep -E "Duration|Compute \(SM\) Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy" \
       "$OUT/ncu-$name.txt" | head -8
   done
