@@ -148,6 +148,10 @@ TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
   EXPECT_THAT(k.can_implement(layer).reason, HasSubstr("K % 128"));
   layer.k = 1 << 20;  // its weight scales would not fit in shared memory
   EXPECT_THAT(k.can_implement(layer).reason, HasSubstr("shared memory"));
+  layer.k = 6144;
+  layer.scale_alignment = 2;  // the kernel copies scales in 4-byte words
+  EXPECT_THAT(k.can_implement(layer).reason, HasSubstr("4-byte aligned scale rows"));
+  layer.scale_alignment = 4;
   // Scratch: the bf16 activation, 256-byte aligned; linear_workspace_bytes covers it.
   EXPECT_EQ(k.workspace_bytes(LinearShape{8192, 2560, 6144}, configs.front()),
             std::size_t{8192} * 6144 * 2);
