@@ -131,12 +131,7 @@ __device__ __forceinline__ void load_scales(const std::uint8_t* scales, std::int
                                             float* dst, int tid, int threads) {
   copy_in_batches<4>(
       rows, chunks, tid, threads,
-      [&](int row, int c) {
-        return r0 + row < limit
-                   ? *reinterpret_cast<const std::uint32_t*>(
-                         scales + static_cast<std::int64_t>(r0 + row) * ld + 4 * (c_begin + c))
-                   : 0u;
-      },
+      [&](int row, int c) { return mx::scale_word(scales, ld, r0 + row, limit, c_begin + c); },
       [&](int row, int c, std::uint32_t word) {
 #pragma unroll
         for (int block = 0; block < 4; ++block) {

@@ -17,6 +17,14 @@ __device__ __forceinline__ float scale_from_byte(std::uint32_t b) {
   return __uint_as_float((b << 23) | (special << 22));
 }
 
+// The 4 scale bytes of one 128-K chunk (blocks 4 * chunk .. 4 * chunk + 3) of `row` of a
+// [rows, K/32] scale matrix with 4-byte aligned rows; 0 (four bytes 0: finite 2^-127) for rows
+// at or past `rows`, which the kernels' zero-filled tile rows pair with.
+__device__ __forceinline__ std::uint32_t scale_word(const std::uint8_t* scales, std::int64_t ld,
+                                                    int row, int rows, int chunk) {
+  return row < rows ? *reinterpret_cast<const std::uint32_t*>(scales + row * ld + 4 * chunk) : 0u;
+}
+
 // Four e4m3 bytes times a power-of-two scale as two bf16x2 (bytes 0,1 -> lo; 2,3 -> hi; the
 // lower byte in the lower half). Exact while the scaled value stays in bf16's normal range;
 // below 2^-126 it rounds to bf16's subnormal grid (steps of 2^-133), above ~2^128 it is Inf.

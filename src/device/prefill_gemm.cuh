@@ -284,11 +284,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     copy_in_batches<8>(
         Tile::kRows, chunks, tid, Tile::kConsumerThreads,
         [&](int row, int word) {
-          return n0 + row < p.n
-                     ? *reinterpret_cast<const std::uint32_t*>(
-                           p.w_scales + static_cast<std::int64_t>(n0 + row) * p.ld_w_scales +
-                           4 * (c_begin + word))
-                     : 0u;
+          return mx::scale_word(p.w_scales, p.ld_w_scales, n0 + row, p.n, c_begin + word);
         },
         [&](int row, int word, std::uint32_t v) {
           *reinterpret_cast<std::uint32_t*>(scale_bytes + row * blocks + 4 * word) = v;
