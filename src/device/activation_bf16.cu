@@ -1,5 +1,3 @@
-#include <algorithm>
-
 #include "device/activation_bf16.hpp"
 #include "device/grid_walk.hpp"
 #include "device/hopper_ptx.cuh"
@@ -63,17 +61,12 @@ __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const Activat
 cudaError_t launch_activation_bf16(const ActivationBf16Params& p, cudaStream_t stream) {
   const std::int64_t threads = static_cast<std::int64_t>(p.m) * (p.k / 8);
   if (threads == 0) return cudaSuccess;
-  // One resident wave of CTAs (fewer where the input is smaller).
-  int sms = 0, per_sm = 0;
-  if (cudaError_t e = current_sm_count(sms); e != cudaSuccess) return e;
-  if (cudaError_t e = resident_ctas_per_sm<activation_bf16_kernel>(kThreads, per_sm);
+  dim3 grid;
+  if (cudaError_t e = one_wave_grid<activation_bf16_kernel>(threads, kThreads, grid);
       e != cudaSuccess) {
     return e;
   }
-  const auto blocks =
-      std::min<std::int64_t>((threads + kThreads - 1) / kThreads, std::int64_t{sms} * per_sm);
-  return launch_programmatic(activation_bf16_kernel, dim3(static_cast<unsigned>(blocks)),
-                             dim3(kThreads), 0, stream, 0, p);
+  return launch_programmatic(activation_bf16_kernel, grid, dim3(kThreads), 0, stream, 0, p);
 }
 
 }  // namespace mxlinear::device

@@ -42,6 +42,21 @@ cudaError_t resident_ctas_per_sm(int threads, int& count) {
   return cudaSuccess;
 }
 
+// The grid of a grid-stride kernel: enough CTAs of `block_threads` for `work_threads` threads of
+// work, at most one resident wave on every SM (a larger grid would run its walk in waves).
+template <auto kKernel>
+cudaError_t one_wave_grid(std::int64_t work_threads, int block_threads, dim3& grid) {
+  int sms = 0, per_sm = 0;
+  if (cudaError_t e = current_sm_count(sms); e != cudaSuccess) return e;
+  if (cudaError_t e = resident_ctas_per_sm<kKernel>(block_threads, per_sm); e != cudaSuccess) {
+    return e;
+  }
+  const std::int64_t needed = (work_threads + block_threads - 1) / block_threads;
+  const std::int64_t wave = std::int64_t{sms} * per_sm;
+  grid = dim3(static_cast<unsigned>(needed < wave ? needed : wave));
+  return cudaSuccess;
+}
+
 // Opts kKernel into `bytes` of dynamic shared memory on the current device, once per device
 // (the opt-in above 48 KiB is per device and per function: the template argument is the
 // function itself, so every kernel instance keeps its own record).

@@ -3,8 +3,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
-
 #include "device/grid_walk.hpp"
 #include "device/hopper_ptx.cuh"
 #include "device/launch_util.hpp"
@@ -165,20 +163,16 @@ __global__ void __launch_bounds__(kThreadsPerBlock) quantize_kernel(const Quanti
   }
 }
 
-// One resident wave of CTAs (fewer where the input is smaller): 64 registers a thread hold an
-// SM to 4 CTAs of 256, and a grid sized for more would run its walk in two waves.
+// One resident wave of CTAs (64 registers a thread hold an SM to 4 CTAs of 256).
 template <auto kKernel>
 cudaError_t launch_walk(const QuantizeParams& p, cudaStream_t stream) {
-  const std::int64_t threads = static_cast<std::int64_t>(p.m) * (p.k / kElemsPerThread);
-  int sms = 0, per_sm = 0;
-  if (cudaError_t e = current_sm_count(sms); e != cudaSuccess) return e;
-  if (cudaError_t e = resident_ctas_per_sm<kKernel>(kThreadsPerBlock, per_sm); e != cudaSuccess) {
+  dim3 grid;
+  if (cudaError_t e = one_wave_grid<kKernel>(
+          static_cast<std::int64_t>(p.m) * (p.k / kElemsPerThread), kThreadsPerBlock, grid);
+      e != cudaSuccess) {
     return e;
   }
-  const std::int64_t blocks = std::min<std::int64_t>(
-      (threads + kThreadsPerBlock - 1) / kThreadsPerBlock, std::int64_t{sms} * per_sm);
-  return launch_programmatic(kKernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreadsPerBlock),
-                             0, stream, 0, p);
+  return launch_programmatic(kKernel, grid, dim3(kThreadsPerBlock), 0, stream, 0, p);
 }
 
 template <InType kIn>
