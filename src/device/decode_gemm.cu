@@ -12,18 +12,23 @@ static_assert(kDecodeMaxSplits <= kMaxClusterSplits,
               "the split-K reduction holds one value per split");
 namespace {
 
-// The only instances compiled: one per decode M bucket the tuned tables use.
+// The only instances compiled: one per decode M bucket the tuned tables use, and for 8 and 32
+// tokens a two-warpgroup variant (alternate stages; 8 stages for 8 tokens, whose stages are
+// small).
 using Tile8 = DecodeTile<8, 4>;
 using Tile32 = DecodeTile<32, 4>;
 using Tile128 = DecodeTile<128, 4>;
+using Tile8x2 = DecodeTile<8, 8, 2>;
+using Tile32x2 = DecodeTile<32, 4, 2>;
 
 template <class Tile>
 constexpr DecodeInstanceInfo info() {
-  return {Tile::kTokens, Tile::kStages, Tile::kFixedSmemBytes, Tile::kScaleBytesPerChunk};
+  return {Tile::kTokens, Tile::kStages, Tile::kConsumerGroups, Tile::kFixedSmemBytes,
+          Tile::kScaleBytesPerChunk};
 }
 
-constexpr std::array<DecodeInstanceInfo, 3> kInstances = {info<Tile8>(), info<Tile32>(),
-                                                          info<Tile128>()};
+constexpr std::array<DecodeInstanceInfo, 5> kInstances = {
+    info<Tile8>(), info<Tile32>(), info<Tile128>(), info<Tile8x2>(), info<Tile32x2>()};
 
 constexpr int kMaxSmemBytes = kDecodeMaxSmemBytes;
 
@@ -81,6 +86,10 @@ cudaError_t launch_decode_gemm(const GemmParams& p, int instance, int splits, cu
       return launch<Tile32>(p, splits, stream);
     case 2:
       return launch<Tile128>(p, splits, stream);
+    case 3:
+      return launch<Tile8x2>(p, splits, stream);
+    case 4:
+      return launch<Tile32x2>(p, splits, stream);
     default:
       return cudaErrorInvalidValue;
   }

@@ -34,14 +34,18 @@
 
 namespace mxlinear::device {
 
-template <int kTokens_, int kStages_>
+// kConsumerGroups = 2: two consumer warpgroups take alternate stages (each with its own f16
+// buffer and partial tile, added in a fixed order at the end), so an SM has twice the
+// independent per-stage chains where few CTAs fit (M = 1: the grid itself is ~2-3 CTAs per SM).
+template <int kTokens_, int kStages_, int kConsumerGroups_ = 1>
 struct DecodeTile {
   static constexpr int kTokens = kTokens_;  // wgmma N: activation rows per CTA
   static constexpr int kStages = kStages_;
+  static constexpr int kConsumerGroups = kConsumerGroups_;
   static constexpr int kRows = 64;  // weight rows per CTA (wgmma M)
   static constexpr int kBK = 128;   // K bytes per stage: one 128-byte swizzle row, 4 MX blocks
   static constexpr int kBlocksPerStage = kBK / kBlockSize;
-  static constexpr int kConsumerThreads = 128;            // one warpgroup
+  static constexpr int kConsumerThreads = 128 * kConsumerGroups;
   static constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp
   static constexpr int kWTileBytes = kRows * kBK;
   static constexpr int kATileBytes = kTokens * kBK;
@@ -54,7 +58,7 @@ struct DecodeTile {
   static constexpr int kWideOffset = kATileOffset + kStages * kATileBytes;
   static constexpr int kWideBytes = kTokens * kBK * 2;
   static constexpr int kReduceOffset = kWideOffset;
-  static constexpr int kBarrierOffset = kWideOffset + kWideBytes;
+  static constexpr int kBarrierOffset = kWideOffset + kConsumerGroups * kWideBytes;
   static constexpr int kScaleOffset = kBarrierOffset + 2 * kStages * 8;
   static constexpr int kFixedSmemBytes = kScaleOffset + 1024;  // + alignment slack
   // Per 128-K chunk: 4 scales per weight row and per token, decoded to fp32 once.
@@ -75,6 +79,7 @@ struct DecodeTile {
   static_assert(kStages >= 2, "a ring needs two stages");
   static_assert(kRows * kTokens * 4 <= kWideBytes, "the reduction tile reuses the f16 buffer");
   static_assert(kFixedSmemBytes <= 200 * 1024, "leave room for the scales");
+  static_assert(kConsumerGroups == 1 || kConsumerGroups == 2, "one or two consumer warpgroups");
 };
 
 namespace decode_detail {
@@ -180,10 +185,11 @@ __device__ __forceinline__ int swizzled(int row, int col) {
 // lane % 4 = t expects them. So each thread reads its weights as one 8-byte load per row and
 // block (load_weight_fragments), every product pairs the same k of both operands, and each
 // block stays within its own two steps; only the order of the in-block sum changes.
+// `tid`: the thread within the consuming warpgroup.
 template <class Tile>
 __device__ __forceinline__ void widen_activations(const std::uint8_t* tile8, std::uint8_t* wide,
                                                   int tid) {
-  for (int w = tid; w < Tile::kTokens * 32; w += Tile::kConsumerThreads) {
+  for (int w = tid; w < Tile::kTokens * 32; w += 128) {
     const int token = w >> 5, word = w & 31;
     const std::uint32_t x =
         *reinterpret_cast<const std::uint32_t*>(tile8 + swizzled(token, 4 * word));
@@ -216,25 +222,30 @@ __device__ __forceinline__ void load_weight_fragments(const std::uint8_t* tile8,
 // registers and release the stage; then per MX block two k16 wgmma into a fresh partial sum
 // and its promotion (with four partial sets, all blocks' wgmma run before one wait).
 // Leaves the CTA's fp32 tile in `acc`.
-template <class Tile>
+// kGroup: which consumer warpgroup (a constant, so its named barrier id is one: ptxas reserves
+// all 16 barriers for a run-time id).
+template <class Tile, int kGroup>
 __device__ __forceinline__ void consume(float (&acc)[Tile::kPartialRegs], std::uint32_t smem,
                                         std::uint8_t* smem_ptr, std::uint32_t full,
                                         std::uint32_t empty, int chunks) {
+  constexpr int group = kGroup;
   const float* const w_scales_all = reinterpret_cast<const float*>(smem_ptr + Tile::kScaleOffset);
   const float* const a_scales_all = w_scales_all + chunks * 4 * Tile::kRows;
   using Mma = hopper::WgmmaF16RS<Tile::kTokens>;
-  const int tid = static_cast<int>(threadIdx.x);
+  const int tid = static_cast<int>(threadIdx.x) % 128;  // within the warpgroup
   const int warp = tid >> 5, lane = tid & 31, t = lane & 3;
   const int row0 = 16 * warp + (lane >> 2);
+  constexpr int barrier = 1 + group;  // this warpgroup's own named barrier
   int fragment_offsets[4];
 #pragma unroll
   for (int block = 0; block < 4; ++block) {
     fragment_offsets[block] = swizzled(row0, 32 * block + 8 * t);
   }
-  std::uint8_t* const wide = smem_ptr + Tile::kWideOffset;
-  const std::uint64_t wide_descriptor = hopper::kmajor_sw128_descriptor(smem + Tile::kWideOffset);
+  std::uint8_t* const wide = smem_ptr + Tile::kWideOffset + group * Tile::kWideBytes;
+  const std::uint64_t wide_descriptor =
+      hopper::kmajor_sw128_descriptor(smem + Tile::kWideOffset + group * Tile::kWideBytes);
   float partial[Tile::kPartialSets][Tile::kPartialRegs];
-  for (int it = 0; it < chunks; ++it) {
+  for (int it = group; it < chunks; it += Tile::kConsumerGroups) {
     const int s = it % Tile::kStages;
     hopper::mbarrier_wait(full + 8 * s, (it / Tile::kStages) & 1);
     const std::uint8_t* w_tile = smem_ptr + Tile::kWTileOffset + s * Tile::kWTileBytes;
@@ -243,7 +254,7 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kPartialRegs], std::u
     const float* a_scales = a_scales_all + it * 4 * Tile::kTokens;
     // Every warp's wgmma of the previous stage has read the f16 buffer (each waited on its last
     // group before arriving here).
-    hopper::named_barrier_sync(1, Tile::kConsumerThreads);
+    hopper::named_barrier_sync(barrier, 128);
     widen_activations<Tile>(a_tile, wide, tid);
     std::uint32_t a[4][2][4];
     load_weight_fragments(w_tile, fragment_offsets, a);
@@ -254,7 +265,7 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kPartialRegs], std::u
     // The stage is in registers and the f16 buffer now: hand it back to the producer.
     __syncwarp();
     if (lane == 0) hopper::mbarrier_arrive(empty + 8 * s);
-    hopper::named_barrier_sync(1, Tile::kConsumerThreads);
+    hopper::named_barrier_sync(barrier, 128);
 
     auto issue = [&](float(&d)[Tile::kPartialRegs], int block) {
       hopper::pin(d);
@@ -306,7 +317,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const auto [n0, t0, split, splits, c_begin, chunks] = split_tile<Tile::kRows, Tile::kTokens>(p.k);
   const int tid = static_cast<int>(threadIdx.x);
 
-  // Full: the producer's expect_tx arrival; empty: one arrival per consumer warp.
+  // Full: the producer's expect_tx arrival; empty: one arrival per warp of the warpgroup that
+  // consumed the stage.
   if (tid == 0) hopper::init_ring(full, empty, Tile::kStages, 1, 4);
   __syncthreads();
   if (tid == Tile::kConsumerThreads) {
@@ -331,17 +343,33 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // The role as a warp-uniform value ptxas can see (as CUTLASS does), so wgmma is not treated
   // as divergent code.
   const int warpgroup = __shfl_sync(0xFFFFFFFFu, static_cast<int>(threadIdx.x) / 128, 0);
-  if (warpgroup == 1) {
+  if (warpgroup == Tile::kConsumerGroups) {
     if (tid == Tile::kConsumerThreads) {
       produce<Tile>(&w_map, &a_map, smem, full, empty, c_begin, chunks, n0, t0);
     }
   } else {
-    consume<Tile>(acc, smem, smem_ptr, full, empty, chunks);
-    // This split's tile, token-major, for the cluster reduction; it reuses the f16 buffer, which
-    // every warp's last wgmma has finished reading.
-    hopper::named_barrier_sync(1, Tile::kConsumerThreads);
-    write_accumulator_tile<Tile::kRows, Tile::kTokens>(
-        reinterpret_cast<float*>(smem_ptr + Tile::kReduceOffset), acc, 0);
+    // Each warpgroup's f16 buffer is free once all its warps are past their last wgmma wait.
+    if (Tile::kConsumerGroups == 1 || warpgroup == 0) {
+      consume<Tile, 0>(acc, smem, smem_ptr, full, empty, chunks);
+      hopper::named_barrier_sync(1, 128);
+    } else {
+      consume<Tile, Tile::kConsumerGroups - 1>(acc, smem, smem_ptr, full, empty, chunks);
+      hopper::named_barrier_sync(Tile::kConsumerGroups, 128);
+    }
+    if constexpr (Tile::kConsumerGroups == 2) {
+      // The second warpgroup's partial tile meets the first's: always first + second, so
+      // every run adds in the same order.
+      auto* second = reinterpret_cast<float*>(smem_ptr + Tile::kWideOffset + Tile::kWideBytes);
+      if (warpgroup == 1) write_accumulator_tile<Tile::kRows, Tile::kTokens>(second, acc, 0);
+      hopper::named_barrier_sync(3, Tile::kConsumerThreads);
+      if (warpgroup == 0) add_accumulator_tile<Tile::kRows, Tile::kTokens>(second, acc, 0);
+    }
+    // This split's tile, token-major, for the cluster reduction; it reuses the first f16
+    // buffer.
+    if (warpgroup == 0) {
+      write_accumulator_tile<Tile::kRows, Tile::kTokens>(
+          reinterpret_cast<float*>(smem_ptr + Tile::kReduceOffset), acc, 0);
+    }
   }
   __syncwarp();  // the producer warp's lanes meet again before the aligned cluster barrier
   hopper::cluster_sync();

@@ -11,8 +11,9 @@
 namespace mxlinear::device {
 
 struct DecodeInstanceInfo {
-  int tokens;  // activation rows per CTA (wgmma N)
-  int stages;  // ring depth
+  int tokens;           // activation rows per CTA (wgmma N)
+  int stages;           // ring depth
+  int consumer_groups;  // consumer warpgroups, taking alternate stages
   int fixed_smem_bytes;
   int scale_bytes_per_chunk;  // shared memory per 128-K chunk of the CTA's K range
 };

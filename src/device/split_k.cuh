@@ -54,6 +54,21 @@ __device__ __forceinline__ void write_accumulator_tile(float* tile, const float 
   }
 }
 
+// Adds a tile written by write_accumulator_tile (same layout) into this warpgroup's
+// accumulator.
+template <int kRows, int kTokens>
+__device__ __forceinline__ void add_accumulator_tile(const float* tile, float (&acc)[kTokens / 2],
+                                                     int row_base) {
+  const int warp = (static_cast<int>(threadIdx.x) % 128) >> 5;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+#pragma unroll
+  for (int i = 0; i < kTokens / 2; ++i) {
+    const int row = row_base + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1);
+    const int token = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+    acc[i] += tile[token * kRows + row];
+  }
+}
+
 // After a cluster barrier that follows every CTA's write_accumulator_tile: split r adds rows
 // [r * kRows / splits, (r + 1) * kRows / splits) of every split's tile (at `tile_address` in
 // each CTA), in split order, adds the bias, rounds once and stores. All `threads` threads of

@@ -77,7 +77,9 @@ std::string config_name(const ::testing::TestParamInfo<std::tuple<int, int>>& in
   const auto& i =
       device::decode_gemm_instances()[static_cast<std::size_t>(std::get<0>(info.param))];
   std::ostringstream name;
-  name << 't' << i.tokens << "_st" << i.stages << "_split" << std::get<1>(info.param);
+  name << 't' << i.tokens;
+  if (i.consumer_groups > 1) name << 'x' << i.consumer_groups;  // as the registry spells it
+  name << "_st" << i.stages << "_split" << std::get<1>(info.param);
   return name.str();
 }
 

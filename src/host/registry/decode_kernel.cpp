@@ -1,6 +1,7 @@
 // The Hopper decode kernel in the registry: ahead of the generic kernel, and claiming only the
 // (N, K) its tuned rows name. Config names spell every axis: "t32_st6_split4" = 32 tokens per
-// CTA (wgmma N), a 6-stage ring, K split over a 4-CTA cluster.
+// CTA (wgmma N), a 6-stage ring, K split over a 4-CTA cluster; "t8x2_st8_split4" has two
+// consumer warpgroups taking alternate stages.
 #include <fmt/format.h>
 
 #include <charconv>
@@ -20,7 +21,9 @@ constexpr int kSplitChoices[] = {1, 2, 4, 8};
 constexpr std::int64_t kMaxGridZ = 65535;
 
 std::string config_name(const device::DecodeInstanceInfo& i, int splits) {
-  return fmt::format("t{}_st{}_split{}", i.tokens, i.stages, splits);
+  return fmt::format("t{}{}_st{}_split{}", i.tokens,
+                     i.consumer_groups > 1 ? fmt::format("x{}", i.consumer_groups) : std::string(),
+                     i.stages, splits);
 }
 
 struct ParsedConfig {
