@@ -38,35 +38,33 @@ __device__ __forceinline__ SplitTile split_tile(int k) {
   return t;
 }
 
-// Writes one warpgroup's wgmma accumulator (64 rows x kTokens, rows from row_base) into an fp32
-// tile stored token-major with kRows rows per token. Accumulator layout of warp w, lane l:
-// register i holds row 16w + l/4 + 8 * ((i >> 1) & 1), token 8 * (i >> 2) + 2 * (l % 4) + (i & 1).
+// Where register i of this thread's wgmma accumulator (64 rows x kTokens, rows from row_base)
+// sits in an fp32 tile stored token-major with kRows rows per token. Accumulator layout of warp
+// w, lane l: register i holds row 16w + l/4 + 8 * ((i >> 1) & 1), token 8 * (i >> 2) +
+// 2 * (l % 4) + (i & 1).
+template <int kRows>
+__device__ __forceinline__ int accumulator_tile_index(int i, int row_base) {
+  const int warp = (static_cast<int>(threadIdx.x) % 128) >> 5;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int row = row_base + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1);
+  const int token = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+  return token * kRows + row;
+}
+
+// Writes one warpgroup's accumulator into the tile.
 template <int kRows, int kTokens>
 __device__ __forceinline__ void write_accumulator_tile(float* tile, const float (&acc)[kTokens / 2],
                                                        int row_base) {
-  const int warp = (static_cast<int>(threadIdx.x) % 128) >> 5;
-  const int lane = static_cast<int>(threadIdx.x) & 31;
 #pragma unroll
-  for (int i = 0; i < kTokens / 2; ++i) {
-    const int row = row_base + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1);
-    const int token = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-    tile[token * kRows + row] = acc[i];
-  }
+  for (int i = 0; i < kTokens / 2; ++i) tile[accumulator_tile_index<kRows>(i, row_base)] = acc[i];
 }
 
-// Adds a tile written by write_accumulator_tile (same layout) into this warpgroup's
-// accumulator.
+// Adds a tile written by write_accumulator_tile into this warpgroup's accumulator.
 template <int kRows, int kTokens>
 __device__ __forceinline__ void add_accumulator_tile(const float* tile, float (&acc)[kTokens / 2],
                                                      int row_base) {
-  const int warp = (static_cast<int>(threadIdx.x) % 128) >> 5;
-  const int lane = static_cast<int>(threadIdx.x) & 31;
 #pragma unroll
-  for (int i = 0; i < kTokens / 2; ++i) {
-    const int row = row_base + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1);
-    const int token = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-    acc[i] += tile[token * kRows + row];
-  }
+  for (int i = 0; i < kTokens / 2; ++i) acc[i] += tile[accumulator_tile_index<kRows>(i, row_base)];
 }
 
 // After a cluster barrier that follows every CTA's write_accumulator_tile: split r adds rows
