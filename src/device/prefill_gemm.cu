@@ -17,7 +17,9 @@ namespace {
 // wgmma kept in flight; 64-row tiles of 32 and 64 tokens for the middle M buckets; and a
 // 128 x 256 tile (two stages fit; no stage kept in flight, so the producer refills a stage
 // while the next one is converted), which converts each weight fragment once per 256 tokens
-// instead of 128: half the conversion work per flop.
+// instead of 128: half the conversion work per flop; and a 128 x 64 tile, twice the tiles of
+// 128 x 128 for the M where those fill the last wave badly (M = 2048: 2.4 waves of 128 x 128
+// on the 2560-row layers).
 using Tile4 = PrefillTile<4>;
 using Tile3 = PrefillTile<3>;
 using Tile4Overlap = PrefillTile<4, true>;
@@ -25,6 +27,7 @@ using Tile3Overlap = PrefillTile<3, true>;
 using Tile64x32 = PrefillTile<4, true, 1, 32>;
 using Tile64x64 = PrefillTile<4, true, 1, 64>;
 using Tile128x256 = PrefillTile<2, false, 2, 256>;
+using Tile128x64 = PrefillTile<4, true, 2, 64>;
 
 constexpr int kMaxSmemBytes = 227 * 1024;
 
@@ -33,9 +36,9 @@ constexpr PrefillInstanceInfo info() {
   return {Tile::kRows, Tile::kTokens, Tile::kStages, Tile::kOverlap, Tile::kFixedSmemBytes};
 }
 
-constexpr std::array<PrefillInstanceInfo, 7> kInstances = {
+constexpr std::array<PrefillInstanceInfo, 8> kInstances = {
     info<Tile4>(),     info<Tile3>(),     info<Tile4Overlap>(), info<Tile3Overlap>(),
-    info<Tile64x32>(), info<Tile64x64>(), info<Tile128x256>()};
+    info<Tile64x32>(), info<Tile64x64>(), info<Tile128x256>(),  info<Tile128x64>()};
 
 int chunks_per_cta(int k, int splits) { return (k / 128 + splits - 1) / splits; }
 
@@ -95,7 +98,7 @@ cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::in
   // In kInstances' order.
   constexpr Launcher kLaunchers[] = {launch<Tile4>,        launch<Tile3>,     launch<Tile4Overlap>,
                                      launch<Tile3Overlap>, launch<Tile64x32>, launch<Tile64x64>,
-                                     launch<Tile128x256>};
+                                     launch<Tile128x256>,  launch<Tile128x64>};
   static_assert(std::size(kLaunchers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
     return cudaErrorInvalidValue;

@@ -126,21 +126,25 @@ TEST(DecodeKernel, KRangeBeyondSharedMemoryIsUnsupported) {
 TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
   const Kernel& k = prefill_kernel();
   EXPECT_TRUE(k.needs_tuned_rows());
-  // Large tiles from M = their token count, small tiles and K splits only where tokens are few.
+  // 128-row tiles from M = their token count, 64-row tiles and K splits only where tokens are
+  // few.
   EXPECT_FALSE(k.worth_sweeping(64, "w128_t128_st4"));
   EXPECT_TRUE(k.worth_sweeping(512, "w128_t128_st4"));
   EXPECT_FALSE(k.worth_sweeping(128, "w128_t256_st2"));
   EXPECT_TRUE(k.worth_sweeping(2048, "w128_t256_st2"));
+  EXPECT_TRUE(k.worth_sweeping(2048, "w128_t64_st4_overlap"));
+  EXPECT_FALSE(k.worth_sweeping(32, "w128_t64_st4_overlap"));
   EXPECT_TRUE(k.worth_sweeping(32, "w64_t32_st4_overlap_split4"));
   EXPECT_FALSE(k.worth_sweeping(8192, "w64_t32_st4_overlap"));
   EXPECT_FALSE(k.worth_sweeping(8192, "w128_t128_st4_split2"));
   EXPECT_FALSE(k.worth_sweeping(512, "no_such_config"));
   const std::vector<std::string> configs = k.configs();
   // Every axis spelled; the v0 names (one split, no overlap) unchanged for the shipped rows.
-  EXPECT_THAT(configs, ::testing::IsSupersetOf({"w128_t128_st4", "w128_t128_st3",
-                                                "w128_t128_st4_overlap", "w64_t32_st4_overlap",
-                                                "w64_t64_st4_overlap_split8", "w128_t256_st2"}));
-  EXPECT_EQ(configs.size(), 28u);
+  EXPECT_THAT(configs,
+              ::testing::IsSupersetOf({"w128_t128_st4", "w128_t128_st3", "w128_t128_st4_overlap",
+                                       "w64_t32_st4_overlap", "w64_t64_st4_overlap_split8",
+                                       "w128_t256_st2", "w128_t64_st4_overlap"}));
+  EXPECT_EQ(configs.size(), 32u);
   EXPECT_THAT(configs, ::testing::Contains(k.default_config(8192)));
   LayerDescription layer;
   layer.n = 6144;
