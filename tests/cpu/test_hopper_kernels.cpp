@@ -126,8 +126,8 @@ TEST(DecodeKernel, KRangeBeyondSharedMemoryIsUnsupported) {
 TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
   const Kernel& k = prefill_kernel();
   EXPECT_TRUE(k.needs_tuned_rows());
-  // 128-row tiles from M = their token count, 64-row tiles and K splits only where tokens are
-  // few.
+  // K splits only where tokens are few, 128-row tiles from M = their token count, 64-row tiles
+  // from M = 8.
   EXPECT_FALSE(k.worth_sweeping(64, "w128_t128_st4"));
   EXPECT_TRUE(k.worth_sweeping(512, "w128_t128_st4"));
   EXPECT_FALSE(k.worth_sweeping(128, "w128_t256_st2"));
@@ -135,7 +135,8 @@ TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
   EXPECT_TRUE(k.worth_sweeping(2048, "w128_t64_st4_overlap"));
   EXPECT_FALSE(k.worth_sweeping(32, "w128_t64_st4_overlap"));
   EXPECT_TRUE(k.worth_sweeping(32, "w64_t32_st4_overlap_split4"));
-  EXPECT_FALSE(k.worth_sweeping(8192, "w64_t32_st4_overlap"));
+  EXPECT_TRUE(k.worth_sweeping(8192, "w64_t64_st4_overlap"));
+  EXPECT_FALSE(k.worth_sweeping(4, "w64_t32_st4_overlap"));
   EXPECT_FALSE(k.worth_sweeping(8192, "w128_t128_st4_split2"));
   EXPECT_FALSE(k.worth_sweeping(512, "no_such_config"));
   const std::vector<std::string> configs = k.configs();

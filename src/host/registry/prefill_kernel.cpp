@@ -80,13 +80,15 @@ class PrefillKernel final : public Kernel {
   }
 
   bool needs_tuned_rows() const override { return true; }
-  // 128-row tiles from M = their token count up; 64-row tiles and K splits where tokens are few.
+  // K splits where tokens are few; 128-row tiles from M = their token count up; 64-row tiles
+  // (two CTAs fit an SM, so one's main loop hides the other's prologue and epilogue: small K)
+  // from M = 8 up.
   bool worth_sweeping(std::int64_t m, std::string_view config) const override {
     const PrefillConfig c = find_config(config);
     if (c.instance < 0) return false;
     const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)];
-    const bool small = i.rows < 128 || c.splits > 1;
-    return small ? m >= 8 && m <= 512 : m >= i.tokens;
+    if (c.splits > 1) return m >= 8 && m <= 512;
+    return m >= (i.rows < 128 ? 8 : i.tokens);
   }
 
   std::string default_config(std::int64_t) const override {
