@@ -18,20 +18,21 @@ struct GroupPosition {
   int row, group;
 };
 
-// A grid-stride walk without a division per step: the thread that starts at flat index `first`
-// visits first, first + stride, first + 2 * stride, ... as (row, group) positions, advancing by
-// a fixed (rows, groups) step. The walk ends when row reaches the array's rows.
-struct GroupWalk {
+// The fixed (rows, groups) step of a grid-stride walk: advancing a position by `stride` flat
+// groups needs no division. One stepper serves several walks of the same stride.
+struct GroupStepper {
   int groups_per_row, step_rows, step_groups;
-  GroupPosition at;
 
-  MXL_HOST_DEVICE GroupWalk(int first, int stride, int groups_per_row_)
+  MXL_HOST_DEVICE GroupStepper(int stride, int groups_per_row_)
       : groups_per_row(groups_per_row_),
         step_rows(stride / groups_per_row_),
-        step_groups(stride % groups_per_row_),
-        at{first / groups_per_row_, first % groups_per_row_} {}
+        step_groups(stride % groups_per_row_) {}
 
-  MXL_HOST_DEVICE void advance() {
+  MXL_HOST_DEVICE GroupPosition position(int flat) const {
+    return {flat / groups_per_row, flat % groups_per_row};
+  }
+
+  MXL_HOST_DEVICE void advance(GroupPosition& at) const {
     at.row += step_rows;
     at.group += step_groups;
     if (at.group >= groups_per_row) {
@@ -39,6 +40,19 @@ struct GroupWalk {
       ++at.row;
     }
   }
+};
+
+// A grid-stride walk: the thread that starts at flat index `first` visits first,
+// first + stride, first + 2 * stride, ... as (row, group) positions. The walk ends when row
+// reaches the array's rows.
+struct GroupWalk {
+  GroupStepper stepper;
+  GroupPosition at;
+
+  MXL_HOST_DEVICE GroupWalk(int first, int stride, int groups_per_row)
+      : stepper(stride, groups_per_row), at(stepper.position(first)) {}
+
+  MXL_HOST_DEVICE void advance() { stepper.advance(at); }
 };
 
 // The 128-K chunks split `split` of `splits` takes of `k_chunks`: [begin, begin + count),

@@ -21,17 +21,14 @@ struct InputTraits;
 template <>
 struct InputTraits<InType::kBF16> {
   using T = __nv_bfloat16;
-  static __device__ float widen(T v) { return __bfloat162float(v); }
 };
 template <>
 struct InputTraits<InType::kF16> {
   using T = __half;
-  static __device__ float widen(T v) { return __half2float(v); }
 };
 template <>
 struct InputTraits<InType::kF32> {
   using T = float;
-  static __device__ float widen(T v) { return v; }
 };
 
 // A group: 8 consecutive elements of a row, starting at element `col` (a multiple of 8).
@@ -39,37 +36,74 @@ struct Group {
   int row, col;
 };
 
-// Loads a group widened to fp32 (zeros where inactive).
+// A group's elements as loaded, widened to fp32 only when quantized: a 16-bit group is one
+// 16-byte register quad, so a thread keeps several loads in flight in few registers.
+template <InType kIn>
+struct RawGroup {
+  static constexpr int kBytes = kElemsPerThread * sizeof(typename InputTraits<kIn>::T);
+  uint4 words[kBytes / 16];
+};
+
+// Element i of a loaded group.
+template <InType kIn>
+__device__ __forceinline__ float widen(const RawGroup<kIn>& raw, int i) {
+  const auto* bits = reinterpret_cast<const std::uint32_t*>(raw.words);
+  if constexpr (kIn == InType::kF32) {
+    return __uint_as_float(bits[i]);
+  } else {
+    const auto half_bits = static_cast<unsigned short>(bits[i / 2] >> (16 * (i % 2)));
+    if constexpr (kIn == InType::kBF16) return __uint_as_float(std::uint32_t{half_bits} << 16);
+    return __half2float(__ushort_as_half(half_bits));
+  }
+}
+
+// Loads a group (zeros where inactive).
 template <InType kIn, bool kVector>
-__device__ __forceinline__ void load_group(const QuantizeParams& p, Group g, bool active,
-                                           float (&v)[kElemsPerThread]) {
-  using Traits = InputTraits<kIn>;
-  using T = typename Traits::T;
+__device__ __forceinline__ RawGroup<kIn> load_group(const QuantizeParams& p, Group g, bool active) {
+  using T = typename InputTraits<kIn>::T;
+  RawGroup<kIn> raw;
   const std::int64_t row = active ? g.row : 0;
   const int col = active ? g.col : 0;
   const T* src = static_cast<const T*>(p.x) + row * p.ld_x + col;
   if constexpr (kVector) {
-    constexpr int kVecs = kElemsPerThread * sizeof(T) / 16;
-    uint4 raw[kVecs];
 #pragma unroll
-    for (int i = 0; i < kVecs; ++i)
-      raw[i] = active ? __ldg(reinterpret_cast<const uint4*>(src) + i) : uint4{};
-    const T* elems = reinterpret_cast<const T*>(raw);
-#pragma unroll
-    for (int i = 0; i < kElemsPerThread; ++i) v[i] = Traits::widen(elems[i]);
+    for (int i = 0; i < RawGroup<kIn>::kBytes / 16; ++i)
+      raw.words[i] = active ? __ldg(reinterpret_cast<const uint4*>(src) + i) : uint4{};
   } else {
+    // Element-wise (unaligned rows): each element's bits into its place in the words.
+    constexpr int kPerWord = 4 / sizeof(T);
+    auto* bits = reinterpret_cast<std::uint32_t*>(raw.words);
 #pragma unroll
-    for (int i = 0; i < kElemsPerThread; ++i) v[i] = active ? Traits::widen(src[i]) : 0.0f;
+    for (int w = 0; w < RawGroup<kIn>::kBytes / 4; ++w) {
+      std::uint32_t word = 0;
+#pragma unroll
+      for (int j = 0; j < kPerWord; ++j) {
+        std::uint32_t e = 0;
+        if (active) {
+          if constexpr (sizeof(T) == 4) {
+            e = __float_as_uint(static_cast<float>(src[w]));
+          } else {
+            e = reinterpret_cast<const unsigned short*>(src)[w * kPerWord + j];
+          }
+        }
+        word |= e << (16 * j);
+      }
+      bits[w] = word;
+    }
   }
+  return raw;
 }
 
 // Quantizes one group: the 4 lanes of its MX block share amax and the non-finite flag by two
 // shuffles (every lane of the warp takes part), then each active lane stores its 8 bytes and
 // the block's first lane its scale; with kDequantize also the group's bf16 dequantized values
 // where the activation pre-pass puts them (the same conversion, so the same bits).
-template <bool kDequantize>
+template <InType kIn, bool kDequantize>
 __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g, bool active,
-                                               const float (&v)[kElemsPerThread]) {
+                                               const RawGroup<kIn>& raw) {
+  float v[kElemsPerThread];
+#pragma unroll
+  for (int i = 0; i < kElemsPerThread; ++i) v[i] = widen<kIn>(raw, i);
   float amax = 0.0f;
   bool non_finite = false;
 #pragma unroll
@@ -116,13 +150,20 @@ __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g,
   }
 }
 
-// A grid of at most a few CTAs per SM walks the groups (4 per MX block) in row-major order:
-// each warp takes 32 consecutive groups and the 32 one grid-stride later, and loads the next
-// pair before it quantizes the current one, so loads stay in flight across iterations (v2
-// loaded only after its stores and streamed no faster than v1). Positions advance by a fixed
-// (rows, groups) step (GroupWalk): no division per group.
+// A grid of one resident wave walks the groups (4 per MX block) in row-major order: a warp
+// takes kWalks runs of 32 consecutive groups, a grid-stride apart, and loads the next kWalks
+// groups before it quantizes the current ones, so 64 bytes of loads per thread stay in flight
+// across iterations (v3 kept 32 and streamed at 70% of the read ceiling counting the bytes
+// written). Positions advance by a fixed (rows, groups) step: no division per group.
+template <InType kIn>
+constexpr int kWalksFor = 64 / RawGroup<kIn>::kBytes;
+// Three CTAs per SM (up to 85 registers a thread) hold 48 KiB of loads in flight per SM; left
+// alone, ptxas capped the bf16 kernel at 64 registers and spilled.
+constexpr int kMinResidentCtas = 3;
+
 template <InType kIn, bool kVector, bool kDequantize>
-__global__ void __launch_bounds__(kThreadsPerBlock) quantize_kernel(const QuantizeParams p) {
+__global__ void __launch_bounds__(kThreadsPerBlock, kMinResidentCtas)
+    quantize_kernel(const QuantizeParams p) {
   // Launched as a programmatic dependent itself: the previous kernel (say the previous layer's
   // GEMM, which may still read the workspace this kernel writes, or the producer of x) must
   // finish first; only the launch and the CTAs' start overlap its tail.
@@ -134,36 +175,38 @@ __global__ void __launch_bounds__(kThreadsPerBlock) quantize_kernel(const Quanti
   const std::int64_t total = static_cast<std::int64_t>(p.m) * groups_per_row;
   const int stride = static_cast<int>(gridDim.x) * kThreadsPerBlock;  // the grid's groups
   const int first = static_cast<int>(blockIdx.x) * kThreadsPerBlock + static_cast<int>(threadIdx.x);
-  // Two walks of step 2 * stride: this thread's groups first + 2i * stride and the ones a stride
-  // later.
-  GroupWalk w0(first, 2 * stride, groups_per_row), w1(first + stride, 2 * stride, groups_per_row);
   auto group_of = [](GroupPosition g) { return Group{g.row, g.group * kElemsPerThread}; };
-  GroupPosition g0 = w0.at, g1 = w1.at;
-  float v0[kElemsPerThread], v1[kElemsPerThread];
-  load_group<kIn, kVector>(p, group_of(g0), g0.row < p.m, v0);
-  load_group<kIn, kVector>(p, group_of(g1), g1.row < p.m, v1);
+  // Walk i visits first + (i + kWalks * j) * stride, j = 0, 1, ...
+  constexpr int kWalks = kWalksFor<kIn>;
+  const GroupStepper stepper(kWalks * stride, groups_per_row);
+  GroupPosition at[kWalks];
+  RawGroup<kIn> current[kWalks];
+#pragma unroll
+  for (int i = 0; i < kWalks; ++i) {
+    at[i] = stepper.position(first + i * stride);
+    current[i] = load_group<kIn, kVector>(p, group_of(at[i]), at[i].row < p.m);
+  }
   // Warp-uniform loop bounds (the warp's first group), so every lane reaches the shuffles.
   for (std::int64_t base = first - (static_cast<int>(threadIdx.x) & 31); base < total;
-       base += 2 * stride) {
-    w0.advance();
-    w1.advance();
-    const GroupPosition n0 = w0.at, n1 = w1.at;
-    float next0[kElemsPerThread], next1[kElemsPerThread];
-    load_group<kIn, kVector>(p, group_of(n0), n0.row < p.m, next0);
-    load_group<kIn, kVector>(p, group_of(n1), n1.row < p.m, next1);
-    quantize_group<kDequantize>(p, group_of(g0), g0.row < p.m, v0);
-    quantize_group<kDequantize>(p, group_of(g1), g1.row < p.m, v1);
+       base += kWalks * static_cast<std::int64_t>(stride)) {
+    GroupPosition next_at[kWalks];
+    RawGroup<kIn> next[kWalks];
 #pragma unroll
-    for (int i = 0; i < kElemsPerThread; ++i) {
-      v0[i] = next0[i];
-      v1[i] = next1[i];
+    for (int i = 0; i < kWalks; ++i) {
+      next_at[i] = at[i];
+      stepper.advance(next_at[i]);
+      next[i] = load_group<kIn, kVector>(p, group_of(next_at[i]), next_at[i].row < p.m);
     }
-    g0 = n0;
-    g1 = n1;
+#pragma unroll
+    for (int i = 0; i < kWalks; ++i) {
+      quantize_group<kIn, kDequantize>(p, group_of(at[i]), at[i].row < p.m, current[i]);
+      current[i] = next[i];
+      at[i] = next_at[i];
+    }
   }
 }
 
-// One resident wave of CTAs (64 registers a thread hold an SM to 4 CTAs of 256).
+// One resident wave of CTAs (at most kMinResidentCtas or a few more per SM).
 template <auto kKernel>
 cudaError_t launch_walk(const QuantizeParams& p, cudaStream_t stream) {
   dim3 grid;

@@ -41,14 +41,34 @@ TEST(GridWalk, PrePassWalkVisitsEveryGroupOnce) {
   }
 }
 
-// The quantizer's two walks of step 2 * stride, the second a stride later, together.
-TEST(GridWalk, QuantizerPairOfWalksVisitsEveryGroupOnce) {
+// The quantizer's interleaved walks (4 for 16-bit inputs, 2 for fp32): walk i of w starts i
+// strides later and steps w strides; together they visit every group once.
+TEST(GridWalk, QuantizerInterleavedWalksVisitEveryGroupOnce) {
   for (const WalkCase& c : kWalks) {
-    SCOPED_TRACE(::testing::Message()
-                 << c.rows << " x " << c.groups_per_row << " by " << c.threads);
-    const auto a = visits(c.rows, c.groups_per_row, c.threads, 2 * c.threads, 0);
-    const auto b = visits(c.rows, c.groups_per_row, c.threads, 2 * c.threads, c.threads);
-    for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i] + b[i], 1) << "group " << i;
+    for (int walks : {2, 4}) {
+      SCOPED_TRACE(::testing::Message() << c.rows << " x " << c.groups_per_row << " by "
+                                        << c.threads << ", " << walks << " walks");
+      std::vector<int> total(static_cast<std::size_t>(c.rows) * c.groups_per_row, 0);
+      for (int i = 0; i < walks; ++i) {
+        const auto v =
+            visits(c.rows, c.groups_per_row, c.threads, walks * c.threads, i * c.threads);
+        for (std::size_t g = 0; g < v.size(); ++g) total[g] += v[g];
+      }
+      for (std::size_t g = 0; g < total.size(); ++g) ASSERT_EQ(total[g], 1) << "group " << g;
+    }
+  }
+}
+
+// One stepper advancing a position a stride at a time lands where the division says.
+TEST(GridWalk, StepperMatchesDivision) {
+  for (const WalkCase& c : kWalks) {
+    const GroupStepper stepper(c.threads, c.groups_per_row);
+    GroupPosition at = stepper.position(5);
+    for (int flat = 5; flat < c.rows * c.groups_per_row; flat += c.threads) {
+      ASSERT_EQ(at.row, flat / c.groups_per_row);
+      ASSERT_EQ(at.group, flat % c.groups_per_row);
+      stepper.advance(at);
+    }
   }
 }
 
