@@ -106,7 +106,7 @@ if [[ " $steps " == *" stress "* ]]; then
   first_failure=""
   runs=()
   for config in t8_st4_split{1,2,4,8} t32_st4_split{1,2,4,8} t128_st4_split{1,2,4,8} \
-    t8x2_st8_split{1,2,4,8} t32x2_st4_split{1,2,4,8}; do
+    t8x2_st8_split{1,2,4,8} t32x2_st4_split{1,2,4,8} t8_st6_split{1,2,4,8}; do
     runs+=("decode $config")
   done
   for instance in w128_t128_st4 w128_t128_st4_overlap w64_t32_st4_overlap w64_t64_st4_overlap \

@@ -14,12 +14,15 @@ namespace {
 
 // The only instances compiled: one per decode M bucket the tuned tables use, and for 8 and 32
 // tokens a two-warpgroup variant (alternate stages; 8 stages for 8 tokens, whose stages are
-// small).
+// small). t8_st6: a CTA of the 6144-K layers split 8 ways streams 6 stages, so a 6-stage ring
+// requests them all before its first wgmma (a 4-stage ring waits a memory round trip for the
+// last two), and at 65 KiB three CTAs still fit an SM (the grid of 320 stays one wave).
 using Tile8 = DecodeTile<8, 4>;
 using Tile32 = DecodeTile<32, 4>;
 using Tile128 = DecodeTile<128, 4>;
 using Tile8x2 = DecodeTile<8, 8, 2>;
 using Tile32x2 = DecodeTile<32, 4, 2>;
+using Tile8s6 = DecodeTile<8, 6>;
 
 template <class Tile>
 constexpr DecodeInstanceInfo info() {
@@ -27,8 +30,9 @@ constexpr DecodeInstanceInfo info() {
           Tile::kScaleBytesPerChunk};
 }
 
-constexpr std::array<DecodeInstanceInfo, 5> kInstances = {
-    info<Tile8>(), info<Tile32>(), info<Tile128>(), info<Tile8x2>(), info<Tile32x2>()};
+constexpr std::array<DecodeInstanceInfo, 6> kInstances = {info<Tile8>(),    info<Tile32>(),
+                                                          info<Tile128>(),  info<Tile8x2>(),
+                                                          info<Tile32x2>(), info<Tile8s6>()};
 
 constexpr int kMaxSmemBytes = kDecodeMaxSmemBytes;
 
@@ -90,6 +94,8 @@ cudaError_t launch_decode_gemm(const GemmParams& p, int instance, int splits, cu
       return launch<Tile8x2>(p, splits, stream);
     case 4:
       return launch<Tile32x2>(p, splits, stream);
+    case 5:
+      return launch<Tile8s6>(p, splits, stream);
     default:
       return cudaErrorInvalidValue;
   }

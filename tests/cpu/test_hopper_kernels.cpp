@@ -63,10 +63,10 @@ Error error_of(const std::string& config, const FakeCall& f,
 
 TEST(DecodeKernel, ConfigNamesSpellEveryAxisAndTheDefaultsAreAmongThem) {
   const std::vector<std::string> configs = decode_kernel().configs();
-  EXPECT_EQ(configs.size(), 20u);  // 5 compiled instances x splits 1, 2, 4, 8
+  EXPECT_EQ(configs.size(), 24u);  // 6 compiled instances x splits 1, 2, 4, 8
   for (const std::string& c : configs)
     EXPECT_THAT(c, ::testing::MatchesRegex("t[0-9]+(x2)?_st[0-9]+_split[1248]"));
-  EXPECT_THAT(configs, ::testing::IsSupersetOf({"t8_st4_split8", "t8x2_st8_split8",
+  EXPECT_THAT(configs, ::testing::IsSupersetOf({"t8_st4_split8", "t8x2_st8_split8", "t8_st6_split8",
                                                 "t32x2_st4_split2", "t128_st4_split1"}));
   for (std::int64_t m : {1, 8, 9, 32, 33, 128, 4096}) {
     EXPECT_NE(std::find(configs.begin(), configs.end(), decode_kernel().default_config(m)),
