@@ -1,5 +1,6 @@
 #include <array>
 #include <mutex>
+#include <type_traits>
 
 #include "device/decode_gemm.cuh"
 #include "device/decode_gemm.hpp"
@@ -23,16 +24,27 @@ using Tile128 = DecodeTile<128, 4>;
 using Tile8x2 = DecodeTile<8, 8, 2>;
 using Tile32x2 = DecodeTile<32, 4, 2>;
 using Tile8s6 = DecodeTile<8, 6>;
+// Twins that quantize a 16-bit activation themselves (p.x), for the 8-token instances: at a few
+// tokens the quantize kernel ahead of the GEMM costs ~2 us of a ~9 us linear.
+using Tile8Q = DecodeTile<8, 4, 1, true>;
+using Tile8x2Q = DecodeTile<8, 8, 2, true>;
+using Tile8s6Q = DecodeTile<8, 6, 1, true>;
 
-template <class Tile>
+template <class Tile, class QuantizingTwin = void>
 constexpr DecodeInstanceInfo info() {
-  return {Tile::kTokens, Tile::kStages, Tile::kConsumerGroups, Tile::kFixedSmemBytes,
-          Tile::kScaleBytesPerChunk};
+  int twin_smem = 0;
+  if constexpr (!std::is_void_v<QuantizingTwin>) twin_smem = QuantizingTwin::kFixedSmemBytes;
+  return {Tile::kTokens,
+          Tile::kStages,
+          Tile::kConsumerGroups,
+          Tile::kFixedSmemBytes,
+          Tile::kScaleBytesPerChunk,
+          twin_smem};
 }
 
-constexpr std::array<DecodeInstanceInfo, 6> kInstances = {info<Tile8>(),    info<Tile32>(),
-                                                          info<Tile128>(),  info<Tile8x2>(),
-                                                          info<Tile32x2>(), info<Tile8s6>()};
+constexpr std::array<DecodeInstanceInfo, 6> kInstances = {
+    info<Tile8, Tile8Q>(),     info<Tile32>(),   info<Tile128>(),
+    info<Tile8x2, Tile8x2Q>(), info<Tile32x2>(), info<Tile8s6, Tile8s6Q>()};
 
 constexpr int kMaxSmemBytes = kDecodeMaxSmemBytes;
 
@@ -42,10 +54,16 @@ cudaError_t launch(const GemmParams& p, int splits, cudaStream_t stream) {
       e != cudaSuccess)
     return e;
   CUtensorMap w_map{}, a_map{};
-  if (!encode_tma_2d(&w_map, TmaElement::kU8, p.w, p.n, p.k, p.ld_w, Tile::kBK, Tile::kRows) ||
-      !encode_tma_2d(&a_map, TmaElement::kU8, p.a, p.m, p.k, p.ld_a, Tile::kBK, Tile::kTokens)) {
+  if (!encode_tma_2d(&w_map, TmaElement::kU8, p.w, p.n, p.k, p.ld_w, Tile::kBK, Tile::kRows)) {
     return cudaErrorInvalidValue;
   }
+  // The activation: e4m3 rows in 128-byte boxes, or (a quantizing twin) the 16-bit x in boxes of
+  // 64 elements; TMA only moves the bits, so bf16 serves fp16 too.
+  const bool a_ok =
+      Tile::kQuantizes
+          ? encode_tma_2d(&a_map, TmaElement::kBF16, p.x, p.m, p.k, p.ld_x * 2, 64, Tile::kTokens)
+          : encode_tma_2d(&a_map, TmaElement::kU8, p.a, p.m, p.k, p.ld_a, Tile::kBK, Tile::kTokens);
+  if (!a_ok) return cudaErrorInvalidValue;
   const dim3 grid((p.n + Tile::kRows - 1) / Tile::kRows, static_cast<unsigned>(splits),
                   (p.m + Tile::kTokens - 1) / Tile::kTokens);
   if (grid.z > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
@@ -66,23 +84,40 @@ std::string_view decode_gemm_unsupported(const GemmParams& p) {
            (rows <= 1 || static_cast<std::uintptr_t>(ld) % a == 0);
   };
   if (p.k % 128 != 0) return "K must be a multiple of 128";
-  if (!aligned(p.a, p.ld_a, p.m, 16) || !aligned(p.w, p.ld_w, p.n, 16)) {
-    return "e4m3 rows must be 16-byte aligned";
+  if (p.x != nullptr) {
+    if (!aligned(p.x, p.ld_x * 2, p.m, 16)) {
+      return "bf16/fp16 activation rows must be 16-byte aligned";
+    }
+  } else if (!aligned(p.a, p.ld_a, p.m, 16) || !aligned(p.a_scales, p.ld_a_scales, p.m, 4)) {
+    return "activation e4m3 rows must be 16-byte aligned and its scale rows 4-byte aligned";
   }
-  if (!aligned(p.a_scales, p.ld_a_scales, p.m, 4) || !aligned(p.w_scales, p.ld_w_scales, p.n, 4)) {
-    return "scale rows must be 4-byte aligned";
+  if (!aligned(p.w, p.ld_w, p.n, 16) || !aligned(p.w_scales, p.ld_w_scales, p.n, 4)) {
+    return "weight e4m3 rows must be 16-byte aligned and its scale rows 4-byte aligned";
   }
   if (!tma_available()) return "the driver has no cuTensorMapEncodeTiled";
   return {};
 }
 
-int decode_gemm_smem_bytes(int instance, int k, int splits) {
+int decode_gemm_smem_bytes(int instance, int k, int splits, bool quantizing) {
   const DecodeInstanceInfo& i = kInstances[static_cast<std::size_t>(instance)];
-  return i.fixed_smem_bytes + (k / 128 + splits - 1) / splits * i.scale_bytes_per_chunk;
+  return (quantizing ? i.quantizing_fixed_smem_bytes : i.fixed_smem_bytes) +
+         (k / 128 + splits - 1) / splits * i.scale_bytes_per_chunk;
 }
 
 cudaError_t launch_decode_gemm(const GemmParams& p, int instance, int splits, cudaStream_t stream) {
   if (splits < 1 || splits > kDecodeMaxSplits || splits > p.k / 128) return cudaErrorInvalidValue;
+  if (p.x != nullptr) {
+    switch (instance) {
+      case 0:
+        return launch<Tile8Q>(p, splits, stream);
+      case 3:
+        return launch<Tile8x2Q>(p, splits, stream);
+      case 5:
+        return launch<Tile8s6Q>(p, splits, stream);
+      default:
+        return cudaErrorInvalidValue;  // no quantizing twin (quantizing_fixed_smem_bytes == 0)
+    }
+  }
   switch (instance) {
     case 0:
       return launch<Tile8>(p, splits, stream);

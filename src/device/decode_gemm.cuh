@@ -37,18 +37,24 @@ namespace mxlinear::device {
 // kConsumerGroups = 2: two consumer warpgroups take alternate stages (each with its own f16
 // buffer and partial tile, added in a fixed order at the end), so an SM has twice the
 // independent per-stage chains where few CTAs fit (M = 1: the grid itself is ~2-3 CTAs per SM).
-template <int kTokens_, int kStages_, int kConsumerGroups_ = 1>
+// kQuantizes: the ring carries the bf16/fp16 activation (p.x) and the consumers quantize each
+// stage's blocks exactly as the quantize kernel would (RCEIL) before widening them, so a linear
+// at a few tokens needs no quantize kernel ahead of this one.
+template <int kTokens_, int kStages_, int kConsumerGroups_ = 1, bool kQuantizes_ = false>
 struct DecodeTile {
   static constexpr int kTokens = kTokens_;  // wgmma N: activation rows per CTA
   static constexpr int kStages = kStages_;
   static constexpr int kConsumerGroups = kConsumerGroups_;
+  static constexpr bool kQuantizes = kQuantizes_;
   static constexpr int kRows = 64;  // weight rows per CTA (wgmma M)
   static constexpr int kBK = 128;   // K bytes per stage: one 128-byte swizzle row, 4 MX blocks
   static constexpr int kBlocksPerStage = kBK / kBlockSize;
   static constexpr int kConsumerThreads = 128 * kConsumerGroups;
   static constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp
   static constexpr int kWTileBytes = kRows * kBK;
-  static constexpr int kATileBytes = kTokens * kBK;
+  // A 16-bit activation stage is two 64-element boxes ("atoms") of kTokens 128-byte rows.
+  static constexpr int kAAtomBytes = kTokens * 128;
+  static constexpr int kATileBytes = kTokens * kBK * (kQuantizes ? 2 : 1);
   // Shared memory, from a 1024-byte aligned base (the swizzle atom): the ring of e4m3 tiles,
   // the f16 activations of the stage being computed (K-major, two 128-byte swizzle atoms along
   // K; after the main loop the same bytes hold the split's fp32 tile for the cluster
@@ -86,8 +92,23 @@ namespace decode_detail {
 
 using mx::scale_from_byte;
 
-// The producer thread: fills the ring for this CTA's chunk range [c_begin, c_begin + chunks).
-// The weight tiles of the first stages were requested before the wait on the previous kernel.
+// One stage's activation tile by TMA: e4m3 [kTokens][128], or with kQuantizes its 16-bit
+// elements as two 64-element boxes.
+template <class Tile>
+__device__ __forceinline__ void load_activation_stage(const CUtensorMap* a_map, std::uint32_t smem,
+                                                      std::uint32_t full, int s, int chunk,
+                                                      int t0) {
+  const std::uint32_t dst = smem + Tile::kATileOffset + s * Tile::kATileBytes;
+  const int k0 = chunk * Tile::kBK;
+  hopper::tma_load_2d(dst, a_map, k0, t0, full + 8 * s);
+  if constexpr (Tile::kQuantizes) {
+    hopper::tma_load_2d(dst + Tile::kAAtomBytes, a_map, k0 + 64, t0, full + 8 * s);
+  }
+}
+
+// The producer thread: fills the ring for this CTA's chunk range [c_begin, c_begin + chunks)
+// from the first stage past the ring's size; the first stages were requested in the prologue
+// (produce_first_weights, produce_first_activations).
 template <class Tile>
 __device__ __forceinline__ void produce(const CUtensorMap* w_map, const CUtensorMap* a_map,
                                         std::uint32_t smem, std::uint32_t full, std::uint32_t empty,
@@ -99,12 +120,9 @@ __device__ __forceinline__ void produce(const CUtensorMap* w_map, const CUtensor
                         (c_begin + it) * Tile::kBK, n0, full + 8 * s);
   };
   auto activations = [&](int it) {
-    const int s = it % Tile::kStages;
-    hopper::tma_load_2d(smem + Tile::kATileOffset + s * Tile::kATileBytes, a_map,
-                        (c_begin + it) * Tile::kBK, t0, full + 8 * s);
+    load_activation_stage<Tile>(a_map, smem, full, it % Tile::kStages, c_begin + it, t0);
   };
   const int prologue = chunks < Tile::kStages ? chunks : Tile::kStages;
-  for (int it = 0; it < prologue; ++it) activations(it);
   for (int it = prologue; it < chunks; ++it) {
     hopper::mbarrier_wait(empty + 8 * (it % Tile::kStages), (it / Tile::kStages - 1) & 1);
     weights(it);
@@ -123,6 +141,19 @@ __device__ __forceinline__ void produce_first_weights(const CUtensorMap* w_map, 
     hopper::mbarrier_arrive_expect_tx(full + 8 * it, Tile::kTxBytes);
     hopper::tma_load_2d(smem + Tile::kWTileOffset + it * Tile::kWTileBytes, w_map,
                         (c_begin + it) * Tile::kBK, n0, full + 8 * it);
+  }
+}
+
+// The activation tiles of the first stages, requested as soon as the previous kernel (which
+// may write the activation) has finished: before the activation scales are loaded, so the two
+// memory round trips overlap instead of adding up ahead of the first wgmma.
+template <class Tile>
+__device__ __forceinline__ void produce_first_activations(const CUtensorMap* a_map,
+                                                          std::uint32_t smem, std::uint32_t full,
+                                                          int c_begin, int chunks, int t0) {
+  const int prologue = chunks < Tile::kStages ? chunks : Tile::kStages;
+  for (int it = 0; it < prologue; ++it) {
+    load_activation_stage<Tile>(a_map, smem, full, it, c_begin + it, t0);
   }
 }
 
@@ -179,6 +210,20 @@ __device__ __forceinline__ int swizzled(int row, int col) {
   return row * 128 + (((col >> 4) ^ (row & 7)) << 4) + (col & 15);
 }
 
+// Four e4m3 activations (bytes 4 * word .. 4 * word + 3 of a token's 128-K stage) widened to f16
+// where the wgmma B descriptor reads them: word = 8 * block + 2t + step holds the f16 bytes of
+// logical k = 2t, 2t + 1 (low pair) and 8 + 2t, 9 + 2t (high pair) of k16 step
+// 2 * block + step (see widen_activations).
+template <class Tile>
+__device__ __forceinline__ void store_widened(std::uint8_t* wide, int token, int word,
+                                              std::uint32_t e4m3x4) {
+  std::uint32_t lo, hi;
+  ptx::e4m3x4_to_f16x2x2(e4m3x4, lo, hi);
+  const int byte = 32 * (2 * (word >> 3) + (word & 1)) + 4 * ((word >> 1) & 3);
+  *reinterpret_cast<std::uint32_t*>(wide + wide_offset<Tile>(token, byte)) = lo;
+  *reinterpret_cast<std::uint32_t*>(wide + wide_offset<Tile>(token, byte + 16)) = hi;
+}
+
 // Widens the stage's e4m3 activations to f16, permuting K inside every MX block (two k16
 // steps): physical bytes 8t..8t+7 of a block go to the two steps' logical k = 2t, 2t+1 (low
 // pairs) and 8+2t, 9+2t (high pairs), which is where the f16 wgmma A fragment of a thread with
@@ -193,12 +238,41 @@ __device__ __forceinline__ void widen_activations(const std::uint8_t* tile8, std
     const int token = w >> 5, word = w & 31;
     const std::uint32_t x =
         *reinterpret_cast<const std::uint32_t*>(tile8 + swizzled(token, 4 * word));
-    std::uint32_t lo, hi;
-    ptx::e4m3x4_to_f16x2x2(x, lo, hi);
-    // word = 8 * block + 2t + step: f16 bytes of logical k = 2t in k16 step 2 * block + step.
-    const int byte = 32 * (2 * (word >> 3) + (word & 1)) + 4 * ((word >> 1) & 3);
-    *reinterpret_cast<std::uint32_t*>(wide + wide_offset<Tile>(token, byte)) = lo;
-    *reinterpret_cast<std::uint32_t*>(wide + wide_offset<Tile>(token, byte + 16)) = hi;
+    store_widened<Tile>(wide, token, word, x);
+  }
+}
+
+// Quantizes the stage's 16-bit activations (kQuantizes) as the quantize kernel does, then
+// widens them like widen_activations. Four threads per MX block, 8 elements each (k = 8g..8g+7
+// of the stage for group g), so the block's amax is two shuffles away; the block's first thread
+// writes its fp32 scale where the promotion reads it ([block][token] of the stage).
+template <class Tile>
+__device__ __forceinline__ void quantize_activations(const std::uint8_t* tile16, std::uint8_t* wide,
+                                                     float* a_scales, bool is_f16, int tid) {
+  static_assert(Tile::kTokens * 16 % 128 == 0, "every thread of the warpgroup takes part");
+  for (int e = tid; e < Tile::kTokens * 16; e += 128) {
+    const int token = e >> 4, group = e & 15;
+    const int k = 8 * group;
+    const uint4 raw = *reinterpret_cast<const uint4*>(tile16 + (k >> 6) * Tile::kAAtomBytes +
+                                                      swizzled(token, 2 * (k & 63)));
+    const std::uint32_t pairs[4] = {raw.x, raw.y, raw.z, raw.w};
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f =
+          is_f16 ? __half22float2(*reinterpret_cast<const __half2*>(&pairs[j]))
+                 : __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pairs[j]));
+      v[2 * j] = f.x;
+      v[2 * j + 1] = f.y;
+    }
+    const mx::BlockExtent block = mx::block_extent_of_four_lanes(v);
+    std::uint32_t words[2];
+    const std::uint8_t scale =
+        mx::quantize_eight(v, block.amax, block.non_finite, ScaleRule::kRceil, words);
+    store_widened<Tile>(wide, token, 2 * group, words[0]);
+    store_widened<Tile>(wide, token, 2 * group + 1, words[1]);
+    if ((group & 3) == 0)
+      a_scales[(group >> 2) * Tile::kTokens + token] = mx::scale_from_byte(scale);
   }
 }
 
@@ -227,10 +301,12 @@ __device__ __forceinline__ void load_weight_fragments(const std::uint8_t* tile8,
 template <class Tile, int kGroup>
 __device__ __forceinline__ void consume(float (&acc)[Tile::kPartialRegs], std::uint32_t smem,
                                         std::uint8_t* smem_ptr, std::uint32_t full,
-                                        std::uint32_t empty, int chunks) {
+                                        std::uint32_t empty, int chunks, bool x_is_f16) {
   constexpr int group = kGroup;
   const float* const w_scales_all = reinterpret_cast<const float*>(smem_ptr + Tile::kScaleOffset);
-  const float* const a_scales_all = w_scales_all + chunks * 4 * Tile::kRows;
+  // Written per stage by quantize_activations when the kernel quantizes; else preloaded.
+  float* const a_scales_all =
+      reinterpret_cast<float*>(smem_ptr + Tile::kScaleOffset) + chunks * 4 * Tile::kRows;
   using Mma = hopper::WgmmaF16RS<Tile::kTokens>;
   const int tid = static_cast<int>(threadIdx.x) % 128;  // within the warpgroup
   const int warp = tid >> 5, lane = tid & 31, t = lane & 3;
@@ -251,11 +327,15 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kPartialRegs], std::u
     const std::uint8_t* w_tile = smem_ptr + Tile::kWTileOffset + s * Tile::kWTileBytes;
     const std::uint8_t* a_tile = smem_ptr + Tile::kATileOffset + s * Tile::kATileBytes;
     const float* w_scales = w_scales_all + it * 4 * Tile::kRows;
-    const float* a_scales = a_scales_all + it * 4 * Tile::kTokens;
+    float* a_scales = a_scales_all + it * 4 * Tile::kTokens;
     // Every warp's wgmma of the previous stage has read the f16 buffer (each waited on its last
     // group before arriving here).
     hopper::named_barrier_sync(barrier, 128);
-    widen_activations<Tile>(a_tile, wide, tid);
+    if constexpr (Tile::kQuantizes) {
+      quantize_activations<Tile>(a_tile, wide, a_scales, x_is_f16, tid);
+    } else {
+      widen_activations<Tile>(a_tile, wide, tid);
+    }
     std::uint32_t a[4][2][4];
     load_weight_fragments(w_tile, fragment_offsets, a);
     // One proxy fence serves both directions: the stage's plain reads above are ordered before
@@ -332,8 +412,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   load_scales(p.w_scales, p.ld_w_scales, n0, Tile::kRows, p.n, c_begin, chunks, scales, tid,
               Tile::kThreads);
   hopper::wait_prerequisite_grids();
-  load_scales(p.a_scales, p.ld_a_scales, t0, Tile::kTokens, p.m, c_begin, chunks,
-              scales + chunks * 4 * Tile::kRows, tid, Tile::kThreads);
+  if (tid == Tile::kConsumerThreads) {
+    produce_first_activations<Tile>(&a_map, smem, full, c_begin, chunks, t0);
+  }
+  if constexpr (!Tile::kQuantizes) {
+    load_scales(p.a_scales, p.ld_a_scales, t0, Tile::kTokens, p.m, c_begin, chunks,
+                scales + chunks * 4 * Tile::kRows, tid, Tile::kThreads);
+  }
   __syncthreads();
   hopper::allow_dependent_launch();
 
@@ -350,10 +435,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   } else {
     // Each warpgroup's f16 buffer is free once all its warps are past their last wgmma wait.
     if (Tile::kConsumerGroups == 1 || warpgroup == 0) {
-      consume<Tile, 0>(acc, smem, smem_ptr, full, empty, chunks);
+      consume<Tile, 0>(acc, smem, smem_ptr, full, empty, chunks, p.x_is_f16);
       hopper::named_barrier_sync(1, 128);
     } else {
-      consume<Tile, Tile::kConsumerGroups - 1>(acc, smem, smem_ptr, full, empty, chunks);
+      consume<Tile, Tile::kConsumerGroups - 1>(acc, smem, smem_ptr, full, empty, chunks,
+                                               p.x_is_f16);
       hopper::named_barrier_sync(Tile::kConsumerGroups, 128);
     }
     if constexpr (Tile::kConsumerGroups == 2) {

@@ -16,10 +16,14 @@ struct DecodeInstanceInfo {
   int consumer_groups;  // consumer warpgroups, taking alternate stages
   int fixed_smem_bytes;
   int scale_bytes_per_chunk;  // shared memory per 128-K chunk of the CTA's K range
+  // Fixed shared memory of the instance's twin that quantizes a 16-bit activation itself
+  // (GemmParams::x); 0 when it has none.
+  int quantizing_fixed_smem_bytes;
 };
 
-// Shared memory of one CTA of `instance` at K with `splits` K splits; at most 227 KiB launch.
-int decode_gemm_smem_bytes(int instance, int k, int splits);
+// Shared memory of one CTA of `instance` (or, `quantizing`, of its twin that quantizes x itself)
+// at K with `splits` K splits; at most 227 KiB launch.
+int decode_gemm_smem_bytes(int instance, int k, int splits, bool quantizing = false);
 inline constexpr int kDecodeMaxSmemBytes = 227 * 1024;
 
 // The compiled instances (template configurations), in the order their index names them.
@@ -29,11 +33,14 @@ std::span<const DecodeInstanceInfo> decode_gemm_instances();
 inline constexpr int kDecodeMaxSplits = 8;
 
 // Whether p suits the decode kernel: K % 128 == 0, 16-byte aligned e4m3 rows, 4-byte aligned
-// scale rows. Returns an empty view when it does, else what is wrong.
+// scale rows; with p.x set (the instance's quantizing twin; decode_gemm_instances() says which
+// have one), 16-byte aligned bf16/fp16 activation rows instead of the e4m3 activation. Returns an
+// empty view when it does, else what is wrong.
 std::string_view decode_gemm_unsupported(const GemmParams& p);
 
-// Launches instance `instance` with `splits` K splits (1..8, at most K / 128) for p.m > 0, as a
-// programmatic dependent launch. Returns the launch error, if any.
+// Launches instance `instance` (its quantizing twin when p.x is set) with `splits` K splits
+// (1..8, at most K / 128) for p.m > 0, as a programmatic dependent launch. Returns the launch
+// error, if any (cudaErrorInvalidValue for p.x on an instance without a twin).
 cudaError_t launch_decode_gemm(const GemmParams& p, int instance, int splits, cudaStream_t stream);
 
 }  // namespace mxlinear::device

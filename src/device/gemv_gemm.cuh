@@ -145,20 +145,13 @@ __device__ __forceinline__ void quantize_activations(const GemmParams& p, int t0
       non_finite |= !isfinite(v[i]);
       amax = fmaxf(amax, fabsf(v[i]));
     }
-    std::uint8_t scale = kE8M0NaN;
+    std::uint8_t scale = 0;
     std::uint32_t bytes[8];
 #pragma unroll
-    for (int w = 0; w < 8; ++w) bytes[w] = 0x7F7F7F7Fu;
-    if (!non_finite) {
-      scale = e8m0_scale_for_amax(amax, ScaleRule::kRceil);
-      const float inverse = e8m0_inverse_to_float(scale);
-#pragma unroll
-      for (int w = 0; w < 8; ++w) {
-        const std::uint32_t lo = ptx::f32x2_to_e4m3x2(v[4 * w + 1] * inverse, v[4 * w] * inverse);
-        const std::uint32_t hi =
-            ptx::f32x2_to_e4m3x2(v[4 * w + 3] * inverse, v[4 * w + 2] * inverse);
-        bytes[w] = lo | (hi << 16);
-      }
+    for (int g = 0; g < 4; ++g) {
+      scale = mx::quantize_eight(reinterpret_cast<const float(&)[8]>(v[8 * g]), amax, non_finite,
+                                 ScaleRule::kRceil,
+                                 reinterpret_cast<std::uint32_t(&)[2]>(bytes[2 * g]));
     }
 #pragma unroll
     for (int w = 0; w < 8; ++w) {

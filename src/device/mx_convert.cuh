@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "device/ptx.cuh"
+#include "mxlinear/format.hpp"
 
 namespace mxlinear::device::mx {
 
@@ -38,6 +39,51 @@ __device__ __forceinline__ void e4m3x4_scaled_to_bf16x2x2(std::uint32_t x, float
   const __nv_bfloat162 b1 = __floats2bfloat162_rn(f1.x * scale, f1.y * scale);
   lo = *reinterpret_cast<const std::uint32_t*>(&b0);
   hi = *reinterpret_cast<const std::uint32_t*>(&b1);
+}
+
+// The amax of an MX block and whether any of its values is NaN or Inf, when 4 consecutive lanes
+// (4i..4i+3) hold 8 of its values each. Every lane of the warp must call it (two shuffles).
+struct BlockExtent {
+  float amax;
+  bool non_finite;
+};
+__device__ __forceinline__ BlockExtent block_extent_of_four_lanes(const float (&v)[8]) {
+  float amax = 0.0f;
+  bool non_finite = false;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    non_finite |= !isfinite(v[i]);
+    amax = fmaxf(amax, fabsf(v[i]));
+  }
+#pragma unroll
+  for (int offset = 1; offset < 4; offset <<= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+    non_finite |= __shfl_xor_sync(0xFFFFFFFFu, static_cast<int>(non_finite), offset) != 0;
+  }
+  return {amax, non_finite};
+}
+
+// Eight consecutive values of one MX block (v[0] at the lowest k) to e4m3, given the whole
+// block's amax and whether any of its values is NaN or Inf: words[0] holds v[0..3] (v[0] in the
+// low byte), words[1] v[4..7]. Returns the block's scale byte. A block with a non-finite value
+// gets the NaN scale and NaN data (MXFP8.md). Every quantizing kernel goes through this, so they
+// all write the CPU reference's bytes.
+__device__ __forceinline__ std::uint8_t quantize_eight(const float (&v)[8], float amax,
+                                                       bool non_finite, ScaleRule rule,
+                                                       std::uint32_t (&words)[2]) {
+  if (non_finite) {
+    words[0] = words[1] = 0x7F7F7F7Fu;
+    return kE8M0NaN;
+  }
+  const std::uint8_t scale = e8m0_scale_for_amax(amax, rule);
+  const float inverse = e8m0_inverse_to_float(scale);
+#pragma unroll
+  for (int w = 0; w < 2; ++w) {
+    const std::uint32_t lo = ptx::f32x2_to_e4m3x2(v[4 * w + 1] * inverse, v[4 * w] * inverse);
+    const std::uint32_t hi = ptx::f32x2_to_e4m3x2(v[4 * w + 3] * inverse, v[4 * w + 2] * inverse);
+    words[w] = lo | (hi << 16);
+  }
+  return scale;
 }
 
 }  // namespace mxlinear::device::mx

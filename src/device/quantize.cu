@@ -104,36 +104,14 @@ __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g,
   float v[kElemsPerThread];
 #pragma unroll
   for (int i = 0; i < kElemsPerThread; ++i) v[i] = widen<kIn>(raw, i);
-  float amax = 0.0f;
-  bool non_finite = false;
-#pragma unroll
-  for (int i = 0; i < kElemsPerThread; ++i) {
-    non_finite |= !isfinite(v[i]);
-    amax = fmaxf(amax, fabsf(v[i]));
-  }
-#pragma unroll
-  for (int offset = 1; offset < 4; offset <<= 1) {
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-    non_finite |= __shfl_xor_sync(0xffffffffu, static_cast<int>(non_finite), offset) != 0;
-  }
+  const mx::BlockExtent block = mx::block_extent_of_four_lanes(v);
   if (!active) return;
   const std::int64_t row = g.row;
   const int col = g.col;
 
-  std::uint8_t scale = kE8M0NaN;
-  uint2 packed = make_uint2(0x7F7F7F7Fu, 0x7F7F7F7Fu);
-  if (!non_finite) {
-    scale = e8m0_scale_for_amax(amax, p.rule);
-    const float inverse = e8m0_inverse_to_float(scale);
-    std::uint32_t words[2];
-#pragma unroll
-    for (int w = 0; w < 2; ++w) {
-      const std::uint32_t lo = ptx::f32x2_to_e4m3x2(v[4 * w + 1] * inverse, v[4 * w] * inverse);
-      const std::uint32_t hi = ptx::f32x2_to_e4m3x2(v[4 * w + 3] * inverse, v[4 * w + 2] * inverse);
-      words[w] = lo | (hi << 16);
-    }
-    packed = make_uint2(words[0], words[1]);
-  }
+  std::uint32_t words[2];
+  const std::uint8_t scale = mx::quantize_eight(v, block.amax, block.non_finite, p.rule, words);
+  const uint2 packed = make_uint2(words[0], words[1]);
   *reinterpret_cast<uint2*>(p.q + row * p.ld_q + col) = packed;
   if ((col % kBlockSize) == 0) p.scales[row * p.ld_s + col / kBlockSize] = scale;
   if constexpr (kDequantize) {

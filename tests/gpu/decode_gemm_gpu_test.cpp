@@ -3,6 +3,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "device/decode_gemm.hpp"
 #include "gpu/gemm_checks.hpp"
@@ -73,6 +74,28 @@ TEST_P(DecodeGemmConfig, NaNBiasAndDeterminism) {
   check_nan_bias_determinism(runner(), {1024, 100, 257, 2048}, rng);
 }
 
+// The 8-token instances' twins that quantize a bf16/fp16 activation themselves: the bits of the
+// quantize kernel followed by the instance itself (a partial token tile at M = 9, K chunks the
+// splits do not divide evenly).
+class DecodeQuantizingTwin : public DecodeGemmConfig {};
+
+TEST_P(DecodeQuantizingTwin, QuantizingInsideEqualsTheQuantizeKernelFirst) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  const GemmShape shapes[] = {{1, 70, 1024}, {9, 64, 1152}, {3, 130, 2048}};
+  check_quantizing_inside(launcher(), shapes, rng);
+}
+
+std::vector<std::tuple<int, int>> configs_with_quantizing_twins() {
+  std::vector<std::tuple<int, int>> configs;
+  const auto instances = device::decode_gemm_instances();
+  for (int i = 0; i < static_cast<int>(instances.size()); ++i) {
+    if (instances[static_cast<std::size_t>(i)].quantizing_fixed_smem_bytes == 0) continue;
+    for (int splits : {1, 2, 4, 8}) configs.emplace_back(i, splits);
+  }
+  return configs;
+}
+
 std::string config_name(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
   const auto& i =
       device::decode_gemm_instances()[static_cast<std::size_t>(std::get<0>(info.param))];
@@ -89,6 +112,9 @@ INSTANTIATE_TEST_SUITE_P(
                                         static_cast<int>(device::decode_gemm_instances().size())),
                        ::testing::Values(1, 2, 4, 8)),
     config_name);
+
+INSTANTIATE_TEST_SUITE_P(EveryTwin, DecodeQuantizingTwin,
+                         ::testing::ValuesIn(configs_with_quantizing_twins()), config_name);
 
 }  // namespace
 }  // namespace mxlinear::test

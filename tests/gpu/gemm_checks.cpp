@@ -1,10 +1,14 @@
 #include "gpu/gemm_checks.hpp"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+
+#include "device/quantize.hpp"
 
 namespace mxlinear::test {
 
@@ -249,6 +253,86 @@ void check_graph_replay(const GemmLauncher& launch, const GemmShape& shape, std:
   MXL_CUDA_OK(cudaGraphExecDestroy(exec));
   MXL_CUDA_OK(cudaGraphDestroy(graph));
   MXL_CUDA_OK(cudaStreamDestroy(stream));
+}
+
+namespace {
+
+// A random [m, k] bf16 or fp16 activation (raw 16-bit patterns) with one NaN and one Inf.
+std::vector<std::uint16_t> random_activation16(std::int64_t m, std::int64_t k, DType dtype,
+                                               std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::uint16_t> x(static_cast<std::size_t>(m * k));
+  for (auto& e : x) {
+    const float f = normal(rng);
+    if (dtype == DType::kBF16) {
+      const __nv_bfloat16 b = __float2bfloat16_rn(f);
+      std::memcpy(&e, &b, 2);
+    } else {
+      const __half h = __float2half_rn(f);
+      std::memcpy(&e, &h, 2);
+    }
+  }
+  x[7] = dtype == DType::kBF16 ? 0x7FC0 : 0x7E00;                                            // NaN
+  x[static_cast<std::size_t>(k + 40) % x.size()] = dtype == DType::kBF16 ? 0x7F80 : 0x7C00;  // Inf
+  return x;
+}
+
+}  // namespace
+
+void check_quantizing_inside(const GemmLauncher& launch, std::span<const GemmShape> shapes,
+                             std::mt19937_64& rng) {
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    for (const GemmShape& c : shapes) {
+      SCOPED_TRACE(::testing::Message()
+                   << to_string(dtype) << " M=" << c.m << " N=" << c.n << " K=" << c.k);
+      const DeviceBuffer dx = DeviceBuffer::from(random_activation16(c.m, c.k, dtype, rng));
+      const MxOperand w = random_operand(c.n, c.k, rng);
+      const DeviceMx dw = upload(w);
+      DeviceBuffer q(static_cast<std::size_t>(c.m * c.k)),
+          s(static_cast<std::size_t>(c.m * c.k / kBlockSize));
+      device::QuantizeParams qp;
+      qp.x = dx.get();
+      qp.q = q.bytes();
+      qp.scales = s.bytes();
+      qp.ld_x = c.k;
+      qp.ld_q = c.k;
+      qp.ld_s = c.k / kBlockSize;
+      qp.m = static_cast<int>(c.m);
+      qp.k = static_cast<int>(c.k);
+      qp.in_type = dtype == DType::kBF16 ? device::InType::kBF16 : device::InType::kF16;
+      ASSERT_EQ(device::launch_quantize(qp, nullptr), cudaSuccess);
+      const std::size_t bytes = static_cast<std::size_t>(c.m * c.n) * 4;
+      DeviceBuffer first(bytes), inside(bytes);
+      first.poison();
+      inside.poison();
+      device::GemmParams p;
+      p.a = q.bytes();
+      p.a_scales = s.bytes();
+      p.ld_a = c.k;
+      p.ld_a_scales = c.k / kBlockSize;
+      p.w = dw.data.bytes();
+      p.w_scales = dw.scales.bytes();
+      p.ld_w = c.k;
+      p.ld_w_scales = c.k / kBlockSize;
+      p.out = first.get();
+      p.ld_out = c.n;
+      p.m = static_cast<int>(c.m);
+      p.n = static_cast<int>(c.n);
+      p.k = static_cast<int>(c.k);
+      p.out_type = device::OutType::kF32;
+      ASSERT_EQ(launch(p, nullptr), cudaSuccess);
+      p.out = inside.get();
+      p.x = dx.get();
+      p.ld_x = c.k;
+      p.x_is_f16 = dtype == DType::kF16;
+      ASSERT_EQ(launch(p, nullptr), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto a = first.download<std::uint32_t>(bytes / 4);
+      const auto b = inside.download<std::uint32_t>(bytes / 4);
+      EXPECT_EQ(a, b);
+      for (std::uint32_t bits : b) ASSERT_NE(bits, 0xFFFFFFFFu) << "an output was not written";
+    }
+  }
 }
 
 }  // namespace mxlinear::test

@@ -87,6 +87,18 @@ class DecodeKernel final : public Kernel {
   }
   bool prepared_weights_cacheable() const override { return true; }
 
+  // The 8-token instances have twins that quantize a bf16/fp16 activation themselves, which
+  // saves the quantize kernel ahead of a few-token linear. Off until the twins' GPU test has
+  // passed on the H200 (they were written after session 5's device time).
+  static constexpr bool kQuantizingTwinsVerified = false;
+
+  bool quantizes_activation(const std::string& config, const TensorView& x) const override {
+    const ParsedConfig parsed = parse_config(config);
+    return kQuantizingTwinsVerified && parsed.instance >= 0 &&
+           device::decode_gemm_instances()[parsed.instance].quantizing_fixed_smem_bytes > 0 &&
+           detail::is_self_quantizable(x);
+  }
+
   void run(const KernelCall& call, const std::string& config) const override {
     const ParsedConfig parsed = parse_config(config);
     if (parsed.instance < 0) {
@@ -100,8 +112,16 @@ class DecodeKernel final : public Kernel {
                    fmt::format("is '{}', {} K splits; K = {} has only {} chunks of 128", config,
                                parsed.splits, shape.k, shape.k / 128));
     }
+    const bool quantizing = call.x_unquantized.has_value();
+    if (quantizing &&
+        device::decode_gemm_instances()[parsed.instance].quantizing_fixed_smem_bytes == 0) {
+      detail::fail(ErrorCode::kInvalidArgument, "decode kernel", "config",
+                   fmt::format("is '{}', which does not quantize its activation; the call passed "
+                               "an unquantized one",
+                               config));
+    }
     if (const int smem = device::decode_gemm_smem_bytes(parsed.instance, static_cast<int>(shape.k),
-                                                        parsed.splits);
+                                                        parsed.splits, quantizing);
         smem > device::kDecodeMaxSmemBytes) {
       detail::fail(ErrorCode::kUnsupported, "decode kernel", "config",
                    fmt::format("is '{}'; K = {} needs {} bytes of shared memory per CTA with {} "

@@ -69,9 +69,7 @@ class GemvKernel final : public Kernel {
   // At one or two tokens a separate quantize kernel costs about what the GEMV does; each CTA
   // quantizes its tokens itself instead (16-byte aligned bf16/fp16 rows).
   bool quantizes_activation(const std::string&, const TensorView& x) const override {
-    if (x.dtype != DType::kBF16 && x.dtype != DType::kF16) return false;
-    const auto base = reinterpret_cast<std::uintptr_t>(x.data);
-    return base % 16 == 0 && (x.rows() <= 1 || (x.row_stride() * 2) % 16 == 0);
+    return detail::is_self_quantizable(x);
   }
 
   void run(const KernelCall& call, const std::string& config) const override {

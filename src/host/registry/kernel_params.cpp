@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+
 #include "host/cuda_check.hpp"
 #include "host/validate.hpp"
 
@@ -42,6 +44,12 @@ device::GemmParams gemm_params(const KernelCall& call) {
         call.bias->dtype == DType::kF32 ? device::BiasType::kF32 : device::BiasType::kBF16;
   }
   return p;
+}
+
+bool is_self_quantizable(const TensorView& x) {
+  if (x.dtype != DType::kBF16 && x.dtype != DType::kF16) return false;
+  const auto base = reinterpret_cast<std::uintptr_t>(x.data);
+  return base % 16 == 0 && (x.rows() <= 1 || (x.row_stride() * 2) % 16 == 0);
 }
 
 Verdict needs_sm90a(const DeviceDescription& device) {
