@@ -145,9 +145,11 @@ if [[ " $steps " == *" profile "* ]]; then
   targets="${PROFILE_TARGETS:-bench:prefill:prefill:8192:Li4ELb1ELi2ELi128E \
 bench:prefill256:prefill:8192:Li2ELb0ELi2ELi256E check:decode:decode:t8_st4_split8:1:2560:6144 \
 check:gemv:gemv:t1:1:2560:6144}"
-  sections=(--section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis
-            --section MemoryWorkloadAnalysis --section Occupancy --section SourceCounters
-            --section LaunchStats)
+  # --clock-control none: the card's clocks are left as found (the device library's METHOD.md);
+  # ncu's default locks them to base for the run (sessions 4 and 5 profiled at 1.34-1.41 GHz).
+  sections=(--clock-control none --section SpeedOfLight --section WarpStateStats
+            --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy
+            --section SourceCounters --section LaunchStats)
   for target in $targets; do
     IFS=: read -r how name a b c d e <<<"$target"
     if [ "$how" = bench ]; then  # a: sweep kernel, b: M, c: regex
