@@ -110,7 +110,7 @@ if [[ " $steps " == *" stress "* ]]; then
     runs+=("decode $config")
   done
   for instance in w128_t128_st4 w128_t128_st4_overlap w64_t32_st4_overlap w64_t64_st4_overlap \
-    w128_t256_st2 w128_t64_st4_overlap; do
+    w128_t256_st2 w128_t64_st4_overlap w128_t192_st3; do
     for split in "" _split2 _split4 _split8; do runs+=("prefill $instance$split"); done
   done
   runs+=("gemv t1" "gemv t2")

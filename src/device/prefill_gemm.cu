@@ -19,7 +19,10 @@ namespace {
 // while the next one is converted), which converts each weight fragment once per 256 tokens
 // instead of 128: half the conversion work per flop; and a 128 x 64 tile, twice the tiles of
 // 128 x 128 for the M where those fill the last wave badly (M = 2048: 2.4 waves of 128 x 128
-// on the 2560-row layers).
+// on the 2560-row layers); and 128 x 192 tiles, the widest whose ring holds three stages
+// beside the scales of K = 6144: with two stages the 128 x 256 tile's producer is one stage
+// ahead, less than a stage's TMA round trip from L2 when the tensor pipe is busy (ncu: tensor
+// pipe 75%).
 using Tile4 = PrefillTile<4>;
 using Tile3 = PrefillTile<3>;
 using Tile4Overlap = PrefillTile<4, true>;
@@ -28,6 +31,7 @@ using Tile64x32 = PrefillTile<4, true, 1, 32>;
 using Tile64x64 = PrefillTile<4, true, 1, 64>;
 using Tile128x256 = PrefillTile<2, false, 2, 256>;
 using Tile128x64 = PrefillTile<4, true, 2, 64>;
+using Tile128x192 = PrefillTile<3, false, 2, 192>;
 
 constexpr int kMaxSmemBytes = 227 * 1024;
 
@@ -36,9 +40,10 @@ constexpr PrefillInstanceInfo info() {
   return {Tile::kRows, Tile::kTokens, Tile::kStages, Tile::kOverlap, Tile::kFixedSmemBytes};
 }
 
-constexpr std::array<PrefillInstanceInfo, 8> kInstances = {
-    info<Tile4>(),     info<Tile3>(),     info<Tile4Overlap>(), info<Tile3Overlap>(),
-    info<Tile64x32>(), info<Tile64x64>(), info<Tile128x256>(),  info<Tile128x64>()};
+constexpr std::array<PrefillInstanceInfo, 9> kInstances = {
+    info<Tile4>(),        info<Tile3>(),      info<Tile4Overlap>(),
+    info<Tile3Overlap>(), info<Tile64x32>(),  info<Tile64x64>(),
+    info<Tile128x256>(),  info<Tile128x64>(), info<Tile128x192>()};
 
 int chunks_per_cta(int k, int splits) { return (k / 128 + splits - 1) / splits; }
 
@@ -96,9 +101,9 @@ cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::in
   }
   using Launcher = cudaError_t (*)(const GemmParams&, const void*, std::int64_t, int, cudaStream_t);
   // In kInstances' order.
-  constexpr Launcher kLaunchers[] = {launch<Tile4>,        launch<Tile3>,     launch<Tile4Overlap>,
-                                     launch<Tile3Overlap>, launch<Tile64x32>, launch<Tile64x64>,
-                                     launch<Tile128x256>,  launch<Tile128x64>};
+  constexpr Launcher kLaunchers[] = {launch<Tile4>,        launch<Tile3>,      launch<Tile4Overlap>,
+                                     launch<Tile3Overlap>, launch<Tile64x32>,  launch<Tile64x64>,
+                                     launch<Tile128x256>,  launch<Tile128x64>, launch<Tile128x192>};
   static_assert(std::size(kLaunchers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
     return cudaErrorInvalidValue;

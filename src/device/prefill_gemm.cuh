@@ -69,7 +69,8 @@ struct PrefillTile {
   static_assert(kWTileBytes % 1024 == 0 && kAAtomBytes % 1024 == 0, "swizzle atoms");
   static_assert(kStages >= 2, "a ring needs two stages");
   static_assert(kConsumerGroups == 1 || kConsumerGroups == 2, "one or two consumer warpgroups");
-  static_assert(kTokens == 32 || kTokens == 64 || kTokens == 128 || kTokens == 256,
+  static_assert(kTokens == 32 || kTokens == 64 || kTokens == 128 || kTokens == 192 ||
+                    kTokens == 256,
                 "compiled wgmma widths");
   static_assert(kRows * kTokens * 4 <= kBarrierOffset, "the reduction tile reuses the ring");
   static_assert(!kMovesRegisters || kConsumerGroups == 2,
