@@ -20,9 +20,9 @@ namespace {
 // instead of 128: half the conversion work per flop; and a 128 x 64 tile, twice the tiles of
 // 128 x 128 for the M where those fill the last wave badly (M = 2048: 2.4 waves of 128 x 128
 // on the 2560-row layers); and 128 x 192 tiles, the widest whose ring holds three stages
-// beside the scales of K = 6144: with two stages the 128 x 256 tile's producer is one stage
-// ahead, less than a stage's TMA round trip from L2 when the tensor pipe is busy (ncu: tensor
-// pipe 75%).
+// beside the scales of K = 6144, without and with one stage's wgmma in flight: in the 128 x 256
+// tile both consumer warpgroups convert a stage's weights at the same time while the tensor
+// pipe idles, and its producer is only one stage ahead (ncu: tensor pipe 75%).
 using Tile4 = PrefillTile<4>;
 using Tile3 = PrefillTile<3>;
 using Tile4Overlap = PrefillTile<4, true>;
@@ -32,6 +32,7 @@ using Tile64x64 = PrefillTile<4, true, 1, 64>;
 using Tile128x256 = PrefillTile<2, false, 2, 256>;
 using Tile128x64 = PrefillTile<4, true, 2, 64>;
 using Tile128x192 = PrefillTile<3, false, 2, 192>;
+using Tile128x192Overlap = PrefillTile<3, true, 2, 192>;
 
 constexpr int kMaxSmemBytes = 227 * 1024;
 
@@ -40,10 +41,12 @@ constexpr PrefillInstanceInfo info() {
   return {Tile::kRows, Tile::kTokens, Tile::kStages, Tile::kOverlap, Tile::kFixedSmemBytes};
 }
 
-constexpr std::array<PrefillInstanceInfo, 9> kInstances = {
-    info<Tile4>(),        info<Tile3>(),      info<Tile4Overlap>(),
-    info<Tile3Overlap>(), info<Tile64x32>(),  info<Tile64x64>(),
-    info<Tile128x256>(),  info<Tile128x64>(), info<Tile128x192>()};
+constexpr std::array<PrefillInstanceInfo, 10> kInstances = {
+    info<Tile4>(),        info<Tile3>(),
+    info<Tile4Overlap>(), info<Tile3Overlap>(),
+    info<Tile64x32>(),    info<Tile64x64>(),
+    info<Tile128x256>(),  info<Tile128x64>(),
+    info<Tile128x192>(),  info<Tile128x192Overlap>()};
 
 int chunks_per_cta(int k, int splits) { return (k / 128 + splits - 1) / splits; }
 
@@ -101,9 +104,11 @@ cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::in
   }
   using Launcher = cudaError_t (*)(const GemmParams&, const void*, std::int64_t, int, cudaStream_t);
   // In kInstances' order.
-  constexpr Launcher kLaunchers[] = {launch<Tile4>,        launch<Tile3>,      launch<Tile4Overlap>,
-                                     launch<Tile3Overlap>, launch<Tile64x32>,  launch<Tile64x64>,
-                                     launch<Tile128x256>,  launch<Tile128x64>, launch<Tile128x192>};
+  constexpr Launcher kLaunchers[] = {launch<Tile4>,        launch<Tile3>,
+                                     launch<Tile4Overlap>, launch<Tile3Overlap>,
+                                     launch<Tile64x32>,    launch<Tile64x64>,
+                                     launch<Tile128x256>,  launch<Tile128x64>,
+                                     launch<Tile128x192>,  launch<Tile128x192Overlap>};
   static_assert(std::size(kLaunchers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
     return cudaErrorInvalidValue;

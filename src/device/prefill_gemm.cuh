@@ -44,10 +44,11 @@ struct PrefillTile {
   static constexpr int kTokens = kTokens_;            // wgmma N
   static constexpr int kBK = 128;  // K per stage: 128 e4m3 bytes per weight row, 4 MX blocks
   static constexpr int kConsumerThreads = 128 * kConsumerGroups;
-  // 256 tokens need 128 accumulator registers a thread: the producer then is a whole warpgroup
-  // that gives its registers to the consumers (setmaxnreg: 2 x 128 x 232 + 128 x 40 <= 64 Ki);
-  // otherwise one producer warp and no register moves.
-  static constexpr bool kMovesRegisters = kTokens_ == 256;
+  // 192 or 256 tokens need 96 or 128 accumulator registers a thread: the producer then is a
+  // whole warpgroup that gives its registers to the consumers (setmaxnreg: 2 x 128 x 232 +
+  // 128 x 40 <= 64 Ki); otherwise one producer warp and no register moves. (Without the move,
+  // ptxas serialized the 192-token overlapped variant's wgmma: C7512.)
+  static constexpr bool kMovesRegisters = kTokens_ >= 192;
   static constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;
   static constexpr int kThreads = kConsumerThreads + (kMovesRegisters ? 128 : 32);
   static constexpr int kWTileBytes = kRows * kBK;      // e4m3, one 128-byte atom wide

@@ -141,11 +141,11 @@ TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
   EXPECT_FALSE(k.worth_sweeping(512, "no_such_config"));
   const std::vector<std::string> configs = k.configs();
   // Every axis spelled; the v0 names (one split, no overlap) unchanged for the shipped rows.
-  EXPECT_THAT(configs,
-              ::testing::IsSupersetOf({"w128_t128_st4", "w128_t128_st3", "w128_t128_st4_overlap",
-                                       "w64_t32_st4_overlap", "w64_t64_st4_overlap_split8",
-                                       "w128_t256_st2", "w128_t64_st4_overlap", "w128_t192_st3"}));
-  EXPECT_EQ(configs.size(), 36u);  // 9 compiled instances x splits 1, 2, 4, 8
+  EXPECT_THAT(configs, ::testing::IsSupersetOf(
+                           {"w128_t128_st4", "w128_t128_st3", "w128_t128_st4_overlap",
+                            "w64_t32_st4_overlap", "w64_t64_st4_overlap_split8", "w128_t256_st2",
+                            "w128_t64_st4_overlap", "w128_t192_st3", "w128_t192_st3_overlap"}));
+  EXPECT_EQ(configs.size(), 40u);  // 10 compiled instances x splits 1, 2, 4, 8
   EXPECT_THAT(configs, ::testing::Contains(k.default_config(8192)));
   LayerDescription layer;
   layer.n = 6144;
