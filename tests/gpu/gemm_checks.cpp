@@ -288,12 +288,12 @@ void check_quantizing_inside(const GemmLauncher& launch, std::span<const GemmSha
       const DeviceBuffer dx = DeviceBuffer::from(random_activation16(c.m, c.k, dtype, rng));
       const MxOperand w = random_operand(c.n, c.k, rng);
       const DeviceMx dw = upload(w);
-      DeviceBuffer q(static_cast<std::size_t>(c.m * c.k)),
-          s(static_cast<std::size_t>(c.m * c.k / kBlockSize));
+      DeviceMx da{DeviceBuffer(static_cast<std::size_t>(c.m * c.k)),
+                  DeviceBuffer(static_cast<std::size_t>(c.m * c.k / kBlockSize)), c.m, c.k};
       device::QuantizeParams qp;
       qp.x = dx.get();
-      qp.q = q.bytes();
-      qp.scales = s.bytes();
+      qp.q = da.data.bytes();
+      qp.scales = da.scales.bytes();
       qp.ld_x = c.k;
       qp.ld_q = c.k;
       qp.ld_s = c.k / kBlockSize;
@@ -305,21 +305,7 @@ void check_quantizing_inside(const GemmLauncher& launch, std::span<const GemmSha
       DeviceBuffer first(bytes), inside(bytes);
       first.poison();
       inside.poison();
-      device::GemmParams p;
-      p.a = q.bytes();
-      p.a_scales = s.bytes();
-      p.ld_a = c.k;
-      p.ld_a_scales = c.k / kBlockSize;
-      p.w = dw.data.bytes();
-      p.w_scales = dw.scales.bytes();
-      p.ld_w = c.k;
-      p.ld_w_scales = c.k / kBlockSize;
-      p.out = first.get();
-      p.ld_out = c.n;
-      p.m = static_cast<int>(c.m);
-      p.n = static_cast<int>(c.n);
-      p.k = static_cast<int>(c.k);
-      p.out_type = device::OutType::kF32;
+      device::GemmParams p = gemm_params(da, dw, first, DType::kF32);
       ASSERT_EQ(launch(p, nullptr), cudaSuccess);
       p.out = inside.get();
       p.x = dx.get();
