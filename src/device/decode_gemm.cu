@@ -59,10 +59,14 @@ cudaError_t launch(const GemmParams& p, int splits, cudaStream_t stream) {
   }
   // The activation: e4m3 rows in 128-byte boxes, or (a quantizing twin) the 16-bit x in boxes of
   // 64 elements; TMA only moves the bits, so bf16 serves fp16 too.
-  const bool a_ok =
-      Tile::kQuantizes
-          ? encode_tma_2d(&a_map, TmaElement::kBF16, p.x, p.m, p.k, p.ld_x * 2, 64, Tile::kTokens)
-          : encode_tma_2d(&a_map, TmaElement::kU8, p.a, p.m, p.k, p.ld_a, Tile::kBK, Tile::kTokens);
+  // TMA wants every row stride 16-byte aligned, even for one row, whose stride is never used
+  // (a single-row view may carry any stride): one row gets the dense stride.
+  const std::int64_t ld_x_bytes = p.m > 1 ? p.ld_x * 2 : std::int64_t{p.k} * 2;
+  const std::int64_t ld_a_bytes = p.m > 1 ? p.ld_a : std::int64_t{p.k};
+  const bool a_ok = Tile::kQuantizes ? encode_tma_2d(&a_map, TmaElement::kBF16, p.x, p.m, p.k,
+                                                     ld_x_bytes, 64, Tile::kTokens)
+                                     : encode_tma_2d(&a_map, TmaElement::kU8, p.a, p.m, p.k,
+                                                     ld_a_bytes, Tile::kBK, Tile::kTokens);
   if (!a_ok) return cudaErrorInvalidValue;
   const dim3 grid((p.n + Tile::kRows - 1) / Tile::kRows, static_cast<unsigned>(splits),
                   (p.m + Tile::kTokens - 1) / Tile::kTokens);

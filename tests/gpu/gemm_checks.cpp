@@ -257,11 +257,12 @@ void check_graph_replay(const GemmLauncher& launch, const GemmShape& shape, std:
 
 namespace {
 
-// A random [m, k] bf16 or fp16 activation (raw 16-bit patterns) with one NaN and one Inf.
-std::vector<std::uint16_t> random_activation16(std::int64_t m, std::int64_t k, DType dtype,
+// A random [m, cols] bf16 or fp16 activation (raw 16-bit patterns) with a NaN at [0, 7] and an
+// Inf at [1, 40] (at [0, 40] for one row).
+std::vector<std::uint16_t> random_activation16(std::int64_t m, std::int64_t cols, DType dtype,
                                                std::mt19937_64& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<std::uint16_t> x(static_cast<std::size_t>(m * k));
+  std::vector<std::uint16_t> x(static_cast<std::size_t>(m * cols));
   for (auto& e : x) {
     const float f = normal(rng);
     if (dtype == DType::kBF16) {
@@ -272,9 +273,48 @@ std::vector<std::uint16_t> random_activation16(std::int64_t m, std::int64_t k, D
       std::memcpy(&e, &h, 2);
     }
   }
-  x[7] = dtype == DType::kBF16 ? 0x7FC0 : 0x7E00;                                            // NaN
-  x[static_cast<std::size_t>(k + 40) % x.size()] = dtype == DType::kBF16 ? 0x7F80 : 0x7C00;  // Inf
+  x[7] = dtype == DType::kBF16 ? 0x7FC0 : 0x7E00;  // NaN
+  x[static_cast<std::size_t>(cols + 40) % x.size()] =
+      dtype == DType::kBF16 ? 0x7F80 : 0x7C00;  // Inf
   return x;
+}
+
+// One shape, dtype and activation row stride of check_quantizing_inside.
+void compare_quantizing_inside(const GemmLauncher& launch, const GemmShape& c, std::int64_t ld_x,
+                               DType dtype, std::mt19937_64& rng) {
+  // ld_x columns a row, the last ld_x - K of them outside the view.
+  const DeviceBuffer dx = DeviceBuffer::from(random_activation16(c.m, ld_x, dtype, rng));
+  const MxOperand w = random_operand(c.n, c.k, rng);
+  const DeviceMx dw = upload(w);
+  DeviceMx da{DeviceBuffer(static_cast<std::size_t>(c.m * c.k)),
+              DeviceBuffer(static_cast<std::size_t>(c.m * c.k / kBlockSize)), c.m, c.k};
+  device::QuantizeParams qp;
+  qp.x = dx.get();
+  qp.q = da.data.bytes();
+  qp.scales = da.scales.bytes();
+  qp.ld_x = ld_x;
+  qp.ld_q = c.k;
+  qp.ld_s = c.k / kBlockSize;
+  qp.m = static_cast<int>(c.m);
+  qp.k = static_cast<int>(c.k);
+  qp.in_type = dtype == DType::kBF16 ? device::InType::kBF16 : device::InType::kF16;
+  ASSERT_EQ(device::launch_quantize(qp, nullptr), cudaSuccess);
+  const std::size_t bytes = static_cast<std::size_t>(c.m * c.n) * 4;
+  DeviceBuffer first(bytes), inside(bytes);
+  first.poison();
+  inside.poison();
+  device::GemmParams p = gemm_params(da, dw, first, DType::kF32);
+  ASSERT_EQ(launch(p, nullptr), cudaSuccess);
+  p.out = inside.get();
+  p.x = dx.get();
+  p.ld_x = ld_x;
+  p.x_is_f16 = dtype == DType::kF16;
+  ASSERT_EQ(launch(p, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto a = first.download<std::uint32_t>(bytes / 4);
+  const auto b = inside.download<std::uint32_t>(bytes / 4);
+  EXPECT_EQ(a, b);
+  for (std::uint32_t bits : b) ASSERT_NE(bits, 0xFFFFFFFFu) << "an output was not written";
 }
 
 }  // namespace
@@ -283,40 +323,12 @@ void check_quantizing_inside(const GemmLauncher& launch, std::span<const GemmSha
                              std::mt19937_64& rng) {
   for (const DType dtype : {DType::kBF16, DType::kF16}) {
     for (const GemmShape& c : shapes) {
-      SCOPED_TRACE(::testing::Message()
-                   << to_string(dtype) << " M=" << c.m << " N=" << c.n << " K=" << c.k);
-      const DeviceBuffer dx = DeviceBuffer::from(random_activation16(c.m, c.k, dtype, rng));
-      const MxOperand w = random_operand(c.n, c.k, rng);
-      const DeviceMx dw = upload(w);
-      DeviceMx da{DeviceBuffer(static_cast<std::size_t>(c.m * c.k)),
-                  DeviceBuffer(static_cast<std::size_t>(c.m * c.k / kBlockSize)), c.m, c.k};
-      device::QuantizeParams qp;
-      qp.x = dx.get();
-      qp.q = da.data.bytes();
-      qp.scales = da.scales.bytes();
-      qp.ld_x = c.k;
-      qp.ld_q = c.k;
-      qp.ld_s = c.k / kBlockSize;
-      qp.m = static_cast<int>(c.m);
-      qp.k = static_cast<int>(c.k);
-      qp.in_type = dtype == DType::kBF16 ? device::InType::kBF16 : device::InType::kF16;
-      ASSERT_EQ(device::launch_quantize(qp, nullptr), cudaSuccess);
-      const std::size_t bytes = static_cast<std::size_t>(c.m * c.n) * 4;
-      DeviceBuffer first(bytes), inside(bytes);
-      first.poison();
-      inside.poison();
-      device::GemmParams p = gemm_params(da, dw, first, DType::kF32);
-      ASSERT_EQ(launch(p, nullptr), cudaSuccess);
-      p.out = inside.get();
-      p.x = dx.get();
-      p.ld_x = c.k;
-      p.x_is_f16 = dtype == DType::kF16;
-      ASSERT_EQ(launch(p, nullptr), cudaSuccess);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const auto a = first.download<std::uint32_t>(bytes / 4);
-      const auto b = inside.download<std::uint32_t>(bytes / 4);
-      EXPECT_EQ(a, b);
-      for (std::uint32_t bits : b) ASSERT_NE(bits, 0xFFFFFFFFu) << "an output was not written";
+      // Dense rows, and rows 64 elements longer than K (a view of a wider buffer).
+      for (const std::int64_t ld_x : {c.k, c.k + 64}) {
+        SCOPED_TRACE(::testing::Message() << to_string(dtype) << " M=" << c.m << " N=" << c.n
+                                          << " K=" << c.k << " ld_x=" << ld_x);
+        compare_quantizing_inside(launch, c, ld_x, dtype, rng);
+      }
     }
   }
 }

@@ -100,7 +100,7 @@ void check_graph_replay(const GemmLauncher& launch, const GemmShape& shape, std:
 
 // A kernel that quantizes a bf16 or fp16 activation itself (GemmParams::x) gives the bits of
 // the quantize kernel followed by the same kernel on its output: random activations with a NaN
-// and an Inf block, both 16-bit types, fp32 output on every shape.
+// and an Inf block, both 16-bit types, dense and strided rows, fp32 output on every shape.
 void check_quantizing_inside(const GemmLauncher& launch, std::span<const GemmShape> shapes,
                              std::mt19937_64& rng);
 

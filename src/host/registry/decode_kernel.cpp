@@ -94,9 +94,13 @@ class DecodeKernel final : public Kernel {
 
   bool quantizes_activation(const std::string& config, const TensorView& x) const override {
     const ParsedConfig parsed = parse_config(config);
+    // The twin holds a 16-bit activation ring, larger than the e4m3 one: where it would not fit
+    // at this K, the call takes the quantize kernel and the plain instance instead.
     return kQuantizingTwinsVerified && parsed.instance >= 0 &&
            device::decode_gemm_instances()[parsed.instance].quantizing_fixed_smem_bytes > 0 &&
-           detail::is_self_quantizable(x);
+           detail::is_self_quantizable(x) &&
+           device::decode_gemm_smem_bytes(parsed.instance, static_cast<int>(x.cols()),
+                                          parsed.splits, true) <= device::kDecodeMaxSmemBytes;
   }
 
   void run(const KernelCall& call, const std::string& config) const override {
