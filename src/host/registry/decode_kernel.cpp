@@ -88,19 +88,25 @@ class DecodeKernel final : public Kernel {
   bool prepared_weights_cacheable() const override { return true; }
 
   // The 8-token instances have twins that quantize a bf16/fp16 activation themselves, which
-  // saves the quantize kernel ahead of a few-token linear. Off until the twins' GPU test has
-  // passed on the H200 (they were written after session 5's device time).
-  static constexpr bool kQuantizingTwinsVerified = false;
+  // saves the quantize kernel ahead of a few-token linear (1-3 us at M = 8, H200 session 6).
 
   bool quantizes_activation(const std::string& config, const TensorView& x) const override {
     const ParsedConfig parsed = parse_config(config);
     // The twin holds a 16-bit activation ring, larger than the e4m3 one: where it would not fit
     // at this K, the call takes the quantize kernel and the plain instance instead.
-    return kQuantizingTwinsVerified && parsed.instance >= 0 &&
-           device::decode_gemm_instances()[parsed.instance].quantizing_fixed_smem_bytes > 0 &&
-           detail::is_self_quantizable(x) &&
-           device::decode_gemm_smem_bytes(parsed.instance, static_cast<int>(x.cols()),
-                                          parsed.splits, true) <= device::kDecodeMaxSmemBytes;
+    if (parsed.instance < 0 ||
+        device::decode_gemm_instances()[parsed.instance].quantizing_fixed_smem_bytes == 0 ||
+        !detail::is_self_quantizable(x)) {
+      return false;
+    }
+    const int k = static_cast<int>(x.cols());
+    const int twin_smem = device::decode_gemm_smem_bytes(parsed.instance, k, parsed.splits, true);
+    const int plain_smem = device::decode_gemm_smem_bytes(parsed.instance, k, parsed.splits);
+    // A twin that fits fewer CTAs per SM than the plain instance loses more to the extra wave
+    // than the quantize launch it saves: 36 us against 22 us at 1 x 6144 x 6144, t8_st4_split4
+    // (3 against 4 CTAs per SM, ncu, session 6).
+    return twin_smem <= device::kDecodeMaxSmemBytes &&
+           device::decode_ctas_per_sm(twin_smem) >= device::decode_ctas_per_sm(plain_smem);
   }
 
   void run(const KernelCall& call, const std::string& config) const override {
