@@ -16,7 +16,8 @@
 #               and the tuned decode config at M = 1 on the qkv shape
 # Extra bench arguments go in $BENCH_ARGS; $SANITIZE_TESTS (names of GPU test binaries) narrows
 # the sanitizer step and $SANITIZE_FILTER (a gtest filter, default: all but the seed-sized
-# stress tests) the tests it runs.
+# stress tests) the tests it runs. To spend less device time on one kernel: $BUILD_TARGETS
+# (CMake targets, default: every GPU test binary and the CLI) and $TEST_REGEX (ctest -R).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/device-out}"
@@ -36,9 +37,10 @@ cat "$OUT/machine.txt"
 
 t0=$(date +%s)
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 &&
-  cmake --build build-device -j "$(nproc)" --target quantize_gpu_test generic_gemm_gpu_test \
-    gemv_gemm_gpu_test decode_gemm_gpu_test prefill_gemm_gpu_test linear_gpu_test mxlinear_cli \
-    >>"$OUT/build.log" 2>&1 ||
+  # shellcheck disable=SC2086
+  cmake --build build-device -j "$(nproc)" --target ${BUILD_TARGETS:-quantize_gpu_test \
+    generic_gemm_gpu_test gemv_gemm_gpu_test decode_gemm_gpu_test prefill_gemm_gpu_test \
+    linear_gpu_test mxlinear_cli} >>"$OUT/build.log" 2>&1 ||
   { echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 rm -f "$OUT/build.log"  # kept only when the build fails: the device returns at most 8 files
@@ -50,7 +52,7 @@ gpu_tests=(build-device/tests/gpu/quantize_gpu_test build-device/tests/gpu/gener
 if [[ " $steps " == *" test "* ]]; then
   # Several test processes share the GPU (each test's inputs and outputs are its own), which
   # cuts the step from ~200 s to about a third; $TEST_JOBS overrides.
-  ctest --test-dir build-device -L gpu -j "${TEST_JOBS:-4}" --output-on-failure \
+  ctest --test-dir build-device -L gpu -R "${TEST_REGEX:-.}" -j "${TEST_JOBS:-4}" --output-on-failure \
     >"$OUT/ctest.log" 2>&1 || status=1
   tail -5 "$OUT/ctest.log"
   grep -E "Failed|\*\*\*" "$OUT/ctest.log" | head -20
@@ -113,11 +115,11 @@ if [[ " $steps " == *" stress "* ]]; then
     w128_t256_st2 w128_t64_st4_overlap w128_t192_st3 w128_t192_st3_overlap; do
     for split in "" _split2 _split4 _split8; do runs+=("prefill $instance$split"); done
   done
-  runs+=("gemv t1" "gemv t2")
+  runs+=("gemv t8_w4" "gemv t8_w8" "gemv t16_w8")
   for run in "${runs[@]}"; do
     read -r kernel config <<<"$run"
     shapes=("32 6144 3072" "128 6144 3072")
-    [ "$kernel" = gemv ] && shapes=("1 6144 3072" "2 2560 6144")
+    [ "$kernel" = gemv ] && shapes=("1 6144 3072" "2 2560 6144" "13 6144 768")
     for shape in "${shapes[@]}"; do
       read -r m n k <<<"$shape"
       args=(--kernel "$kernel" --config "$config" --m "$m" --n "$n" --k "$k")

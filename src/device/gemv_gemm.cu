@@ -8,44 +8,52 @@
 namespace mxlinear::device {
 namespace {
 
-// The only instances compiled: one and two tokens per CTA.
-using Tile1 = GemvTile<1>;
-using Tile2 = GemvTile<2>;
+// The instances compiled: 8 tokens with 4 or 8 K ranges per CTA, 16 tokens with 8.
+using Tile8w4 = GemvTile<1, 4>;
+using Tile8w8 = GemvTile<1, 8>;
+using Tile16w8 = GemvTile<2, 8>;
 
 template <class Tile>
 constexpr GemvInstanceInfo info() {
-  return {Tile::kTokens, Tile::kRowsPerCta};
+  return {Tile::kTokens, Tile::kWarps};
 }
 
-constexpr std::array<GemvInstanceInfo, 2> kInstances = {info<Tile1>(), info<Tile2>()};
+constexpr std::array<GemvInstanceInfo, 3> kInstances = {info<Tile8w4>(), info<Tile8w8>(),
+                                                        info<Tile16w8>()};
+
+template <class Tile>
+int staged_tokens(std::int64_t m) {
+  return static_cast<int>(m < Tile::kTokens ? m : Tile::kTokens);
+}
 
 template <class Tile>
 cudaError_t launch(const GemmParams& p, cudaStream_t stream) {
   if (cudaError_t e = ensure_max_dynamic_smem<gemv_gemm_kernel<Tile>>(kGemvMaxSmemBytes);
       e != cudaSuccess)
     return e;
-  const int smem = Tile::smem_bytes(p.k);
+  const int smem = Tile::smem_bytes(p.k, staged_tokens<Tile>(p.m));
   if (smem > kGemvMaxSmemBytes) return cudaErrorInvalidValue;
-  const dim3 grid((p.n + Tile::kRowsPerCta - 1) / Tile::kRowsPerCta,
-                  (p.m + Tile::kTokens - 1) / Tile::kTokens);
+  const dim3 grid((p.n + Tile::kRows - 1) / Tile::kRows, (p.m + Tile::kTokens - 1) / Tile::kTokens);
   if (grid.y > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
   return launch_programmatic(gemv_gemm_kernel<Tile>, grid, dim3(Tile::kThreads),
                              static_cast<std::size_t>(smem), stream, 0, p);
+}
+
+template <class Tile>
+int smem_bytes(std::int64_t m, int k) {
+  return Tile::smem_bytes(k, staged_tokens<Tile>(m));
 }
 
 }  // namespace
 
 std::span<const GemvInstanceInfo> gemv_gemm_instances() { return kInstances; }
 
-int gemv_gemm_smem_bytes(int instance, int k) {
-  switch (instance) {
-    case 0:
-      return Tile1::smem_bytes(k);
-    case 1:
-      return Tile2::smem_bytes(k);
-    default:
-      return 0;
-  }
+int gemv_gemm_smem_bytes(int instance, std::int64_t m, int k) {
+  using Sizer = int (*)(std::int64_t, int);
+  constexpr Sizer kSizers[] = {smem_bytes<Tile8w4>, smem_bytes<Tile8w8>, smem_bytes<Tile16w8>};
+  static_assert(std::size(kSizers) == kInstances.size());
+  if (instance < 0 || instance >= static_cast<int>(kInstances.size())) return 0;
+  return kSizers[instance](m, k);
 }
 
 std::string_view gemv_gemm_unsupported(const GemmParams& p) {
@@ -54,7 +62,7 @@ std::string_view gemv_gemm_unsupported(const GemmParams& p) {
            (rows <= 1 || static_cast<std::uintptr_t>(ld) % a == 0);
   };
   if (p.k % 32 != 0) return "K must be a multiple of 32";
-  if (!aligned(p.w, p.ld_w, p.n, 16)) return "e4m3 weight rows must be 16-byte aligned";
+  if (!aligned(p.w, p.ld_w, p.n, 8)) return "e4m3 weight rows must be 8-byte aligned";
   if (p.x == nullptr && !aligned(p.a, p.ld_a, p.m, 4)) {
     return "e4m3 activation rows must be 4-byte aligned";
   }
@@ -66,7 +74,8 @@ std::string_view gemv_gemm_unsupported(const GemmParams& p) {
 
 cudaError_t launch_gemv_gemm(const GemmParams& p, int instance, cudaStream_t stream) {
   using Launcher = cudaError_t (*)(const GemmParams&, cudaStream_t);
-  constexpr Launcher kLaunchers[] = {launch<Tile1>, launch<Tile2>};  // in kInstances' order
+  constexpr Launcher kLaunchers[] = {launch<Tile8w4>, launch<Tile8w8>,
+                                     launch<Tile16w8>};  // in kInstances' order
   static_assert(std::size(kLaunchers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
     return cudaErrorInvalidValue;

@@ -1,21 +1,23 @@
-// The CUDA-core MX GEMV for the smallest M (1-2 tokens per CTA): at these sizes a layer is its
-// weight bytes, and a tensor-core tile of 8+ tokens wastes its work while its per-stage chain
-// (barriers, fences, waits) bounds the stream. HOPPER.md: the fixed cost is as large as the
-// streaming time, so loads must be in flight from the first microsecond.
+// The MX GEMV for the fewest tokens (M <= 16): each warp streams 16 weight rows straight from
+// global memory into mma.sync fragments, with no shared-memory ring, barriers or fences in its
+// loop. At these sizes a layer is its weight bytes; what bounds a kernel is the chain of work per
+// byte (session 5: the CUDA-core version issued ~6 instructions per weight byte, the wgmma decode
+// kernel waits out barriers and fences per 8 KiB stage). Here a warp spends ~34 instructions on
+// 512 weight bytes (16 rows x one MX block).
 //
 // Design:
-// - kRows weight rows per warp (as many as tokens, so each activation value read from shared
-//   memory serves kRows * kTokens products), 4 warps per CTA. Each lane streams 16-byte columns
-//   of its rows (half an MX block; the two halves of block b sit in lanes 2q and 2q + 1 of the
-//   same round); 16 columns per lane are in flight, 8 KiB per warp.
-// - The CTA's tokens are widened once into shared memory as fp32 (e4m3 values, unscaled),
-//   laid out so that a warp's 16-byte reads are consecutive (no bank conflicts), with their
-//   block scales decoded to fp32.
-// - Per column, row and token: 16 fp32 products summed in order; the block's partial is the
-//   even half plus the odd half (one shuffle), promoted as acc += (partial * sa) * sw like the
-//   other kernels; the lanes' sums meet in a fixed shuffle tree. Deterministic, no atomics.
-// - The first round of weight loads is issued before waiting on the previous kernel (weights
-//   are static), and the next kernel may launch once this one has its activations.
+// - A CTA owns 16 weight rows; its kWarps warps split K into contiguous ranges of MX blocks and
+//   meet in shared memory at the end, added in warp order (deterministic, no atomics).
+// - Lane (g, t) = (lane / 4, lane % 4) loads 8 bytes of rows g and g + 8 per block: bytes
+//   8t..8t+7. The block's two m16n8k16 f16 mma take bytes 0-3 (step 0) and 4-7 (step 1), each
+//   as the pairs (k = 2t, 2t+1) and (2t+8, 2t+9); the activation fragment of token g is read
+//   with the same permutation, so each pair of mma sums exactly one MX block (exact e4m3 -> f16
+//   widening, fp32 accumulation: the generic kernel's arithmetic).
+// - The block's partial is promoted as acc += (partial * sa) * sw, like the other kernels.
+// - A warp's weights for the next 4 blocks are in flight while it computes the current 4; the
+//   first 4 are issued before waiting on the previous kernel (weights are static).
+// - The CTA's tokens (e4m3 and scale bytes) are staged in shared memory once: copied, or
+//   quantized from the bf16/fp16 activation the way the quantize kernel does it.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -33,270 +35,274 @@
 
 namespace mxlinear::device {
 
-template <int kTokens_>
+template <int kTokenTiles_, int kWarps_>
 struct GemvTile {
-  static constexpr int kTokens = kTokens_;  // activation rows per CTA
-  static constexpr int kRows = kTokens_;    // weight rows per warp
-  static constexpr int kWarps = 4;
+  static constexpr int kTokenTiles = kTokenTiles_;  // n8 mma tiles of tokens per CTA
+  static constexpr int kTokens = 8 * kTokenTiles;   // activation rows per CTA
+  static constexpr int kWarps = kWarps_;            // K ranges per CTA
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kRowsPerCta = kRows * kWarps;
-  // Per row and round: 16 columns in flight per lane (8 KiB per warp), so a row of K <= 8192
-  // (t1; 4096 for t2) is one round: one memory round trip, issued before the activations are
-  // staged. (8 per lane took two dependent round trips at K = 6144.)
-  static constexpr int kColumnsPerLane = 16 / kRows;
-  static constexpr int kRound = 32 * kColumnsPerLane;  // columns per row per round
+  static constexpr int kRows = 16;  // weight rows per CTA (mma M)
+  // MX blocks per round of a warp's loads: 2 KiB per warp, two rounds in flight. Lane t loads
+  // the scale bytes of block t of the round (as many lanes as blocks per row group).
+  static constexpr int kRoundBlocks = 4;
+  // Activation rows are padded by 32 bytes so the 8 token rows of a fragment read fall into
+  // different bank groups (K % 128 == 0 would put them all in the same banks).
+  static constexpr int kRowPad = 32;
+  // 16 warps per SM (at most 128 registers; 24 spill): 4 warps per CTA then run the 384 CTAs of
+  // an N = 6144 layer in one wave, 8 warps per CTA the 160 of N = 2560.
+  static constexpr int kMinCtasPerSm = 16 / kWarps;
 
-  // [kTokens][K] fp32 activation values, then [kTokens][K/32] fp32 scales.
-  static constexpr int smem_bytes(int k) { return kTokens * (k + k / kBlockSize) * 4; }
+  // Shared memory at K for `tokens` = min(M, kTokens) staged rows: e4m3 rows, their scales
+  // decoded to fp32, and the warps' partial tiles for the reduction.
+  static constexpr int activation_bytes(int k, int tokens) { return tokens * (k + kRowPad); }
+  static constexpr int reduce_offset(int k, int tokens) {
+    return activation_bytes(k, tokens) + tokens * (k / kBlockSize) * 4;
+  }
+  static constexpr int smem_bytes(int k, int tokens) {
+    return reduce_offset(k, tokens) + kWarps * kRows * kTokens * 4;
+  }
 
-  static_assert(kTokens == 1 || kTokens == 2, "compiled GEMV widths");
+  static_assert(kTokenTiles >= 1 && kTokenTiles <= 2, "a first and a last token tile");
+  static_assert(kWarps == 4 || kWarps == 8, "compiled K ranges");
+  static_assert(kRoundBlocks == 4, "one scale byte per lane t of a row group");
 };
 
 namespace gemv_detail {
 
-// 16 e4m3 bytes -> 16 floats (exact: every e4m3 value is a normal f16).
-__device__ __forceinline__ void widen16(const uint4& bytes, float (&out)[16]) {
-  const std::uint32_t words[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    std::uint32_t lo, hi;
-    ptx::e4m3x4_to_f16x2x2(words[i], lo, hi);
-    const float2 l = __half22float2(*reinterpret_cast<const __half2*>(&lo));
-    const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&hi));
-    out[4 * i + 0] = l.x;
-    out[4 * i + 1] = l.y;
-    out[4 * i + 2] = h.x;
-    out[4 * i + 3] = h.y;
-  }
-}
+// The staged activation: `tokens` rows of K e4m3 bytes (stride K + kRowPad) and of K/32 scales
+// (fp32).
+struct StagedActivation {
+  std::uint8_t* values;
+  float* scales;
+  int stride, blocks, tokens;
+};
 
-// The CTA's tokens into shared memory: values (unscaled) as float4 groups [t][q][c], where
-// group q of 16-byte column c holds k = 16c + 4q .. 16c + 4q + 3 (so lanes reading consecutive
-// columns read consecutive addresses), and scales [t][K/32]; tokens past M read as zeros with
-// scale 0.
+// Copies the CTA's pre-quantized tokens (4-byte aligned rows) into shared memory, every load of
+// a thread in flight before its first store.
 template <class Tile>
-__device__ __forceinline__ void load_activations(const GemmParams& p, int t0, float4* values,
-                                                 float* scales) {
-  // Every load of a thread in flight before its first store: a plain loop waits out a memory
-  // round trip per 4 bytes (12 of them per thread at K = 6144) before the first FMA.
-  const int groups = p.k / 4, columns = p.k / 16;
-  copy_in_batches<16>(
-      Tile::kTokens, groups, static_cast<int>(threadIdx.x), Tile::kThreads,
-      [&](int t, int g) {
-        return t0 + t < p.m ? *reinterpret_cast<const std::uint32_t*>(
-                                  p.a + static_cast<std::int64_t>(t0 + t) * p.ld_a + 4 * g)
-                            : 0u;
-      },
-      [&](int t, int g, std::uint32_t x) {
-        std::uint32_t lo, hi;
-        ptx::e4m3x4_to_f16x2x2(x, lo, hi);
-        const float2 l = __half22float2(*reinterpret_cast<const __half2*>(&lo));
-        const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&hi));
-        values[t * groups + (g & 3) * columns + (g >> 2)] = make_float4(l.x, l.y, h.x, h.y);
-      });
-  const int blocks = p.k / kBlockSize;
+__device__ __forceinline__ void copy_activations(const GemmParams& p, int t0,
+                                                 const StagedActivation& s) {
+  const int words = p.k / 4;
   copy_in_batches<8>(
-      Tile::kTokens, blocks, static_cast<int>(threadIdx.x), Tile::kThreads,
-      [&](int t, int b) {
-        return t0 + t < p.m ? mx::scale_from_byte(
-                                  p.a_scales[static_cast<std::int64_t>(t0 + t) * p.ld_a_scales + b])
-                            : 0.0f;
+      s.tokens, words, static_cast<int>(threadIdx.x), Tile::kThreads,
+      [&](int t, int w) {
+        return *reinterpret_cast<const std::uint32_t*>(
+            p.a + static_cast<std::int64_t>(t0 + t) * p.ld_a + 4 * w);
       },
-      [&](int t, int b, float s) { scales[t * blocks + b] = s; });
+      [&](int t, int w, std::uint32_t v) {
+        *reinterpret_cast<std::uint32_t*>(s.values + t * s.stride + 4 * w) = v;
+      });
+  copy_in_batches<4>(
+      s.tokens, s.blocks, static_cast<int>(threadIdx.x), Tile::kThreads,
+      [&](int t, int b) {
+        return p.a_scales[static_cast<std::int64_t>(t0 + t) * p.ld_a_scales + b];
+      },
+      [&](int t, int b, std::uint8_t v) { s.scales[t * s.blocks + b] = mx::scale_from_byte(v); });
 }
 
-// The CTA's tokens quantized from p.x (bf16 or fp16) the way the quantize kernel does it
-// (RCEIL; the same amax, scale and rounding, so the same bytes), then stored like
-// load_activations stores them. One thread per 32-element block.
+// Quantizes the CTA's tokens from p.x (bf16 or fp16, 16-byte aligned rows) into shared memory
+// with RCEIL, through the quantize kernel's helpers (block extent over four lanes,
+// mx::quantize_eight): the same bytes. Four lanes per MX block, 8 values each, so the weights
+// already in flight keep their registers.
 template <class Tile>
-__device__ __forceinline__ void quantize_activations(const GemmParams& p, int t0, float4* values,
-                                                     float* scales) {
-  const int blocks = p.k / kBlockSize, columns = p.k / 16, groups = p.k / 4;
-  for (int e = static_cast<int>(threadIdx.x); e < Tile::kTokens * blocks; e += Tile::kThreads) {
-    const int t = e / blocks, b = e % blocks;
-    const bool token = t0 + t < p.m;
-    float v[kBlockSize];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      uint4 raw = make_uint4(0, 0, 0, 0);
-      if (token) {
-        raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(p.x) +
-                                                   static_cast<std::int64_t>(t0 + t) * p.ld_x +
-                                                   kBlockSize * b) +
-                    i);
-      }
-      const std::uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        float2 f;
-        if (p.x_is_f16) {
-          f = __half22float2(*reinterpret_cast<const __half2*>(&words[j]));
-        } else {
-          f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[j]));
-        }
-        v[8 * i + 2 * j] = f.x;
-        v[8 * i + 2 * j + 1] = f.y;
-      }
+__device__ __forceinline__ void quantize_activations(const GemmParams& p, int t0,
+                                                     const StagedActivation& s) {
+  const int quarters = s.tokens * s.blocks * 4;
+  // Every lane runs every iteration: the extent's shuffles need the whole warp.
+  for (int e0 = 0; e0 < quarters; e0 += Tile::kThreads) {
+    const int e = e0 + static_cast<int>(threadIdx.x);
+    const bool valid = e < quarters;  // whole groups of four lanes
+    const int t = valid ? e / (4 * s.blocks) : 0, b = (e >> 2) % s.blocks, q = e & 3;
+    uint4 raw = make_uint4(0u, 0u, 0u, 0u);
+    if (valid) {
+      raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(p.x) +
+                                                 static_cast<std::int64_t>(t0 + t) * p.ld_x +
+                                                 kBlockSize * b + 8 * q));
     }
-    float amax = 0.0f;
-    bool non_finite = false;
+    const std::uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+    float v[8];
 #pragma unroll
-    for (int i = 0; i < kBlockSize; ++i) {
-      non_finite |= !isfinite(v[i]);
-      amax = fmaxf(amax, fabsf(v[i]));
+    for (int j = 0; j < 4; ++j) {
+      const float2 f =
+          p.x_is_f16 ? __half22float2(*reinterpret_cast<const __half2*>(&words[j]))
+                     : __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[j]));
+      v[2 * j] = f.x;
+      v[2 * j + 1] = f.y;
     }
-    std::uint8_t scale = 0;
-    std::uint32_t bytes[8];
-#pragma unroll
-    for (int g = 0; g < 4; ++g) {
-      scale = mx::quantize_eight(reinterpret_cast<const float(&)[8]>(v[8 * g]), amax, non_finite,
-                                 ScaleRule::kRceil,
-                                 reinterpret_cast<std::uint32_t(&)[2]>(bytes[2 * g]));
+    const mx::BlockExtent extent = mx::block_extent_of_four_lanes(v);
+    std::uint32_t bytes[2];
+    const std::uint8_t scale =
+        mx::quantize_eight(v, extent.amax, extent.non_finite, ScaleRule::kRceil, bytes);
+    if (valid) {
+      *reinterpret_cast<uint2*>(s.values + t * s.stride + kBlockSize * b + 8 * q) =
+          make_uint2(bytes[0], bytes[1]);
+      if (q == 0) s.scales[t * s.blocks + b] = mx::scale_from_byte(scale);
     }
-#pragma unroll
-    for (int w = 0; w < 8; ++w) {
-      std::uint32_t lo, hi;
-      ptx::e4m3x4_to_f16x2x2(bytes[w], lo, hi);
-      const float2 l = __half22float2(*reinterpret_cast<const __half2*>(&lo));
-      const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&hi));
-      const int g = 8 * b + w;  // k = 4g .. 4g + 3
-      values[t * groups + (g & 3) * columns + (g >> 2)] =
-          token ? make_float4(l.x, l.y, h.x, h.y) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-    scales[t * blocks + b] = token ? mx::scale_from_byte(scale) : 0.0f;
   }
 }
+
+// One round of a warp's weights: rows g and g + 8, kRoundBlocks blocks of 8 bytes each, and
+// the scale bytes of block t of the round for both rows (the other lanes' by shuffle); zeros past
+// N or past the warp's K range.
+template <class Tile>
+struct WeightRound {
+  uint2 w[2][Tile::kRoundBlocks];
+  std::uint32_t sw[2];
+
+  __device__ __forceinline__ void load(const GemmParams& p, int n0, int g, int t, int first,
+                                       int end) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = n0 + g + 8 * h;
+      const bool row = n < p.n;
+      const std::int64_t at = static_cast<std::int64_t>(row ? n : 0);
+      const std::uint8_t* wr = p.w + at * p.ld_w + 8 * t;
+#pragma unroll
+      for (int i = 0; i < Tile::kRoundBlocks; ++i) {
+        const int b = first + i;
+        w[h][i] = row && b < end ? __ldg(reinterpret_cast<const uint2*>(wr + kBlockSize * b))
+                                 : make_uint2(0u, 0u);
+      }
+      sw[h] = row && first + t < end ? __ldg(p.w_scales + at * p.ld_w_scales + first + t) : 0u;
+    }
+  }
+
+  // The weight scale of block i of the round for row g (h = 0) or g + 8 (h = 1), given this
+  // lane's decoded scales: lane (g, i) holds it. Every lane of the warp must call it.
+  __device__ __forceinline__ static float scale(const float (&decoded)[2], int h, int i, int g) {
+    return __shfl_sync(0xFFFFFFFFu, decoded[h], 4 * g + i);
+  }
+};
+
+// Where lane (g, t) reads token tile `tile` of the staged activation: its fragment row (token g
+// of the tile) and the scale rows of tokens 2t and 2t + 1. Tokens past the staged rows read the
+// last staged one: the mma keeps each token's column apart, and those columns are never stored.
+struct ActivationReader {
+  const std::uint8_t* values;
+  const float* scale0;
+  const float* scale1;
+
+  __device__ __forceinline__ ActivationReader(const StagedActivation& s, int tile, int g, int t)
+      : values(s.values + min(8 * tile + g, s.tokens - 1) * s.stride + 8 * t),
+        scale0(s.scales + min(8 * tile + 2 * t, s.tokens - 1) * s.blocks),
+        scale1(s.scales + min(8 * tile + 2 * t + 1, s.tokens - 1) * s.blocks) {}
+
+  // Block b's fragments: frag[0..1] for k16 step 0, frag[2..3] for step 1.
+  __device__ __forceinline__ void fragments(int b, std::uint32_t (&frag)[4]) const {
+    const uint2 bytes = *reinterpret_cast<const uint2*>(values + kBlockSize * b);
+    ptx::e4m3x4_to_f16x2x2(bytes.x, frag[0], frag[1]);
+    ptx::e4m3x4_to_f16x2x2(bytes.y, frag[2], frag[3]);
+  }
+};
 
 }  // namespace gemv_detail
 
-// Grid: x = groups of kRowsPerCta weight rows, y = token tiles of kTokens.
+// Grid: x = 16-row weight tiles, y = token tiles of kTokens. Dynamic shared memory:
+// Tile::smem_bytes(K, min(M, kTokens)).
 template <class Tile>
-__global__ void __launch_bounds__(Tile::kThreads) gemv_gemm_kernel(const GemmParams p) {
+__global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
+    gemv_gemm_kernel(const GemmParams p) {
   using namespace gemv_detail;
-  extern __shared__ float4 smem_f4[];
-  float4* const values = smem_f4;
-  float* const a_scales = reinterpret_cast<float*>(smem_f4 + Tile::kTokens * (p.k / 4));
+  extern __shared__ uint4 smem_u4[];
+  auto* const smem = reinterpret_cast<std::uint8_t*>(smem_u4);
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
-  const int n0 = (static_cast<int>(blockIdx.x) * Tile::kWarps + warp) * Tile::kRows;
+  const int g = lane >> 2, t = lane & 3;
+  const int n0 = static_cast<int>(blockIdx.x) * Tile::kRows;
   const int t0 = static_cast<int>(blockIdx.y) * Tile::kTokens;
-  const int columns = p.k / 16;
-  const std::uint8_t* w_rows[Tile::kRows];
-  const std::uint8_t* sw_rows[Tile::kRows];
-#pragma unroll
-  for (int r = 0; r < Tile::kRows; ++r) {
-    const std::int64_t n = n0 + r < p.n ? n0 + r : 0;
-    w_rows[r] = p.w + n * p.ld_w;
-    sw_rows[r] = p.w_scales + n * p.ld_w_scales;
-  }
+  const int blocks = p.k / kBlockSize;
+  const int staged = min(p.m, Tile::kTokens);  // rows the launch sized shared memory for
+  const StagedActivation s{smem,
+                           reinterpret_cast<float*>(smem + Tile::activation_bytes(p.k, staged)),
+                           p.k + Tile::kRowPad, blocks, min(p.m - t0, Tile::kTokens)};
 
-  // One round of this lane's weight columns base + lane + 32 i of every row, zeros past the
-  // row or past N.
-  uint4 w[Tile::kRows][Tile::kColumnsPerLane];
-  std::uint8_t sw[Tile::kRows][Tile::kColumnsPerLane];
-  auto load_round = [&](int base) {
-#pragma unroll
-    for (int r = 0; r < Tile::kRows; ++r) {
-#pragma unroll
-      for (int i = 0; i < Tile::kColumnsPerLane; ++i) {
-        const int c = base + lane + 32 * i;
-        const bool valid = n0 + r < p.n && c < columns;
-        w[r][i] =
-            valid ? __ldg(reinterpret_cast<const uint4*>(w_rows[r]) + c) : make_uint4(0, 0, 0, 0);
-        sw[r][i] = valid ? sw_rows[r][c >> 1] : std::uint8_t{0};
-      }
-    }
-  };
-  load_round(0);  // static weights: in flight while the previous kernel finishes
+  // This warp's contiguous range of blocks.
+  const int per_warp = (blocks + Tile::kWarps - 1) / Tile::kWarps;
+  const int first = min(warp * per_warp, blocks), end = min(first + per_warp, blocks);
+
+  WeightRound<Tile> rounds[2];
+  rounds[0].load(p, n0, g, t, first, end);  // static weights: in flight during the wait
   hopper::wait_prerequisite_grids();
   if (p.x != nullptr) {
-    quantize_activations<Tile>(p, t0, values, a_scales);
+    quantize_activations<Tile>(p, t0, s);
   } else {
-    load_activations<Tile>(p, t0, values, a_scales);
+    copy_activations<Tile>(p, t0, s);
   }
   __syncthreads();
   hopper::allow_dependent_launch();
 
-  float acc[Tile::kRows][Tile::kTokens];
+  float acc[Tile::kTokenTiles][4];
 #pragma unroll
-  for (int r = 0; r < Tile::kRows; ++r) {
+  for (int j = 0; j < Tile::kTokenTiles; ++j) {
 #pragma unroll
-    for (int t = 0; t < Tile::kTokens; ++t) acc[r][t] = 0.0f;
+    for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
   }
-  const int groups = p.k / 4, blocks = p.k / kBlockSize;
-  for (int base = 0; base < columns; base += Tile::kRound) {
-    if (base > 0) load_round(base);
+
+  const ActivationReader first_tile(s, 0, g, t), last_tile(s, Tile::kTokenTiles - 1, g, t);
+
+  // Rounds in pairs, so each buffer has a fixed register home.
+  auto compute = [&](const WeightRound<Tile>& r, int base) {
+    const float decoded[2] = {mx::scale_from_byte(r.sw[0]), mx::scale_from_byte(r.sw[1])};
 #pragma unroll
-    for (int i = 0; i < Tile::kColumnsPerLane; ++i) {
-      const int c = base + lane + 32 * i;  // c and c ^ 1 (the neighbour lane) share block c / 2
-      const bool column_valid = c < columns;
-      float partial[Tile::kRows][Tile::kTokens];
+    for (int i = 0; i < Tile::kRoundBlocks; ++i) {
+      const int b = base + i;
+      if (b >= end) break;         // warp-uniform
+      std::uint32_t a0[4], a1[4];  // k16 steps 0 and 1: {row g lo, row g+8 lo, g hi, g+8 hi}
+      ptx::e4m3x4_to_f16x2x2(r.w[0][i].x, a0[0], a0[2]);
+      ptx::e4m3x4_to_f16x2x2(r.w[1][i].x, a0[1], a0[3]);
+      ptx::e4m3x4_to_f16x2x2(r.w[0][i].y, a1[0], a1[2]);
+      ptx::e4m3x4_to_f16x2x2(r.w[1][i].y, a1[1], a1[3]);
+      const float sw0 = WeightRound<Tile>::scale(decoded, 0, i, g);
+      const float sw1 = WeightRound<Tile>::scale(decoded, 1, i, g);
 #pragma unroll
-      for (int r = 0; r < Tile::kRows; ++r) {
-#pragma unroll
-        for (int t = 0; t < Tile::kTokens; ++t) partial[r][t] = 0.0f;
-      }
-      if (column_valid) {
-        float wf[Tile::kRows][16];
-#pragma unroll
-        for (int r = 0; r < Tile::kRows; ++r) widen16(w[r][i], wf[r]);
-#pragma unroll
-        for (int t = 0; t < Tile::kTokens; ++t) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const float4 v = values[t * groups + q * columns + c];
-#pragma unroll
-            for (int r = 0; r < Tile::kRows; ++r) {
-              partial[r][t] = fmaf(wf[r][4 * q + 0], v.x, partial[r][t]);
-              partial[r][t] = fmaf(wf[r][4 * q + 1], v.y, partial[r][t]);
-              partial[r][t] = fmaf(wf[r][4 * q + 2], v.z, partial[r][t]);
-              partial[r][t] = fmaf(wf[r][4 * q + 3], v.w, partial[r][t]);
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < Tile::kRows; ++r) {
-#pragma unroll
-        for (int t = 0; t < Tile::kTokens; ++t) {
-          partial[r][t] += __shfl_xor_sync(0xFFFFFFFFu, partial[r][t], 1);
-        }
-      }
-      if ((lane & 1) == 0 && column_valid) {
-#pragma unroll
-        for (int r = 0; r < Tile::kRows; ++r) {
-          const float s = mx::scale_from_byte(sw[r][i]);
-#pragma unroll
-          for (int t = 0; t < Tile::kTokens; ++t) {
-            acc[r][t] = fmaf(partial[r][t] * a_scales[t * blocks + (c >> 1)], s, acc[r][t]);
-          }
-        }
+      for (int j = 0; j < Tile::kTokenTiles; ++j) {
+        const ActivationReader& reader = j == 0 ? first_tile : last_tile;
+        std::uint32_t bf[4];
+        reader.fragments(b, bf);
+        const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float partial[4];
+        ptx::mma_f16_16816(partial, a0, bf[0], bf[1], zero);
+        ptx::mma_f16_16816(partial, a1, bf[2], bf[3], partial);
+        // partial: (row g, token 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1) of tile j.
+        const float sa0 = reader.scale0[b], sa1 = reader.scale1[b];
+        acc[j][0] = fmaf(partial[0] * sa0, sw0, acc[j][0]);
+        acc[j][1] = fmaf(partial[1] * sa1, sw0, acc[j][1]);
+        acc[j][2] = fmaf(partial[2] * sa0, sw1, acc[j][2]);
+        acc[j][3] = fmaf(partial[3] * sa1, sw1, acc[j][3]);
       }
     }
+  };
+  for (int base = first; base < end; base += 2 * Tile::kRoundBlocks) {
+    const int next = base + Tile::kRoundBlocks;
+    if (next < end) rounds[1].load(p, n0, g, t, next, end);
+    compute(rounds[0], base);
+    if (next >= end) break;
+    if (next + Tile::kRoundBlocks < end)
+      rounds[0].load(p, n0, g, t, next + Tile::kRoundBlocks, end);
+    compute(rounds[1], next);
   }
-  // The lanes' block sums in a fixed tree (odd lanes hold zeros).
+
+  // The warps' partial tiles [warp][row][token], added in warp order.
+  auto* const partials = reinterpret_cast<float*>(smem + Tile::reduce_offset(p.k, staged));
+  constexpr int kTile = Tile::kRows * Tile::kTokens;
 #pragma unroll
-  for (int r = 0; r < Tile::kRows; ++r) {
-#pragma unroll
-    for (int t = 0; t < Tile::kTokens; ++t) {
-#pragma unroll
-      for (int offset = 16; offset >= 1; offset >>= 1) {
-        acc[r][t] += __shfl_xor_sync(0xFFFFFFFFu, acc[r][t], offset);
-      }
-    }
+  for (int j = 0; j < Tile::kTokenTiles; ++j) {
+    const int token = 8 * j + 2 * t;
+    float* const mine = partials + warp * kTile;
+    mine[g * Tile::kTokens + token] = acc[j][0];
+    mine[g * Tile::kTokens + token + 1] = acc[j][1];
+    mine[(g + 8) * Tile::kTokens + token] = acc[j][2];
+    mine[(g + 8) * Tile::kTokens + token + 1] = acc[j][3];
   }
-  if (lane == 0) {
+  __syncthreads();
+  for (int e = static_cast<int>(threadIdx.x); e < kTile; e += Tile::kThreads) {
+    const int row = e / Tile::kTokens, token = e % Tile::kTokens;
+    const int n = n0 + row, m = t0 + token;
+    if (n >= p.n || m >= p.m) continue;
+    float v = 0.0f;
 #pragma unroll
-    for (int r = 0; r < Tile::kRows; ++r) {
-      const int n = n0 + r;
-      if (n >= p.n) continue;
-#pragma unroll
-      for (int t = 0; t < Tile::kTokens; ++t) {
-        if (t0 + t >= p.m) continue;
-        const float v =
-            p.bias_type != BiasType::kNone ? acc[r][t] + epilogue::load_bias(p, n) : acc[r][t];
-        epilogue::store_one(p, t0 + t, n, v);
-      }
-    }
+    for (int w = 0; w < Tile::kWarps; ++w) v += partials[w * kTile + e];
+    if (p.bias_type != BiasType::kNone) v += epilogue::load_bias(p, n);
+    epilogue::store_one(p, m, n, v);
   }
 }
 

@@ -1,9 +1,10 @@
-// Host-side entry to the CUDA-core MX GEMV (1-2 tokens per CTA): its compiled instances and a
-// launcher.
+// Host-side entry to the MX GEMV (mma.sync straight from global memory, 8 or 16 tokens per
+// CTA): its compiled instances and a launcher.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <span>
 #include <string_view>
 
@@ -12,18 +13,19 @@
 namespace mxlinear::device {
 
 struct GemvInstanceInfo {
-  int tokens;        // activation rows per CTA (and weight rows per warp)
-  int rows_per_cta;  // weight rows per CTA
+  int tokens;  // activation rows per CTA
+  int warps;   // K ranges per CTA (16 weight rows each)
 };
 
 std::span<const GemvInstanceInfo> gemv_gemm_instances();
 
 inline constexpr int kGemvMaxSmemBytes = 227 * 1024;
 
-// Shared memory of one CTA of `instance` at K: its tokens widened to fp32, with their scales.
-int gemv_gemm_smem_bytes(int instance, int k);
+// Shared memory of one CTA of `instance` at M x K: its min(M, tokens) staged e4m3 rows and
+// scale bytes, and the warps' partial tiles.
+int gemv_gemm_smem_bytes(int instance, std::int64_t m, int k);
 
-// Empty when p suits the GEMV (16-byte aligned weight rows; 4-byte aligned e4m3 activation
+// Empty when p suits the GEMV (8-byte aligned weight rows; 4-byte aligned e4m3 activation
 // rows, or 16-byte aligned rows of the bf16/fp16 activation it quantizes itself), else what is
 // wrong. Shared memory is checked by the caller (gemv_gemm_smem_bytes).
 std::string_view gemv_gemm_unsupported(const GemmParams& p);

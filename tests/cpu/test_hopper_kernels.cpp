@@ -180,7 +180,7 @@ TEST(HopperKernels, OnlyThePrefillKernelTakesTheDequantizedActivation) {
     EXPECT_TRUE(prefill_kernel().takes_dequantized_activation(config)) << config;
   }
   EXPECT_FALSE(decode_kernel().takes_dequantized_activation(decode_kernel().configs().front()));
-  EXPECT_FALSE(gemv_kernel().takes_dequantized_activation("t1"));
+  EXPECT_FALSE(gemv_kernel().takes_dequantized_activation("t8_w8"));
   EXPECT_FALSE(
       builtin("generic").takes_dequantized_activation(builtin("generic").default_config(8192)));
 }
@@ -205,11 +205,13 @@ TEST(PrefillKernel, CallWithoutScratchOrWithUnknownConfigIsRejected) {
 TEST(GemvKernel, ClaimsTheSmallestMAndSaysWhatItNeeds) {
   const Kernel& k = gemv_kernel();
   EXPECT_TRUE(k.needs_tuned_rows());
-  EXPECT_EQ(k.configs(), (std::vector<std::string>{"t1", "t2"}));
-  EXPECT_EQ(k.default_config(1), "t1");
-  EXPECT_EQ(k.default_config(2), "t2");
-  EXPECT_TRUE(k.worth_sweeping(1, "t1"));
-  EXPECT_FALSE(k.worth_sweeping(32, "t2"));
+  EXPECT_EQ(k.configs(), (std::vector<std::string>{"t8_w4", "t8_w8", "t16_w8"}));
+  EXPECT_EQ(k.default_config(1), "t8_w8");
+  EXPECT_EQ(k.default_config(8), "t8_w8");
+  EXPECT_EQ(k.default_config(9), "t16_w8");
+  EXPECT_TRUE(k.worth_sweeping(1, "t8_w4"));
+  EXPECT_TRUE(k.worth_sweeping(16, "t16_w8"));
+  EXPECT_FALSE(k.worth_sweeping(32, "t16_w8"));
   LayerDescription layer;
   layer.n = 2560;
   layer.k = 6144;
@@ -217,9 +219,11 @@ TEST(GemvKernel, ClaimsTheSmallestMAndSaysWhatItNeeds) {
   layer.k = 96;  // any K % 32 == 0
   EXPECT_TRUE(k.can_implement(layer).ok());
   layer.alignment = 8;
-  EXPECT_THAT(k.can_implement(layer).reason, HasSubstr("16-byte"));
+  EXPECT_TRUE(k.can_implement(layer).ok());
+  layer.alignment = 4;
+  EXPECT_THAT(k.can_implement(layer).reason, HasSubstr("8-byte"));
   layer.alignment = 16;
-  layer.k = 1 << 16;  // one token's fp32 activation would not fit in shared memory
+  layer.k = 1 << 18;  // one token's e4m3 row would not fit in shared memory
   EXPECT_THAT(k.can_implement(layer).reason, HasSubstr("shared memory"));
   EXPECT_THAT(k.is_supported(DeviceDescription::parse("cpu")).reason, HasSubstr("needs a GPU"));
 }
@@ -231,11 +235,12 @@ TEST(GemvKernel, QuantizesAlignedBf16AndFp16ActivationsItself) {
   const auto view = [&](void* data, std::int64_t cols, std::int64_t stride, DType dtype) {
     return TensorView::matrix(data, 2, cols, stride, dtype, Location::kDevice);
   };
-  EXPECT_TRUE(gemv_kernel().quantizes_activation("t1", view(storage, 64, 64, DType::kBF16)));
-  EXPECT_TRUE(gemv_kernel().quantizes_activation("t2", view(storage, 64, 72, DType::kF16)));
-  EXPECT_FALSE(gemv_kernel().quantizes_activation("t1", view(storage, 32, 32, DType::kF32)));
-  EXPECT_FALSE(gemv_kernel().quantizes_activation("t1", view(storage, 64, 68, DType::kBF16)));
-  EXPECT_FALSE(gemv_kernel().quantizes_activation("t1", view(storage + 1, 64, 64, DType::kBF16)));
+  EXPECT_TRUE(gemv_kernel().quantizes_activation("t8_w8", view(storage, 64, 64, DType::kBF16)));
+  EXPECT_TRUE(gemv_kernel().quantizes_activation("t16_w8", view(storage, 64, 72, DType::kF16)));
+  EXPECT_FALSE(gemv_kernel().quantizes_activation("t8_w8", view(storage, 32, 32, DType::kF32)));
+  EXPECT_FALSE(gemv_kernel().quantizes_activation("t8_w8", view(storage, 64, 68, DType::kBF16)));
+  EXPECT_FALSE(
+      gemv_kernel().quantizes_activation("t8_w8", view(storage + 1, 64, 64, DType::kBF16)));
   EXPECT_FALSE(
       prefill_kernel().quantizes_activation("w128_t128_st4", view(storage, 64, 64, DType::kBF16)));
 }
@@ -262,11 +267,11 @@ TEST(DecodeKernel, QuantizesItselfOnlyWhereATwinKeepsItsOccupancy) {
 
 TEST(GemvKernel, UnknownConfigOrTooLargeKIsRejected) {
   const FakeCall f(1, 64, 768);
-  const Error unknown = error_of("t3", f, gemv_kernel());
+  const Error unknown = error_of("t1", f, gemv_kernel());
   EXPECT_EQ(unknown.code(), ErrorCode::kInvalidArgument);
-  EXPECT_THAT(unknown.what(), HasSubstr("t1, t2"));
-  const FakeCall wide(2, 64, 32768);  // two tokens' fp32 activations: 270 KB
-  const Error smem = error_of("t2", wide, gemv_kernel());
+  EXPECT_THAT(unknown.what(), HasSubstr("t8_w4, t8_w8, t16_w8"));
+  const FakeCall wide(16, 64, 16384);  // sixteen tokens' e4m3 rows: 263 KB
+  const Error smem = error_of("t16_w8", wide, gemv_kernel());
   EXPECT_EQ(smem.code(), ErrorCode::kUnsupported);
   EXPECT_THAT(smem.what(), HasSubstr("shared memory"));
 }

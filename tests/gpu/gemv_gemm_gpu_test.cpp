@@ -1,5 +1,5 @@
-// The CUDA-core MX GEMV, every config, against the fp64 reference (MXFP8.md's checks), plus
-// determinism and CUDA-graph capture with programmatic launch.
+// The MX GEMV (mma.sync from global memory), every config, against the fp64 reference
+// (MXFP8.md's checks), plus determinism and CUDA-graph capture with programmatic launch.
 #include <sstream>
 
 #include "device/gemv_gemm.hpp"
@@ -10,11 +10,11 @@
 namespace mxlinear::test {
 namespace {
 
-// M = 1, 2 and several token tiles (3, 7); N not a multiple of a CTA's rows (4 or 8); K = 32,
-// 96 and 544 (a lane's last round partly past the row) and K beyond one round (256 or 128
-// 16-byte columns).
-const GemmShape kShapes[] = {{1, 1, 32},    {2, 9, 96},     {3, 33, 544},
-                             {7, 70, 1024}, {1, 130, 4096}, {2, 5, 6144}};
+// M = 1, 2, 7 and several token tiles (17, 40); N not a multiple of a CTA's 16 rows; K = 32 and
+// 96 (fewer blocks than warps), 544 (17 blocks: ranges that end inside a round) and K of many
+// rounds per warp.
+const GemmShape kShapes[] = {{1, 1, 32},     {2, 9, 96},   {3, 33, 544},  {7, 70, 1024},
+                             {1, 130, 4096}, {2, 5, 6144}, {17, 40, 800}, {40, 17, 2080}};
 
 class GemvGemmConfig : public ::testing::TestWithParam<int> {
  protected:
@@ -83,7 +83,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Range(0, static_cast<int>(device::gemv_gemm_instances().size())),
     [](const ::testing::TestParamInfo<int>& param) {
       std::ostringstream name;  // the registry's config name (a stream: GCC 12 warns on +)
-      name << "t" << device::gemv_gemm_instances()[static_cast<std::size_t>(param.param)].tokens;
+      const auto& i = device::gemv_gemm_instances()[static_cast<std::size_t>(param.param)];
+      name << "t" << i.tokens << "_w" << i.warps;
       return name.str();
     });
 

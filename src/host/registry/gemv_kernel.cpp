@@ -1,6 +1,6 @@
-// The CUDA-core MX GEMV in the registry: a tuned kernel for the smallest M (it claims only the
-// (N, K) its tuned rows name). Config names: "t1" = one token per CTA and one weight row per
-// warp, "t2" = two of each.
+// The MX GEMV in the registry: a tuned kernel for the smallest M (it claims only the (N, K) its
+// tuned rows name). Config names: "t8_w4" = 8 tokens and 16 weight rows per CTA, K split over 4
+// warps; "t8_w8" the same over 8 warps; "t16_w8" 16 tokens over 8 warps.
 #include <fmt/format.h>
 
 #include <string>
@@ -17,7 +17,9 @@ namespace {
 
 constexpr std::int64_t kMaxGridY = 65535;
 
-std::string config_name(const device::GemvInstanceInfo& i) { return fmt::format("t{}", i.tokens); }
+std::string config_name(const device::GemvInstanceInfo& i) {
+  return fmt::format("t{}_w{}", i.tokens, i.warps);
+}
 
 int find_instance(std::string_view config) {
   const auto instances = device::gemv_gemm_instances();
@@ -42,22 +44,22 @@ class GemvKernel final : public Kernel {
   }
 
   Verdict can_implement(const LayerDescription& layer) const override {
-    if (layer.alignment < 16) {
-      return {fmt::format("needs 16-byte aligned e4m3 rows; the layer's are {}-byte aligned",
+    if (layer.alignment < 8) {
+      return {fmt::format("needs 8-byte aligned e4m3 rows; the layer's are {}-byte aligned",
                           layer.alignment)};
     }
-    if (device::gemv_gemm_smem_bytes(0, static_cast<int>(layer.k)) > device::kGemvMaxSmemBytes) {
+    if (device::gemv_gemm_smem_bytes(0, 1, static_cast<int>(layer.k)) > device::kGemvMaxSmemBytes) {
       return {fmt::format("K = {} does not fit one token's activation in shared memory", layer.k)};
     }
     return {};
   }
 
   bool needs_tuned_rows() const override { return true; }
-  bool worth_sweeping(std::int64_t m, std::string_view) const override { return m <= 4; }
+  bool worth_sweeping(std::int64_t m, std::string_view) const override { return m <= 16; }
 
   std::string default_config(std::int64_t m) const override {
     const auto instances = device::gemv_gemm_instances();
-    return config_name(instances[m <= 1 ? 0 : 1]);
+    return config_name(instances[m <= 8 ? 1 : 2]);
   }
 
   void prepare_weights(const MxWeight& in, const MxWeight& out,
@@ -66,7 +68,7 @@ class GemvKernel final : public Kernel {
   }
   bool prepared_weights_cacheable() const override { return true; }
 
-  // At one or two tokens a separate quantize kernel costs about what the GEMV does; each CTA
+  // At a few tokens a separate quantize kernel costs a large share of the GEMV; each CTA
   // quantizes its tokens itself instead (16-byte aligned bf16/fp16 rows).
   bool quantizes_activation(const std::string&, const TensorView& x) const override {
     return detail::is_self_quantizable(x);
@@ -80,12 +82,12 @@ class GemvKernel final : public Kernel {
           fmt::format("is '{}'; expected one of: {}", config, fmt::join(this->configs(), ", ")));
     }
     const LinearShape& shape = call.shape;
-    if (const int smem = device::gemv_gemm_smem_bytes(instance, static_cast<int>(shape.k));
+    if (const int smem = device::gemv_gemm_smem_bytes(instance, shape.m, static_cast<int>(shape.k));
         smem > device::kGemvMaxSmemBytes) {
       detail::fail(ErrorCode::kUnsupported, "gemv kernel", "config",
-                   fmt::format("is '{}'; K = {} needs {} bytes of shared memory per CTA, more "
-                               "than {}",
-                               config, shape.k, smem, device::kGemvMaxSmemBytes));
+                   fmt::format("is '{}'; M = {}, K = {} needs {} bytes of shared memory per CTA, "
+                               "more than {}",
+                               config, shape.m, shape.k, smem, device::kGemvMaxSmemBytes));
     }
     const int tokens = device::gemv_gemm_instances()[static_cast<std::size_t>(instance)].tokens;
     if ((shape.m + tokens - 1) / tokens > kMaxGridY) {
