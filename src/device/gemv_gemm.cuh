@@ -14,8 +14,8 @@
 //   with the same permutation, so each pair of mma sums exactly one MX block (exact e4m3 -> f16
 //   widening, fp32 accumulation: the generic kernel's arithmetic).
 // - The block's partial is promoted as acc += (partial * sa) * sw, like the other kernels.
-// - A warp's weights for the next 4 blocks are in flight while it computes the current 4; the
-//   first 4 are issued before waiting on the previous kernel (weights are static).
+// - A warp's weights for the next 8 blocks are in flight while it computes the current 8; the
+//   first 8 are issued before waiting on the previous kernel (weights are static).
 // - The CTA's tokens (e4m3 and scale bytes) are staged in shared memory once: copied, or
 //   quantized from the bf16/fp16 activation the way the quantize kernel does it.
 #pragma once
@@ -42,15 +42,18 @@ struct GemvTile {
   static constexpr int kWarps = kWarps_;            // K ranges per CTA
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRows = 16;  // weight rows per CTA (mma M)
-  // MX blocks per round of a warp's loads: 2 KiB per warp, two rounds in flight. Lane t loads
-  // the scale bytes of block t of the round (as many lanes as blocks per row group).
-  static constexpr int kRoundBlocks = 4;
+  // MX blocks per round of a warp's loads: 4 KiB per warp, two rounds in flight (with 2 KiB
+  // rounds the warps kept too few bytes in flight: 10.5 us for 2560 x 6144 at M = 1). Lane t
+  // loads the scale bytes of blocks t, t + 4 of the round.
+  static constexpr int kRoundBlocks = 8;
+  static constexpr int kScalesPerLane = kRoundBlocks / 4;
   // Activation rows are padded by 32 bytes so the 8 token rows of a fragment read fall into
   // different bank groups (K % 128 == 0 would put them all in the same banks).
   static constexpr int kRowPad = 32;
   // 16 warps per SM (at most 128 registers; 24 spill): 4 warps per CTA then run the 384 CTAs of
-  // an N = 6144 layer in one wave, 8 warps per CTA the 160 of N = 2560.
-  static constexpr int kMinCtasPerSm = 16 / kWarps;
+  // an N = 6144 layer in one wave, 8 warps per CTA the 160 of N = 2560. Two token tiles need
+  // more registers than that (8 per SM).
+  static constexpr int kMinCtasPerSm = 16 / kWarps / kTokenTiles;
 
   // Shared memory at K for `tokens` = min(M, kTokens) staged rows: e4m3 rows, their scales
   // decoded to fp32, and the warps' partial tiles for the reduction.
@@ -64,7 +67,7 @@ struct GemvTile {
 
   static_assert(kTokenTiles >= 1 && kTokenTiles <= 2, "a first and a last token tile");
   static_assert(kWarps == 4 || kWarps == 8, "compiled K ranges");
-  static_assert(kRoundBlocks == 4, "one scale byte per lane t of a row group");
+  static_assert(kRoundBlocks % 4 == 0, "scale bytes spread over the 4 lanes of a row group");
 };
 
 namespace gemv_detail {
@@ -77,21 +80,34 @@ struct StagedActivation {
   int stride, blocks, tokens;
 };
 
-// Copies the CTA's pre-quantized tokens (4-byte aligned rows) into shared memory, every load of
-// a thread in flight before its first store.
+// Copies the CTA's pre-quantized tokens into shared memory, every load of a batch in flight
+// before its first store: 16-byte words where the rows allow, else 4-byte ones (4-byte aligned
+// rows).
+template <class Tile, class Word>
+__device__ __forceinline__ void copy_rows(const GemmParams& p, int t0, const StagedActivation& s) {
+  constexpr int kBytes = sizeof(Word);
+  // 32 bytes of a batch in registers: the first round of weights is in flight meanwhile.
+  copy_in_batches<32 / kBytes>(
+      s.tokens, p.k / kBytes, static_cast<int>(threadIdx.x), Tile::kThreads,
+      [&](int t, int w) {
+        return *reinterpret_cast<const Word*>(p.a + static_cast<std::int64_t>(t0 + t) * p.ld_a +
+                                              kBytes * w);
+      },
+      [&](int t, int w, Word v) {
+        *reinterpret_cast<Word*>(s.values + t * s.stride + kBytes * w) = v;
+      });
+}
+
 template <class Tile>
 __device__ __forceinline__ void copy_activations(const GemmParams& p, int t0,
                                                  const StagedActivation& s) {
-  const int words = p.k / 4;
-  copy_in_batches<8>(
-      s.tokens, words, static_cast<int>(threadIdx.x), Tile::kThreads,
-      [&](int t, int w) {
-        return *reinterpret_cast<const std::uint32_t*>(
-            p.a + static_cast<std::int64_t>(t0 + t) * p.ld_a + 4 * w);
-      },
-      [&](int t, int w, std::uint32_t v) {
-        *reinterpret_cast<std::uint32_t*>(s.values + t * s.stride + 4 * w) = v;
-      });
+  const bool wide = reinterpret_cast<std::uintptr_t>(p.a) % 16 == 0 &&
+                    (p.m <= 1 || p.ld_a % 16 == 0) && p.k % 16 == 0;
+  if (wide) {
+    copy_rows<Tile, uint4>(p, t0, s);
+  } else {
+    copy_rows<Tile, std::uint32_t>(p, t0, s);
+  }
   copy_in_batches<4>(
       s.tokens, s.blocks, static_cast<int>(threadIdx.x), Tile::kThreads,
       [&](int t, int b) {
@@ -142,12 +158,12 @@ __device__ __forceinline__ void quantize_activations(const GemmParams& p, int t0
 }
 
 // One round of a warp's weights: rows g and g + 8, kRoundBlocks blocks of 8 bytes each, and
-// the scale bytes of block t of the round for both rows (the other lanes' by shuffle); zeros past
-// N or past the warp's K range.
+// the scale bytes of blocks t, t + 4, ... of the round for both rows (the other lanes' by
+// shuffle); zeros past N or past the warp's K range.
 template <class Tile>
 struct WeightRound {
   uint2 w[2][Tile::kRoundBlocks];
-  std::uint32_t sw[2];
+  std::uint32_t sw[2][Tile::kScalesPerLane];
 
   __device__ __forceinline__ void load(const GemmParams& p, int n0, int g, int t, int first,
                                        int end) {
@@ -163,14 +179,19 @@ struct WeightRound {
         w[h][i] = row && b < end ? __ldg(reinterpret_cast<const uint2*>(wr + kBlockSize * b))
                                  : make_uint2(0u, 0u);
       }
-      sw[h] = row && first + t < end ? __ldg(p.w_scales + at * p.ld_w_scales + first + t) : 0u;
+#pragma unroll
+      for (int q = 0; q < Tile::kScalesPerLane; ++q) {
+        const int b = first + t + 4 * q;
+        sw[h][q] = row && b < end ? __ldg(p.w_scales + at * p.ld_w_scales + b) : 0u;
+      }
     }
   }
 
   // The weight scale of block i of the round for row g (h = 0) or g + 8 (h = 1), given this
-  // lane's decoded scales: lane (g, i) holds it. Every lane of the warp must call it.
-  __device__ __forceinline__ static float scale(const float (&decoded)[2], int h, int i, int g) {
-    return __shfl_sync(0xFFFFFFFFu, decoded[h], 4 * g + i);
+  // lane's decoded scales: lane (g, i % 4) holds it. Every lane of the warp must call it.
+  __device__ __forceinline__ static float scale(const float (&decoded)[2][Tile::kScalesPerLane],
+                                                int h, int i, int g) {
+    return __shfl_sync(0xFFFFFFFFu, decoded[h][i / 4], 4 * g + i % 4);
   }
 };
 
@@ -241,7 +262,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
 
   // Rounds in pairs, so each buffer has a fixed register home.
   auto compute = [&](const WeightRound<Tile>& r, int base) {
-    const float decoded[2] = {mx::scale_from_byte(r.sw[0]), mx::scale_from_byte(r.sw[1])};
+    float decoded[2][Tile::kScalesPerLane];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int q = 0; q < Tile::kScalesPerLane; ++q)
+        decoded[h][q] = mx::scale_from_byte(r.sw[h][q]);
+    }
 #pragma unroll
     for (int i = 0; i < Tile::kRoundBlocks; ++i) {
       const int b = base + i;
