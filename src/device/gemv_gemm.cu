@@ -8,18 +8,22 @@
 namespace mxlinear::device {
 namespace {
 
-// The instances compiled: 8 tokens with 4 or 8 K ranges per CTA, 16 tokens with 8.
+// The instances compiled: 8 tokens with 4 or 8 K ranges per CTA and 16 tokens with 8, weights
+// through registers; 8 tokens through a per-warp shared-memory ring of 8 (4 warps) or 4 (8 warps)
+// slots, about 70 KiB per CTA with one token.
 using Tile8w4 = GemvTile<1, 4>;
 using Tile8w8 = GemvTile<1, 8>;
 using Tile16w8 = GemvTile<2, 8>;
+using Tile8w4r8 = GemvTile<1, 4, 8>;
+using Tile8w8r4 = GemvTile<1, 8, 4>;
 
 template <class Tile>
 constexpr GemvInstanceInfo info() {
-  return {Tile::kTokens, Tile::kWarps};
+  return {Tile::kTokens, Tile::kWarps, Tile::kStages};
 }
 
-constexpr std::array<GemvInstanceInfo, 3> kInstances = {info<Tile8w4>(), info<Tile8w8>(),
-                                                        info<Tile16w8>()};
+constexpr std::array<GemvInstanceInfo, 5> kInstances = {
+    info<Tile8w4>(), info<Tile8w8>(), info<Tile16w8>(), info<Tile8w4r8>(), info<Tile8w8r4>()};
 
 template <class Tile>
 int staged_tokens(std::int64_t m) {
@@ -50,7 +54,8 @@ std::span<const GemvInstanceInfo> gemv_gemm_instances() { return kInstances; }
 
 int gemv_gemm_smem_bytes(int instance, std::int64_t m, int k) {
   using Sizer = int (*)(std::int64_t, int);
-  constexpr Sizer kSizers[] = {smem_bytes<Tile8w4>, smem_bytes<Tile8w8>, smem_bytes<Tile16w8>};
+  constexpr Sizer kSizers[] = {smem_bytes<Tile8w4>, smem_bytes<Tile8w8>, smem_bytes<Tile16w8>,
+                               smem_bytes<Tile8w4r8>, smem_bytes<Tile8w8r4>};
   static_assert(std::size(kSizers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) return 0;
   return kSizers[instance](m, k);
@@ -62,7 +67,7 @@ std::string_view gemv_gemm_unsupported(const GemmParams& p) {
            (rows <= 1 || static_cast<std::uintptr_t>(ld) % a == 0);
   };
   if (p.k % 32 != 0) return "K must be a multiple of 32";
-  if (!aligned(p.w, p.ld_w, p.n, 8)) return "e4m3 weight rows must be 8-byte aligned";
+  if (!aligned(p.w, p.ld_w, p.n, 16)) return "e4m3 weight rows must be 16-byte aligned";
   if (p.x == nullptr && !aligned(p.a, p.ld_a, p.m, 4)) {
     return "e4m3 activation rows must be 4-byte aligned";
   }
@@ -74,8 +79,8 @@ std::string_view gemv_gemm_unsupported(const GemmParams& p) {
 
 cudaError_t launch_gemv_gemm(const GemmParams& p, int instance, cudaStream_t stream) {
   using Launcher = cudaError_t (*)(const GemmParams&, cudaStream_t);
-  constexpr Launcher kLaunchers[] = {launch<Tile8w4>, launch<Tile8w8>,
-                                     launch<Tile16w8>};  // in kInstances' order
+  constexpr Launcher kLaunchers[] = {launch<Tile8w4>, launch<Tile8w8>, launch<Tile16w8>,
+                                     launch<Tile8w4r8>, launch<Tile8w8r4>};  // in kInstances' order
   static_assert(std::size(kLaunchers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
     return cudaErrorInvalidValue;

@@ -1,5 +1,5 @@
-// Host-side entry to the MX GEMV (mma.sync straight from global memory, 8 or 16 tokens per
-// CTA): its compiled instances and a launcher.
+// Host-side entry to the MX GEMV (mma.sync fed through registers or a per-warp cp.async ring,
+// 8 or 16 tokens per CTA): its compiled instances and a launcher.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,6 +15,7 @@ namespace mxlinear::device {
 struct GemvInstanceInfo {
   int tokens;  // activation rows per CTA
   int warps;   // K ranges per CTA (16 weight rows each)
+  int stages;  // slots of the per-warp shared-memory weight ring; 0: weights through registers
 };
 
 std::span<const GemvInstanceInfo> gemv_gemm_instances();
@@ -25,7 +26,7 @@ inline constexpr int kGemvMaxSmemBytes = 227 * 1024;
 // scale bytes, and the warps' partial tiles.
 int gemv_gemm_smem_bytes(int instance, std::int64_t m, int k);
 
-// Empty when p suits the GEMV (8-byte aligned weight rows; 4-byte aligned e4m3 activation
+// Empty when p suits the GEMV (16-byte aligned weight rows; 4-byte aligned e4m3 activation
 // rows, or 16-byte aligned rows of the bf16/fp16 activation it quantizes itself), else what is
 // wrong. Shared memory is checked by the caller (gemv_gemm_smem_bytes).
 std::string_view gemv_gemm_unsupported(const GemmParams& p);

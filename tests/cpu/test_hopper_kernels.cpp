@@ -205,7 +205,8 @@ TEST(PrefillKernel, CallWithoutScratchOrWithUnknownConfigIsRejected) {
 TEST(GemvKernel, ClaimsTheSmallestMAndSaysWhatItNeeds) {
   const Kernel& k = gemv_kernel();
   EXPECT_TRUE(k.needs_tuned_rows());
-  EXPECT_EQ(k.configs(), (std::vector<std::string>{"t8_w4", "t8_w8", "t16_w8"}));
+  EXPECT_EQ(k.configs(),
+            (std::vector<std::string>{"t8_w4", "t8_w8", "t16_w8", "t8_w4_r8", "t8_w8_r4"}));
   EXPECT_EQ(k.default_config(1), "t8_w8");
   EXPECT_EQ(k.default_config(8), "t8_w8");
   EXPECT_EQ(k.default_config(9), "t16_w8");
@@ -219,10 +220,10 @@ TEST(GemvKernel, ClaimsTheSmallestMAndSaysWhatItNeeds) {
   layer.k = 96;  // any K % 32 == 0
   EXPECT_TRUE(k.can_implement(layer).ok());
   layer.alignment = 8;
-  EXPECT_TRUE(k.can_implement(layer).ok());
-  layer.alignment = 4;
-  EXPECT_THAT(k.can_implement(layer).reason, HasSubstr("8-byte"));
+  EXPECT_THAT(k.can_implement(layer).reason, HasSubstr("16-byte"));
   layer.alignment = 16;
+  layer.scale_alignment = 1;  // the ring copies unaligned scale rows by plain loads
+  EXPECT_TRUE(k.can_implement(layer).ok());
   layer.k = 1 << 18;  // one token's e4m3 row would not fit in shared memory
   EXPECT_THAT(k.can_implement(layer).reason, HasSubstr("shared memory"));
   EXPECT_THAT(k.is_supported(DeviceDescription::parse("cpu")).reason, HasSubstr("needs a GPU"));
@@ -269,7 +270,7 @@ TEST(GemvKernel, UnknownConfigOrTooLargeKIsRejected) {
   const FakeCall f(1, 64, 768);
   const Error unknown = error_of("t1", f, gemv_kernel());
   EXPECT_EQ(unknown.code(), ErrorCode::kInvalidArgument);
-  EXPECT_THAT(unknown.what(), HasSubstr("t8_w4, t8_w8, t16_w8"));
+  EXPECT_THAT(unknown.what(), HasSubstr("t8_w4, t8_w8, t16_w8, t8_w4_r8, t8_w8_r4"));
   const FakeCall wide(16, 64, 16384);  // sixteen tokens' e4m3 rows: 263 KB
   const Error smem = error_of("t16_w8", wide, gemv_kernel());
   EXPECT_EQ(smem.code(), ErrorCode::kUnsupported);

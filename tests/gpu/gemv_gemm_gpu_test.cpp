@@ -85,6 +85,7 @@ INSTANTIATE_TEST_SUITE_P(
       std::ostringstream name;  // the registry's config name (a stream: GCC 12 warns on +)
       const auto& i = device::gemv_gemm_instances()[static_cast<std::size_t>(param.param)];
       name << "t" << i.tokens << "_w" << i.warps;
+      if (i.stages > 0) name << "_r" << i.stages;
       return name.str();
     });
 

@@ -1,6 +1,7 @@
 // The MX GEMV in the registry: a tuned kernel for the smallest M (it claims only the (N, K) its
 // tuned rows name). Config names: "t8_w4" = 8 tokens and 16 weight rows per CTA, K split over 4
-// warps; "t8_w8" the same over 8 warps; "t16_w8" 16 tokens over 8 warps.
+// warps, weights through registers; "t8_w8" the same over 8 warps; "t16_w8" 16 tokens over 8
+// warps; "t8_w4_r8" = weights through a per-warp shared-memory ring of 8 slots.
 #include <fmt/format.h>
 
 #include <string>
@@ -18,7 +19,8 @@ namespace {
 constexpr std::int64_t kMaxGridY = 65535;
 
 std::string config_name(const device::GemvInstanceInfo& i) {
-  return fmt::format("t{}_w{}", i.tokens, i.warps);
+  return i.stages == 0 ? fmt::format("t{}_w{}", i.tokens, i.warps)
+                       : fmt::format("t{}_w{}_r{}", i.tokens, i.warps, i.stages);
 }
 
 int find_instance(std::string_view config) {
@@ -44,8 +46,8 @@ class GemvKernel final : public Kernel {
   }
 
   Verdict can_implement(const LayerDescription& layer) const override {
-    if (layer.alignment < 8) {
-      return {fmt::format("needs 8-byte aligned e4m3 rows; the layer's are {}-byte aligned",
+    if (layer.alignment < 16) {
+      return {fmt::format("needs 16-byte aligned e4m3 rows; the layer's are {}-byte aligned",
                           layer.alignment)};
     }
     if (device::gemv_gemm_smem_bytes(0, 1, static_cast<int>(layer.k)) > device::kGemvMaxSmemBytes) {

@@ -1,0 +1,125 @@
+// The GEMV's activation tile in shared memory: the CTA's tokens staged once (copied from the
+// pre-quantized activation, or quantized from bf16/fp16 with the quantize kernel's helpers), and
+// the per-lane reader of its mma fragments. Device code only.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "device/gemm_params.hpp"
+#include "device/grid_walk.hpp"
+#include "device/mx_convert.cuh"
+#include "device/ptx.cuh"
+#include "mxlinear/format.hpp"
+
+namespace mxlinear::device::gemv_detail {
+
+// The staged activation: `tokens` rows of K e4m3 bytes (stride K + kRowPad) and of K/32 scales
+// (fp32).
+struct StagedActivation {
+  std::uint8_t* values;
+  float* scales;
+  int stride, blocks, tokens;
+};
+
+// Copies the CTA's pre-quantized tokens into shared memory, every load of a batch in flight
+// before its first store: 16-byte words where the rows allow, else 4-byte ones (4-byte aligned
+// rows).
+template <int kThreads, class Word>
+__device__ __forceinline__ void copy_rows(const GemmParams& p, int t0, const StagedActivation& s) {
+  constexpr int kBytes = sizeof(Word);
+  // 32 bytes of a batch in registers: the first round of weights is in flight meanwhile.
+  copy_in_batches<32 / kBytes>(
+      s.tokens, p.k / kBytes, static_cast<int>(threadIdx.x), kThreads,
+      [&](int t, int w) {
+        return *reinterpret_cast<const Word*>(p.a + static_cast<std::int64_t>(t0 + t) * p.ld_a +
+                                              kBytes * w);
+      },
+      [&](int t, int w, Word v) {
+        *reinterpret_cast<Word*>(s.values + t * s.stride + kBytes * w) = v;
+      });
+}
+
+template <int kThreads>
+__device__ __forceinline__ void copy_activations(const GemmParams& p, int t0,
+                                                 const StagedActivation& s) {
+  const bool wide = reinterpret_cast<std::uintptr_t>(p.a) % 16 == 0 &&
+                    (p.m <= 1 || p.ld_a % 16 == 0) && p.k % 16 == 0;
+  if (wide) {
+    copy_rows<kThreads, uint4>(p, t0, s);
+  } else {
+    copy_rows<kThreads, std::uint32_t>(p, t0, s);
+  }
+  copy_in_batches<4>(
+      s.tokens, s.blocks, static_cast<int>(threadIdx.x), kThreads,
+      [&](int t, int b) {
+        return p.a_scales[static_cast<std::int64_t>(t0 + t) * p.ld_a_scales + b];
+      },
+      [&](int t, int b, std::uint8_t v) { s.scales[t * s.blocks + b] = mx::scale_from_byte(v); });
+}
+
+// Quantizes the CTA's tokens from p.x (bf16 or fp16, 16-byte aligned rows) into shared memory
+// with RCEIL, through the quantize kernel's helpers (block extent over four lanes,
+// mx::quantize_eight): the same bytes. Four lanes per MX block, 8 values each, so the weights
+// already in flight keep their registers.
+template <int kThreads>
+__device__ __forceinline__ void quantize_activations(const GemmParams& p, int t0,
+                                                     const StagedActivation& s) {
+  const int quarters = s.tokens * s.blocks * 4;
+  // Every lane runs every iteration: the extent's shuffles need the whole warp.
+  for (int e0 = 0; e0 < quarters; e0 += kThreads) {
+    const int e = e0 + static_cast<int>(threadIdx.x);
+    const bool valid = e < quarters;  // whole groups of four lanes
+    const int t = valid ? e / (4 * s.blocks) : 0, b = (e >> 2) % s.blocks, q = e & 3;
+    uint4 raw = make_uint4(0u, 0u, 0u, 0u);
+    if (valid) {
+      raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(p.x) +
+                                                 static_cast<std::int64_t>(t0 + t) * p.ld_x +
+                                                 kBlockSize * b + 8 * q));
+    }
+    const std::uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f =
+          p.x_is_f16 ? __half22float2(*reinterpret_cast<const __half2*>(&words[j]))
+                     : __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[j]));
+      v[2 * j] = f.x;
+      v[2 * j + 1] = f.y;
+    }
+    const mx::BlockExtent extent = mx::block_extent_of_four_lanes(v);
+    std::uint32_t bytes[2];
+    const std::uint8_t scale =
+        mx::quantize_eight(v, extent.amax, extent.non_finite, ScaleRule::kRceil, bytes);
+    if (valid) {
+      *reinterpret_cast<uint2*>(s.values + t * s.stride + kBlockSize * b + 8 * q) =
+          make_uint2(bytes[0], bytes[1]);
+      if (q == 0) s.scales[t * s.blocks + b] = mx::scale_from_byte(scale);
+    }
+  }
+}
+
+// Where lane (g, t) reads token tile `tile` of the staged activation: its fragment row (token g
+// of the tile) and the scale rows of tokens 2t and 2t + 1. Tokens past the staged rows read the
+// last staged one: the mma keeps each token's column apart, and those columns are never stored.
+struct ActivationReader {
+  const std::uint8_t* values;
+  const float* scale0;
+  const float* scale1;
+
+  __device__ __forceinline__ ActivationReader(const StagedActivation& s, int tile, int g, int t)
+      : values(s.values + min(8 * tile + g, s.tokens - 1) * s.stride + 8 * t),
+        scale0(s.scales + min(8 * tile + 2 * t, s.tokens - 1) * s.blocks),
+        scale1(s.scales + min(8 * tile + 2 * t + 1, s.tokens - 1) * s.blocks) {}
+
+  // Block b's fragments: frag[0..1] for k16 step 0, frag[2..3] for step 1.
+  __device__ __forceinline__ void fragments(int b, std::uint32_t (&frag)[4]) const {
+    const uint2 bytes = *reinterpret_cast<const uint2*>(values + kBlockSize * b);
+    ptx::e4m3x4_to_f16x2x2(bytes.x, frag[0], frag[1]);
+    ptx::e4m3x4_to_f16x2x2(bytes.y, frag[2], frag[3]);
+  }
+};
+
+}  // namespace mxlinear::device::gemv_detail

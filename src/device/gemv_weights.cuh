@@ -1,0 +1,223 @@
+// How a GEMV warp gets its 16 weight rows and what it does with each MX block. Two streamers:
+// WeightRounds keeps the next round of blocks in registers (no shared memory, but a register
+// budget caps the bytes in flight), WeightRing copies kStages rounds ahead into a per-warp
+// shared-memory ring with cp.async (each lane copies, waits on its own groups, and the warp meets
+// at __syncwarp: no CTA barrier, no mbarrier, no proxy fence). Device code only.
+#pragma once
+
+#include <cstdint>
+
+#include "device/gemm_params.hpp"
+#include "device/gemv_activation.cuh"
+#include "device/mx_convert.cuh"
+#include "device/ptx.cuh"
+#include "mxlinear/format.hpp"
+
+namespace mxlinear::device::gemv_detail {
+
+// One MX block for lane (g, t): w_lo / w_hi are bytes 8t..8t+7 of the block in rows g and g + 8;
+// the two m16n8k16 f16 mma take bytes 0-3 (step 0) and 4-7 (step 1) as the pairs (k = 2t, 2t+1)
+// and (2t+8, 2t+9), and the activation fragments use the same map, so the pair sums exactly the
+// block. acc[j] of token tile j: (row g, token 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1), promoted
+// as acc += (partial * sa) * sw like the other kernels.
+template <int kTokenTiles>
+__device__ __forceinline__ void accumulate_block(float (&acc)[kTokenTiles][4], uint2 w_lo,
+                                                 uint2 w_hi, float sw_lo, float sw_hi, int b,
+                                                 const ActivationReader& first_tile,
+                                                 const ActivationReader& last_tile) {
+  std::uint32_t a0[4], a1[4];  // k16 steps 0 and 1: {row g lo, row g+8 lo, g hi, g+8 hi}
+  ptx::e4m3x4_to_f16x2x2(w_lo.x, a0[0], a0[2]);
+  ptx::e4m3x4_to_f16x2x2(w_hi.x, a0[1], a0[3]);
+  ptx::e4m3x4_to_f16x2x2(w_lo.y, a1[0], a1[2]);
+  ptx::e4m3x4_to_f16x2x2(w_hi.y, a1[1], a1[3]);
+#pragma unroll
+  for (int j = 0; j < kTokenTiles; ++j) {
+    const ActivationReader& reader = j == 0 ? first_tile : last_tile;
+    std::uint32_t bf[4];
+    reader.fragments(b, bf);
+    const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float partial[4];
+    ptx::mma_f16_16816(partial, a0, bf[0], bf[1], zero);
+    ptx::mma_f16_16816(partial, a1, bf[2], bf[3], partial);
+    const float sa0 = reader.scale0[b], sa1 = reader.scale1[b];
+    acc[j][0] = fmaf(partial[0] * sa0, sw_lo, acc[j][0]);
+    acc[j][1] = fmaf(partial[1] * sa1, sw_lo, acc[j][1]);
+    acc[j][2] = fmaf(partial[2] * sa0, sw_hi, acc[j][2]);
+    acc[j][3] = fmaf(partial[3] * sa1, sw_hi, acc[j][3]);
+  }
+}
+
+// The weight scale of round block i for row g, when lane (g, i % 4) holds it in decoded[i / 4].
+// Every lane of the warp must call it.
+template <int kPerLane>
+__device__ __forceinline__ float shuffled_scale(const float (&decoded)[kPerLane], int i, int g) {
+  return __shfl_sync(0xFFFFFFFFu, decoded[i / 4], 4 * g + i % 4);
+}
+
+// The register streamer: blocks [first, end) of the warp's range, kRoundBlocks per round, the
+// next round's loads in flight while the current one is computed; the first round is loaded
+// before the wait on the previous kernel (weights are static).
+template <int kRoundBlocks>
+struct WeightRound {
+  static constexpr int kScalesPerLane = kRoundBlocks / 4;  // lane t: blocks t, t + 4, ...
+  uint2 w[2][kRoundBlocks];
+  std::uint32_t sw[2][kScalesPerLane];
+
+  // Rows g and g + 8, 8 bytes of each block; zeros past N or past `end`.
+  __device__ __forceinline__ void load(const GemmParams& p, int n0, int g, int t, int first,
+                                       int end) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = n0 + g + 8 * h;
+      const bool row = n < p.n;
+      const std::int64_t at = static_cast<std::int64_t>(row ? n : 0);
+      const std::uint8_t* wr = p.w + at * p.ld_w + 8 * t;
+#pragma unroll
+      for (int i = 0; i < kRoundBlocks; ++i) {
+        const int b = first + i;
+        w[h][i] = row && b < end ? __ldg(reinterpret_cast<const uint2*>(wr + kBlockSize * b))
+                                 : make_uint2(0u, 0u);
+      }
+#pragma unroll
+      for (int q = 0; q < kScalesPerLane; ++q) {
+        const int b = first + t + 4 * q;
+        sw[h][q] = row && b < end ? __ldg(p.w_scales + at * p.ld_w_scales + b) : 0u;
+      }
+    }
+  }
+
+  template <int kTokenTiles>
+  __device__ __forceinline__ void compute(float (&acc)[kTokenTiles][4], int base, int end, int g,
+                                          const ActivationReader& first_tile,
+                                          const ActivationReader& last_tile) const {
+    float decoded[2][kScalesPerLane];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int q = 0; q < kScalesPerLane; ++q) decoded[h][q] = mx::scale_from_byte(sw[h][q]);
+    }
+#pragma unroll
+    for (int i = 0; i < kRoundBlocks; ++i) {
+      if (base + i >= end) break;  // warp-uniform
+      const float sw_lo = shuffled_scale(decoded[0], i, g);
+      const float sw_hi = shuffled_scale(decoded[1], i, g);
+      accumulate_block(acc, w[0][i], w[1][i], sw_lo, sw_hi, base + i, first_tile, last_tile);
+    }
+  }
+};
+
+template <int kRoundBlocks, int kTokenTiles>
+__device__ __forceinline__ void stream_in_registers(const GemmParams& p, int n0, int g, int t,
+                                                    int first, int end,
+                                                    WeightRound<kRoundBlocks> (&rounds)[2],
+                                                    float (&acc)[kTokenTiles][4],
+                                                    const ActivationReader& first_tile,
+                                                    const ActivationReader& last_tile) {
+  // Rounds in pairs, so each buffer has a fixed register home; rounds[0] holds `first` already.
+  for (int base = first; base < end; base += 2 * kRoundBlocks) {
+    const int next = base + kRoundBlocks;
+    if (next < end) rounds[1].load(p, n0, g, t, next, end);
+    rounds[0].compute(acc, base, end, g, first_tile, last_tile);
+    if (next >= end) break;
+    if (next + kRoundBlocks < end) rounds[0].load(p, n0, g, t, next + kRoundBlocks, end);
+    rounds[1].compute(acc, next, end, g, first_tile, last_tile);
+  }
+}
+
+// The shared-memory streamer: the warp's range in stages of 4 blocks (16 rows x 128 bytes, and
+// the rows' 4 scale bytes), kStages slots, kStages - 1 stages in flight. Lane (r, h) = (lane / 2,
+// lane % 2) copies 16-byte chunks 4h..4h+3 of row r, stored at chunk ^ (r % 8) so that the
+// fragment reads (8 rows x 32 bytes per instruction) take two wavefronts; lanes 0-15 copy the
+// scale words (cp.async where the scale rows are 4-byte aligned, else plain loads and stores,
+// which wait out a round trip per stage). Needs 16-byte aligned weight rows.
+template <int kStages>
+struct WeightRing {
+  static constexpr int kStageBlocks = 4;
+  static constexpr int kRowBytes = kStageBlocks * kBlockSize;  // 128
+  static constexpr int kSlotBytes = 16 * kRowBytes + 16 * 4;   // data, then scale words
+  static constexpr int kWarpBytes = kStages * kSlotBytes;
+  static_assert(kStages >= 2 && kSlotBytes % 16 == 0, "16-byte aligned slots");
+
+  std::uint8_t* ring;  // this warp's slots
+  bool scale_words;    // 4-byte aligned scale rows: copied by cp.async
+
+  // Copies stage s (blocks 4s .. 4s + 3, clipped to `blocks`) into slot s % kStages and commits
+  // one cp.async group (an empty one past the warp's range, so group counts stay uniform).
+  __device__ __forceinline__ void issue(const GemmParams& p, int n0, int lane, int s, int end_stage,
+                                        int blocks) const {
+    if (s < end_stage) {
+      std::uint8_t* slot = ring + (s % kStages) * kSlotBytes;
+      const int b0 = kStageBlocks * s;
+      const int valid_bytes = kBlockSize * min(kStageBlocks, blocks - b0);
+      const int r = lane >> 1, h = lane & 1;
+      const int n = n0 + r;
+      const std::int64_t at = n < p.n ? n : 0;
+      const std::uint8_t* src = p.w + at * p.ld_w + kBlockSize * b0;
+#pragma unroll
+      for (int c = 4 * h; c < 4 * h + 4; ++c) {
+        const bool valid = n < p.n && 16 * (c + 1) <= valid_bytes;
+        ptx::cp_async_16(ptx::smem_address(slot + r * kRowBytes + 16 * (c ^ (r & 7))),
+                         valid ? src + 16 * c : src, valid ? 16 : 0);
+      }
+      if (lane < 16) {
+        const int ns = n0 + lane;
+        const std::int64_t row = ns < p.n ? ns : 0;
+        const std::uint8_t* scales = p.w_scales + row * p.ld_w_scales + b0;
+        const int count = ns < p.n ? valid_bytes / kBlockSize : 0;
+        std::uint8_t* dst = slot + 16 * kRowBytes + 4 * lane;
+        if (scale_words) {
+          ptx::cp_async_4(ptx::smem_address(dst), scales, count);
+        } else {
+          std::uint32_t word = 0;
+          for (int q = 0; q < count; ++q) word |= std::uint32_t{__ldg(scales + q)} << (8 * q);
+          *reinterpret_cast<std::uint32_t*>(dst) = word;
+        }
+      }
+    }
+    ptx::cp_async_commit();
+  }
+
+  template <int kTokenTiles>
+  __device__ __forceinline__ void compute(float (&acc)[kTokenTiles][4], int s, int blocks, int g,
+                                          int t, const ActivationReader& first_tile,
+                                          const ActivationReader& last_tile) const {
+    const std::uint8_t* slot = ring + (s % kStages) * kSlotBytes;
+    const auto* scale_words = reinterpret_cast<const std::uint32_t*>(slot + 16 * kRowBytes);
+    // Lane (g, t) decodes block t's scales of rows g and g + 8; the others come by shuffle.
+    const float lo[1] = {mx::scale_from_byte((scale_words[g] >> (8 * t)) & 0xFFu)};
+    const float hi[1] = {mx::scale_from_byte((scale_words[g + 8] >> (8 * t)) & 0xFFu)};
+    const int b0 = kStageBlocks * s;
+#pragma unroll
+    for (int i = 0; i < kStageBlocks; ++i) {
+      if (b0 + i >= blocks) break;  // warp-uniform
+      const int offset = 16 * ((2 * i + (t >> 1)) ^ g) + 8 * (t & 1);
+      const uint2 w_lo = *reinterpret_cast<const uint2*>(slot + g * kRowBytes + offset);
+      const uint2 w_hi = *reinterpret_cast<const uint2*>(slot + (g + 8) * kRowBytes + offset);
+      accumulate_block(acc, w_lo, w_hi, shuffled_scale(lo, i, g), shuffled_scale(hi, i, g), b0 + i,
+                       first_tile, last_tile);
+    }
+  }
+};
+
+// Stages [first, end) of the warp's range through the ring; stages first .. first + kStages - 2
+// were issued before the wait on the previous kernel.
+template <int kStages, int kTokenTiles>
+__device__ __forceinline__ void stream_through_ring(const GemmParams& p, int n0, int lane,
+                                                    int first, int end, int blocks,
+                                                    const WeightRing<kStages>& ring,
+                                                    float (&acc)[kTokenTiles][4],
+                                                    const ActivationReader& first_tile,
+                                                    const ActivationReader& last_tile) {
+  const int g = lane >> 2, t = lane & 3;
+  for (int s = first; s < end; ++s) {
+    ring.issue(p, n0, lane, s + kStages - 1, end, blocks);
+    // All but the newest kStages - 1 groups are complete: stage s is, for this lane's copies;
+    // the warp barrier makes every lane's copies visible to all.
+    ptx::cp_async_wait<kStages - 1>();
+    __syncwarp();
+    ring.compute(acc, s, blocks, g, t, first_tile, last_tile);
+    __syncwarp();  // the slot is read by every lane before the next issue overwrites it
+  }
+}
+
+}  // namespace mxlinear::device::gemv_detail
