@@ -115,9 +115,11 @@ if [[ " $steps " == *" stress "* ]]; then
     w128_t256_st2 w128_t64_st4_overlap w128_t192_st3 w128_t192_st3_overlap; do
     for split in "" _split2 _split4 _split8; do runs+=("prefill $instance$split"); done
   done
-  runs+=("gemv t8_w4" "gemv t8_w8" "gemv t16_w8")
+  runs+=("gemv t8_w4" "gemv t8_w8" "gemv t16_w8" "gemv t8_w4_r8" "gemv t8_w8_r4")
   for run in "${runs[@]}"; do
     read -r kernel config <<<"$run"
+    # $STRESS_KERNELS (e.g. "gemv decode") narrows the step to those kernels' configs.
+    if [[ -n "${STRESS_KERNELS:-}" && " $STRESS_KERNELS " != *" $kernel "* ]]; then continue; fi
     shapes=("32 6144 3072" "128 6144 3072")
     [ "$kernel" = gemv ] && shapes=("1 6144 3072" "2 2560 6144" "13 6144 768")
     for shape in "${shapes[@]}"; do
