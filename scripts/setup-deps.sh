@@ -11,6 +11,7 @@ have_cmd cmake || need+=(cmake)
 have_cmd ninja || need+=(ninja-build)
 have_cmd g++ || need+=(g++)
 have_cmd clang-format || need+=(clang-format)
+have_cmd python3 || need+=(python3)  # the tests of scripts/
 have_file /usr/include/gtest/gtest.h || need+=(libgtest-dev)
 have_file /usr/include/gmock/gmock.h || need+=(libgmock-dev)
 have_file /usr/include/benchmark/benchmark.h || need+=(libbenchmark-dev)

@@ -2,9 +2,11 @@
 """Turns an `mxlinear bench --json` result into tuned-table rows (docs/TUNED_TABLES.md).
 
 Each (N, K, M) the bench timed becomes the row of M's bucket naming the fastest kernel/config
-(from the `--all-configs` sweep where present, else the one that ran), its GEMM microseconds,
-and its error ratio against the bench's correctness guard (4e-3 relative Frobenius error for
-bf16 output). Usage: tuned_rows_from_bench.py bench.json arch sms > rows.csv
+(from the `--all-configs` sweep where present, else the one that ran), its microseconds, and its
+error ratio against the bench's correctness guard (4e-3 relative Frobenius error for bf16
+output). Configs are ranked by the full linear from bf16 (`configs_linear`: quantization
+included, or skipped by the configs that quantize the activation themselves) where the sweep
+timed it, else by the GEMM alone. Usage: tuned_rows_from_bench.py bench.json arch sms > rows.csv
 """
 import json
 import sys
@@ -21,10 +23,12 @@ def main():
             continue
         m = row["m"]
         bucket = 1 << (m - 1).bit_length()
-        name, us = row["kernel"], row["gemm_us"]
+        by_linear = bool(row.get("configs_linear"))
+        name, us = row["kernel"], row["linear_us" if by_linear else "gemm_us"]
         error = row["check_rel_error"]
         config_errors = row.get("configs_check_rel_error", {})
-        for candidate, t in row.get("configs", {}).items():
+        candidates = row["configs_linear"] if by_linear else row.get("configs", {})
+        for candidate, t in candidates.items():
             if t < us:
                 name, us = candidate, t
                 # sweeps before 2026-11-30 (session 2) kept only the default's error

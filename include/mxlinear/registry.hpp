@@ -189,6 +189,15 @@ class Registry {
 std::vector<std::shared_ptr<const Kernel>> builtin_kernels();
 TableContext table_context(const std::vector<std::shared_ptr<const Kernel>>& kernels);
 
+// linear() on a bf16/fp16 activation with this kernel and config instead of the registry's
+// choice, through the same path: the kernel quantizes x itself, reads it dequantized from the
+// quantization pass, or takes the e4m3 activation, as it declares. For tuners, which must time
+// a config the way callers will run it. Throws kUnsupported when the kernel cannot run the
+// layer, and what the kernel's run() throws for a config it does not know.
+void linear_with(const Kernel& kernel, const std::string& config, const TensorView& x,
+                 const MxWeight& weight, const std::optional<TensorView>& bias,
+                 const TensorView& out, cudaStream_t stream, const Workspace& workspace = {});
+
 // Pretty and JSON forms of a report (the CLI's `select`).
 std::string format_report(const std::vector<ReportRow>& rows, const DeviceDescription& device);
 std::string report_json(const std::vector<ReportRow>& rows, const DeviceDescription& device);

@@ -104,8 +104,8 @@ const CachedSelection& selection_for(const LayerDescription& layer) {
   return cache.emplace(key, std::move(entry)).first->second;
 }
 
-// The kernel and config the registry hands this call to (fails if no kernel can run it).
-Dispatch dispatch_call(std::string_view op, const KernelCall& call) {
+// What the registry selects on: the call's layer.
+LayerDescription describe(const KernelCall& call) {
   LayerDescription layer;
   layer.n = call.shape.n;
   layer.k = call.shape.k;
@@ -113,6 +113,12 @@ Dispatch dispatch_call(std::string_view op, const KernelCall& call) {
   if (call.bias) layer.bias_dtype = call.bias->dtype;
   layer.alignment = alignment_of({&call.x.data, &call.weight.data});
   layer.scale_alignment = alignment_of({&call.x.scales, &call.weight.scales});
+  return layer;
+}
+
+// The kernel and config the registry hands this call to (fails if no kernel can run it).
+Dispatch dispatch_call(std::string_view op, const KernelCall& call) {
+  const LayerDescription layer = describe(call);
   const CachedSelection& cached = selection_for(layer);
   if (!cached.selection.kernel) {
     std::string reasons;
@@ -216,17 +222,22 @@ std::size_t linear_workspace_bytes(std::int64_t rows, std::int64_t k) {
   return l.data + l.scales + l.scratch;
 }
 
-void linear(const TensorView& x, const MxWeight& weight, const std::optional<TensorView>& bias,
-            const TensorView& out, cudaStream_t stream, const Workspace& workspace) {
-  constexpr std::string_view kOp = "linear";
+namespace {
+
+// The bf16/fp16 entry point with the kernel either dispatched (forced == nullptr) or given.
+void linear_from_16bit(std::string_view op, const TensorView& x, const MxWeight& weight,
+                       const std::optional<TensorView>& bias, const TensorView& out,
+                       cudaStream_t stream, const Workspace& workspace, const Dispatch* forced) {
   const LinearShape shape =
-      detail::check_linear(kOp, x, nullptr, weight, bias, out, Location::kDevice);
+      detail::check_linear(op, x, nullptr, weight, bias, out, Location::kDevice);
   if (shape.m == 0) return;
-  check_workspace(kOp, workspace, shape);
+  check_workspace(op, workspace, shape);
   const std::size_t needed = linear_workspace_bytes(shape.m, shape.k);
   const bool allocate = workspace.data == nullptr && workspace.bytes == 0;
   void* buffer = workspace.data;
-  if (allocate) detail::check_cuda(cudaMallocAsync(&buffer, needed, stream), "linear: workspace");
+  if (allocate) {
+    detail::check_cuda(cudaMallocAsync(&buffer, needed, stream), fmt::format("{}: workspace", op));
+  }
   auto* bytes = static_cast<std::uint8_t*>(buffer);
   const WorkspaceLayout layout = workspace_layout(shape.m, shape.k);
   const TensorView q =
@@ -236,22 +247,48 @@ void linear(const TensorView& x, const MxWeight& weight, const std::optional<Ten
   const Workspace scratch{bytes + layout.data + layout.scales, layout.scratch};
   try {
     KernelCall call{QuantizedActivation{q, s, x.dtype}, weight, bias, out, shape, stream, scratch};
-    const Dispatch d = dispatch_call(kOp, call);
+    Dispatch d;
+    if (forced != nullptr) {
+      d = *forced;
+      if (const Verdict v = d.kernel->can_implement(describe(call)); !v.ok()) {
+        detail::fail(ErrorCode::kUnsupported, op, "kernel",
+                     fmt::format("is '{}', which cannot run this {} x {} layer: {}",
+                                 d.kernel->name(), shape.n, shape.k, v.reason));
+      }
+    } else {
+      d = dispatch_call(op, call);
+    }
     if (d.kernel->quantizes_activation(d.config, x)) {
       call.x_unquantized = x;  // the kernel quantizes it: no separate pass
     } else {
       // A kernel that reads the activation dequantized gets it from the quantization pass
       // itself (the workspace's scratch holds M * K bf16 values): one pass and one launch fewer.
       call.x_dequantized_in_workspace = d.kernel->takes_dequantized_activation(d.config);
-      launch_quantize(kOp, x, q, s, ScaleRule::kRceil, stream,
+      launch_quantize(op, x, q, s, ScaleRule::kRceil, stream,
                       call.x_dequantized_in_workspace ? scratch.data : nullptr);
     }
-    run_dispatched(kOp, d, call);
+    run_dispatched(op, d, call);
   } catch (...) {
     if (allocate) (void)cudaFreeAsync(buffer, stream);
     throw;
   }
-  if (allocate) detail::check_cuda(cudaFreeAsync(buffer, stream), "linear: workspace free");
+  if (allocate) {
+    detail::check_cuda(cudaFreeAsync(buffer, stream), fmt::format("{}: workspace free", op));
+  }
+}
+
+}  // namespace
+
+void linear(const TensorView& x, const MxWeight& weight, const std::optional<TensorView>& bias,
+            const TensorView& out, cudaStream_t stream, const Workspace& workspace) {
+  linear_from_16bit("linear", x, weight, bias, out, stream, workspace, nullptr);
+}
+
+void linear_with(const Kernel& kernel, const std::string& config, const TensorView& x,
+                 const MxWeight& weight, const std::optional<TensorView>& bias,
+                 const TensorView& out, cudaStream_t stream, const Workspace& workspace) {
+  const Dispatch d{&kernel, config, "given"};
+  linear_from_16bit("linear_with", x, weight, bias, out, stream, workspace, &d);
 }
 
 void linear(const QuantizedActivation& x, const MxWeight& weight,

@@ -277,6 +277,27 @@ TEST(GemvKernel, UnknownConfigOrTooLargeKIsRejected) {
   EXPECT_THAT(smem.what(), HasSubstr("shared memory"));
 }
 
+// linear_with checks that the given kernel can run the layer before it launches anything (the
+// workspace is given, so nothing is allocated either): decode needs K % 128 == 0.
+TEST(LinearWith, AKernelThatCannotRunTheLayerIsRejectedBeforeAnyLaunch) {
+  alignas(256) static std::uint8_t x[4 * 96 * 2], w[16 * 96], ws[16 * 3], out[4 * 16 * 2];
+  alignas(256) static std::uint8_t workspace[1 << 16];
+  ASSERT_LE(linear_workspace_bytes(4, 96), sizeof(workspace));
+  const MxWeight weight{TensorView::contiguous(w, {16, 96}, DType::kE4M3, Location::kDevice),
+                        TensorView::contiguous(ws, {16, 3}, DType::kE8M0, Location::kDevice)};
+  try {
+    linear_with(decode_kernel(), "t8_st4_split1",
+                TensorView::contiguous(x, {4, 96}, DType::kBF16, Location::kDevice), weight,
+                std::nullopt, TensorView::contiguous(out, {4, 16}, DType::kBF16, Location::kDevice),
+                nullptr, Workspace{workspace, sizeof(workspace)});
+    ADD_FAILURE() << "decode ran a K = 96 layer";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_EQ(e.argument(), "kernel");
+    EXPECT_THAT(e.what(), HasSubstr("K % 128"));
+  }
+}
+
 // The K permutation inside an MX block that the bf16 activation pre-pass writes must put each
 // byte where the wgmma register-A fragment of the thread that loads it expects its k: thread
 // t of a row loads bytes 8t..8t+7 and gives bytes 0-3 to k16 step 0 (lo pair at k = 2t, 2t+1,

@@ -288,6 +288,46 @@ INSTANTIATE_TEST_SUITE_P(SeedShapes, LinearGpuTunedKernel,
                            return name.str();
                          });
 
+// linear_with runs a given kernel/config through the bf16 entry point's path (the tuner times
+// configs this way): every config of every GPU kernel that takes the layer, including the ones
+// that quantize the activation themselves, must match fp64 like linear() does.
+TEST(LinearGpu, LinearWithEveryConfigOfEveryGpuKernelMatchesFp64) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  Layer l = make_layer(1, 9, 80, 1024, rng);  // two 8-token tiles, K of 8 chunks of 128
+  const std::int64_t m = l.b * l.s;
+  LayerDescription layer;
+  layer.n = l.n;
+  layer.k = l.k;
+  const DeviceDescription device = DeviceDescription::current();
+  for (const auto& kernel : Registry::global().kernels()) {
+    if (kernel->name() == "reference" || !kernel->is_supported(device).ok() ||
+        !kernel->can_implement(layer).ok()) {
+      continue;
+    }
+    int ran = 0;
+    for (const std::string& config : kernel->configs()) {
+      SCOPED_TRACE(std::string(kernel->name()) + "/" + config);
+      DeviceBuffer out(static_cast<std::size_t>(m * l.n) * 2);
+      out.poison();
+      try {
+        linear_with(
+            *kernel, config, l.x_view(), l.weight(), std::nullopt,
+            TensorView::contiguous(out.get(), {l.b, l.s, l.n}, DType::kBF16, Location::kDevice),
+            nullptr);
+      } catch (const Error& e) {
+        // A config this shape cannot take (more K splits than chunks, too much shared memory).
+        EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+        continue;
+      }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      expect_close_to_fp64(out.download<std::uint16_t>(static_cast<std::size_t>(m * l.n)), l);
+      ++ran;
+    }
+    EXPECT_GT(ran, 0) << kernel->name() << " ran no config";
+  }
+}
+
 // e4m3 rows that are not 16-byte aligned are beyond the generic kernel (cp.async); the registry
 // hands such a layer to the CPU reference kernel, which must still give the right answer.
 TEST(LinearGpu, MisalignedWeightRowsFallBackToTheReferenceKernel) {

@@ -322,8 +322,11 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     (void)cudaGetLastError();
   }
   if (all_configs && ok) {
-    // Every config of every GPU kernel that can run this layer, GEMM only: the tuner's sweep.
-    json configs = json::object(), configs_error = json::object(), configs_wrong = json::object();
+    // Every config of every GPU kernel that can run this layer: the tuner's sweep. Each config
+    // is timed GEMM only (on the pre-quantized activation) and as the full linear from bf16
+    // (linear_with: quantization included, or skipped where the config quantizes x itself).
+    json configs = json::object(), configs_error = json::object(), configs_wrong = json::object(),
+         configs_linear = json::object(), configs_linear_wrong = json::object();
     const DeviceDescription device = DeviceDescription::current();
     LayerDescription layer;
     layer.n = n;
@@ -359,11 +362,26 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
         }
         configs_error[key] = config_err;
         configs[key] = median(call).median;
+        const auto full_call = [&](int i) {
+          linear_with(*kernel, config, xv, w.view(i), std::nullopt, ov, stream,
+                      Workspace{ws.ptr, linear_workspace_bytes(m, k)});
+        };
+        cuda(cudaMemsetAsync(out.ptr, 0xFF, static_cast<std::size_t>(mp * n) * 2, stream),
+             "poison");
+        full_call(0);
+        cuda(cudaStreamSynchronize(stream), "sync");
+        if (const double linear_err = check_rows(ref, out, n); !(linear_err <= 4e-3)) {
+          configs_linear_wrong[key] = linear_err;
+        } else {
+          configs_linear[key] = median(full_call).median;
+        }
       }
     }
     row["configs"] = configs;
     row["configs_check_rel_error"] = configs_error;
+    row["configs_linear"] = configs_linear;
     if (!configs_wrong.empty()) row["configs_wrong"] = configs_wrong;
+    if (!configs_linear_wrong.empty()) row["configs_linear_wrong"] = configs_linear_wrong;
   }
   if (!std::isnan(tri_mx)) row["tri_mx_us"] = tri_mx;
   return row;
