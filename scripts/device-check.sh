@@ -13,7 +13,7 @@
 #                                                  of the mangled kernel name; large M)
 #                 check:NAME:KERNEL:CONFIG:M:N:K   one exact config through `mxlinear check`
 #               default: the 128 x 256 prefill and the overlapped 128 x 192 one at M = 8192,
-#               and the tuned decode config at M = 1 on the qkv shape
+#               the tuned decode config and the gemv ring at M = 1 on the qkv shape
 # Extra bench arguments go in $BENCH_ARGS; $SANITIZE_TESTS (names of GPU test binaries) narrows
 # the sanitizer step and $SANITIZE_FILTER (a gtest filter, default: all but the seed-sized
 # stress tests) the tests it runs. To spend less device time on one kernel: $BUILD_TARGETS
@@ -147,12 +147,15 @@ fi
 
 if [[ " $steps " == *" profile "* ]]; then
   targets="${PROFILE_TARGETS:-bench:prefill256:prefill:8192:Li2ELb0ELi2ELi256E \
-bench:prefill192o:prefill:8192:Li3ELb1ELi2ELi192E check:decode:decode:t8_st4_split8:1:2560:6144}"
+bench:prefill192o:prefill:8192:Li3ELb1ELi2ELi192E check:decode:decode:t8_st4_split8:1:2560:6144 \
+check:gemv_ring:gemv:t8_w8_r4:1:2560:6144}"
   # --clock-control none: the card's clocks are left as found (the device library's METHOD.md);
   # ncu's default locks them to base for the run (sessions 4 and 5 profiled at 1.34-1.41 GHz).
+  # The stall reasons per issued instruction, which the sections' text leaves out.
   sections=(--clock-control none --section SpeedOfLight --section WarpStateStats
             --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy
-            --section SourceCounters --section LaunchStats)
+            --section SourceCounters --section LaunchStats
+            --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio')
   for target in $targets; do
     IFS=: read -r how name a b c d e <<<"$target"
     if [ "$how" = bench ]; then  # a: sweep kernel, b: M, c: regex
