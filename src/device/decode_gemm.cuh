@@ -255,16 +255,8 @@ __device__ __forceinline__ void quantize_activations(const std::uint8_t* tile16,
     const int k = 8 * group;
     const uint4 raw = *reinterpret_cast<const uint4*>(tile16 + (k >> 6) * Tile::kAAtomBytes +
                                                       swizzled(token, 2 * (k & 63)));
-    const std::uint32_t pairs[4] = {raw.x, raw.y, raw.z, raw.w};
     float v[8];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f =
-          is_f16 ? __half22float2(*reinterpret_cast<const __half2*>(&pairs[j]))
-                 : __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pairs[j]));
-      v[2 * j] = f.x;
-      v[2 * j + 1] = f.y;
-    }
+    mx::widen_eight(raw, is_f16, v);
     const mx::BlockExtent block = mx::block_extent_of_four_lanes(v);
     std::uint32_t words[2];
     const std::uint8_t scale =

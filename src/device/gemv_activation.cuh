@@ -3,9 +3,6 @@
 // the per-lane reader of its mma fragments. Device code only.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cstdint>
 
 #include "device/gemm_params.hpp"
@@ -79,16 +76,8 @@ __device__ __forceinline__ void quantize_activations(const GemmParams& p, int t0
                                                  static_cast<std::int64_t>(t0 + t) * p.ld_x +
                                                  kBlockSize * b + 8 * q));
     }
-    const std::uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
     float v[8];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f =
-          p.x_is_f16 ? __half22float2(*reinterpret_cast<const __half2*>(&words[j]))
-                     : __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[j]));
-      v[2 * j] = f.x;
-      v[2 * j + 1] = f.y;
-    }
+    mx::widen_eight(raw, p.x_is_f16, v);
     const mx::BlockExtent extent = mx::block_extent_of_four_lanes(v);
     std::uint32_t bytes[2];
     const std::uint8_t scale =

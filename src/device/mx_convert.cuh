@@ -41,6 +41,20 @@ __device__ __forceinline__ void e4m3x4_scaled_to_bf16x2x2(std::uint32_t x, float
   hi = *reinterpret_cast<const std::uint32_t*>(&b1);
 }
 
+// Eight bf16 or fp16 values (16 bytes, the lowest k in the low half of raw.x) widened to fp32,
+// exactly.
+__device__ __forceinline__ void widen_eight(const uint4& raw, bool is_f16, float (&v)[8]) {
+  const std::uint32_t pairs[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = is_f16
+                         ? __half22float2(*reinterpret_cast<const __half2*>(&pairs[j]))
+                         : __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pairs[j]));
+    v[2 * j] = f.x;
+    v[2 * j + 1] = f.y;
+  }
+}
+
 // The amax of an MX block and whether any of its values is NaN or Inf, when 4 consecutive lanes
 // (4i..4i+3) hold 8 of its values each. Every lane of the warp must call it (two shuffles).
 struct BlockExtent {
