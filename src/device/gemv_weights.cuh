@@ -9,6 +9,7 @@
 
 #include "device/gemm_params.hpp"
 #include "device/gemv_activation.cuh"
+#include "device/gemv_ring_layout.hpp"
 #include "device/mx_convert.cuh"
 #include "device/ptx.cuh"
 #include "mxlinear/format.hpp"
@@ -124,17 +125,14 @@ __device__ __forceinline__ void stream_in_registers(const GemmParams& p, int n0,
   }
 }
 
-// The shared-memory streamer: the warp's range in stages of 4 blocks (16 rows x 128 bytes, and
-// the rows' 4 scale bytes), kStages slots, kStages - 1 stages in flight. Lane (r, h) = (lane / 2,
-// lane % 2) copies 16-byte chunks 4h..4h+3 of row r, stored at chunk ^ (r % 8) so that the
-// fragment reads (8 rows x 32 bytes per instruction) take two wavefronts; lanes 0-15 copy the
-// scale words (cp.async where the scale rows are 4-byte aligned, else plain loads and stores,
-// which wait out a round trip per stage). Needs 16-byte aligned weight rows.
+// The shared-memory streamer: the warp's range in stages of 4 blocks, kStages slots laid out as
+// gemv_ring_layout.hpp says, kStages - 1 stages in flight; lanes 0-15 copy the scale words
+// (cp.async where the scale rows are 4-byte aligned, else plain loads and stores, which wait out a
+// round trip per stage). Needs 16-byte aligned weight rows.
 template <int kStages>
 struct WeightRing {
-  static constexpr int kStageBlocks = 4;
-  static constexpr int kRowBytes = kStageBlocks * kBlockSize;  // 128
-  static constexpr int kSlotBytes = 16 * kRowBytes + 16 * 4;   // data, then scale words
+  static constexpr int kStageBlocks = gemv_ring::kStageBlocks;
+  static constexpr int kSlotBytes = gemv_ring::kSlotBytes;
   static constexpr int kWarpBytes = kStages * kSlotBytes;
   static_assert(kStages >= 2 && kSlotBytes % 16 == 0, "16-byte aligned slots");
 
@@ -156,7 +154,7 @@ struct WeightRing {
 #pragma unroll
       for (int c = 4 * h; c < 4 * h + 4; ++c) {
         const bool valid = n < p.n && 16 * (c + 1) <= valid_bytes;
-        ptx::cp_async_16(ptx::smem_address(slot + r * kRowBytes + 16 * (c ^ (r & 7))),
+        ptx::cp_async_16(ptx::smem_address(slot + gemv_ring::chunk_offset(r, c)),
                          valid ? src + 16 * c : src, valid ? 16 : 0);
       }
       if (lane < 16) {
@@ -164,7 +162,7 @@ struct WeightRing {
         const std::int64_t row = ns < p.n ? ns : 0;
         const std::uint8_t* scales = p.w_scales + row * p.ld_w_scales + b0;
         const int count = ns < p.n ? valid_bytes / kBlockSize : 0;
-        std::uint8_t* dst = slot + 16 * kRowBytes + 4 * lane;
+        std::uint8_t* dst = slot + gemv_ring::kScaleOffset + 4 * lane;
         if (scale_words) {
           ptx::cp_async_4(ptx::smem_address(dst), scales, count);
         } else {
@@ -182,7 +180,8 @@ struct WeightRing {
                                           int t, const ActivationReader& first_tile,
                                           const ActivationReader& last_tile) const {
     const std::uint8_t* slot = ring + (s % kStages) * kSlotBytes;
-    const auto* scale_words = reinterpret_cast<const std::uint32_t*>(slot + 16 * kRowBytes);
+    const auto* scale_words =
+        reinterpret_cast<const std::uint32_t*>(slot + gemv_ring::kScaleOffset);
     // Lane (g, t) decodes block t's scales of rows g and g + 8; the others come by shuffle.
     const float lo[1] = {mx::scale_from_byte((scale_words[g] >> (8 * t)) & 0xFFu)};
     const float hi[1] = {mx::scale_from_byte((scale_words[g + 8] >> (8 * t)) & 0xFFu)};
@@ -190,9 +189,10 @@ struct WeightRing {
 #pragma unroll
     for (int i = 0; i < kStageBlocks; ++i) {
       if (b0 + i >= blocks) break;  // warp-uniform
-      const int offset = 16 * ((2 * i + (t >> 1)) ^ g) + 8 * (t & 1);
-      const uint2 w_lo = *reinterpret_cast<const uint2*>(slot + g * kRowBytes + offset);
-      const uint2 w_hi = *reinterpret_cast<const uint2*>(slot + (g + 8) * kRowBytes + offset);
+      const uint2 w_lo =
+          *reinterpret_cast<const uint2*>(slot + gemv_ring::fragment_offset(g, t, i));
+      const uint2 w_hi =
+          *reinterpret_cast<const uint2*>(slot + gemv_ring::fragment_offset(g + 8, t, i));
       accumulate_block(acc, w_lo, w_hi, shuffled_scale(lo, i, g), shuffled_scale(hi, i, g), b0 + i,
                        first_tile, last_tile);
     }

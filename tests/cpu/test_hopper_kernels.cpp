@@ -11,6 +11,7 @@
 
 #include "device/activation_bf16.hpp"
 #include "device/decode_gemm.hpp"
+#include "device/gemv_ring_layout.hpp"
 #include "mxlinear/error.hpp"
 #include "mxlinear/linear.hpp"
 #include "mxlinear/registry.hpp"
@@ -314,6 +315,49 @@ TEST(HopperKernels, BlockPermutationMatchesTheWeightFragments) {
       ASSERT_LT(got, 32);
       EXPECT_FALSE(seen[static_cast<std::size_t>(got)]) << "position " << got << " taken twice";
       seen[static_cast<std::size_t>(got)] = true;
+    }
+  }
+}
+
+// The GEMV ring: the copies (lane (r, h), chunks 4h..4h+3) fill every byte of a slot's rows
+// once, each lane's fragment read finds bytes 32 * block + 8t .. + 7 of its row, and the 8 rows
+// g = 0..7 of one read instruction fall in distinct 16-byte chunks for each t pair (two
+// wavefronts per warp read).
+TEST(GemvRing, CopiesAndFragmentReadsAgreeOnEveryByte) {
+  namespace ring = device::gemv_ring;
+  std::vector<int> owner(ring::kScaleOffset, -1);  // byte of the slot -> row * 128 + column
+  for (int lane = 0; lane < 32; ++lane) {
+    const int r = lane / 2, h = lane % 2;
+    for (int c = 4 * h; c < 4 * h + 4; ++c) {
+      for (int b = 0; b < 16; ++b) {
+        const int at = ring::chunk_offset(r, c) + b;
+        ASSERT_GE(at, 0);
+        ASSERT_LT(at, ring::kScaleOffset);
+        EXPECT_EQ(owner[static_cast<std::size_t>(at)], -1) << "slot byte " << at << " copied twice";
+        owner[static_cast<std::size_t>(at)] = r * ring::kRowBytes + 16 * c + b;
+      }
+    }
+  }
+  for (int row = 0; row < ring::kRows; ++row) {
+    for (int t = 0; t < 4; ++t) {
+      for (int block = 0; block < ring::kStageBlocks; ++block) {
+        for (int e = 0; e < 8; ++e) {
+          const int at = ring::fragment_offset(row, t, block) + e;
+          EXPECT_EQ(owner[static_cast<std::size_t>(at)],
+                    row * ring::kRowBytes + 32 * block + 8 * t + e)
+              << "row " << row << ", t " << t << ", block " << block << ", byte " << e;
+        }
+      }
+    }
+  }
+  for (int block = 0; block < ring::kStageBlocks; ++block) {
+    for (int pair = 0; pair < 2; ++pair) {
+      std::vector<bool> chunk_used(8, false);
+      for (int g = 0; g < 8; ++g) {
+        const int chunk = (ring::fragment_offset(g, 2 * pair, block) % ring::kRowBytes) / 16;
+        EXPECT_FALSE(chunk_used[static_cast<std::size_t>(chunk)]) << "bank conflict at g " << g;
+        chunk_used[static_cast<std::size_t>(chunk)] = true;
+      }
     }
   }
 }
