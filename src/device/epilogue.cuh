@@ -63,6 +63,49 @@ __device__ __forceinline__ void store_pair(const GemmParams& p, bool pairs_align
   }
 }
 
+// Stores out[row, col .. col + 7] (those below N), each rounded once: one 16-byte store (two for
+// fp32) where `vector_aligned` (16-byte aligned rows) and all eight are in range.
+template <class T>
+__device__ __forceinline__ void store_eight_as(const GemmParams& p, bool vector_aligned, int row,
+                                               int col, const float (&v)[8]) {
+  using Traits = OutputTraits<T>;
+  T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(row) * p.ld_out + col;
+  if (vector_aligned && col + 8 <= p.n) {
+    if constexpr (sizeof(T) == 4) {
+      reinterpret_cast<float4*>(out)[0] = make_float4(v[0], v[1], v[2], v[3]);
+      reinterpret_cast<float4*>(out)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+      typename Traits::Pair pairs[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) pairs[i] = Traits::two(v[2 * i], v[2 * i + 1]);
+      *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(pairs);
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    if (col + i < p.n) out[i] = Traits::one(v[i]);
+  }
+}
+
+__device__ __forceinline__ void store_eight(const GemmParams& p, bool vector_aligned, int row,
+                                            int col, const float (&v)[8]) {
+  switch (p.out_type) {
+    case OutType::kBF16:
+      return store_eight_as<__nv_bfloat16>(p, vector_aligned, row, col, v);
+    case OutType::kF16:
+      return store_eight_as<__half>(p, vector_aligned, row, col, v);
+    case OutType::kF32:
+      return store_eight_as<float>(p, vector_aligned, row, col, v);
+  }
+}
+
+// Whether every output row starts 16-byte aligned (store_eight's vector path, for col % 8 == 0).
+__device__ __forceinline__ bool rows_16_byte_aligned(const GemmParams& p) {
+  const std::int64_t element = p.out_type == OutType::kF32 ? 4 : 2;
+  return reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0 && (p.ld_out * element) % 16 == 0;
+}
+
 // Stores out[row, col] = v, rounded once to the output type.
 __device__ __forceinline__ void store_one(const GemmParams& p, int row, int col, float v) {
   const std::int64_t at = static_cast<std::int64_t>(row) * p.ld_out + col;

@@ -206,24 +206,6 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
   }
 }
 
-// Stores one consumer warpgroup's accumulator (no K split): bias, one rounding, out.
-template <class Tile>
-__device__ __forceinline__ void store_tile(const GemmParams& p, const float (&acc)[Tile::kAccRegs],
-                                           int n0, int t0, int warpgroup) {
-  const int tid = static_cast<int>(threadIdx.x);
-  const int warp = (tid % 128) >> 5, lane = tid & 31;
-#pragma unroll
-  for (int i = 0; i < Tile::kAccRegs; ++i) {
-    // Accumulator layout: row 16w + l/4 + 8 * ((i >> 1) & 1), token 8 * (i >> 2) + 2t + (i & 1).
-    const int n = n0 + 64 * warpgroup + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1);
-    const int m = t0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-    if (n < p.n && m < p.m) {
-      const float v = p.bias_type != BiasType::kNone ? acc[i] + epilogue::load_bias(p, n) : acc[i];
-      epilogue::store_one(p, m, n, v);
-    }
-  }
-}
-
 // The cluster's splits meet (every thread of every CTA, after its tile is in its ring).
 template <class Tile>
 __device__ __forceinline__ void reduce_in_cluster(const GemmParams& p, std::uint32_t smem, int n0,
@@ -295,14 +277,17 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     consume<Tile>(acc, smem, smem_ptr, full, empty, chunks, warpgroup);
     // The output may still be read by the kernel before us.
     hopper::wait_prerequisite_grids();
+    // The tile goes into the ring, once every consumer warpgroup's last wgmma has finished
+    // reading it (the producer's copies all landed before the consumers' last wait); from there
+    // it is stored row-contiguous, or met by the other splits.
+    auto* tile = reinterpret_cast<float*>(smem_ptr + Tile::kReduceOffset);
+    hopper::named_barrier_sync(1, Tile::kConsumerThreads);
+    write_accumulator_tile<Tile::kRows, Tile::kTokens>(tile, acc, 64 * warpgroup);
     if (splits == 1) {
-      store_tile<Tile>(p, acc, n0, t0, warpgroup);
-    } else {
-      // This split's tile goes into the ring, once every consumer warpgroup's last wgmma has
-      // finished reading it (the producer's copies all landed before the consumers' last wait).
       hopper::named_barrier_sync(1, Tile::kConsumerThreads);
-      write_accumulator_tile<Tile::kRows, Tile::kTokens>(
-          reinterpret_cast<float*>(smem_ptr + Tile::kReduceOffset), acc, 64 * warpgroup);
+      store_accumulator_tile<Tile::kRows, Tile::kTokens>(p, tile, n0, t0, tid,
+                                                         Tile::kConsumerThreads);
+    } else {
       reduce_in_cluster<Tile>(p, smem, n0, t0, split, splits);
     }
   }

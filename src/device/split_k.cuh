@@ -67,6 +67,33 @@ __device__ __forceinline__ void add_accumulator_tile(const float* tile, float (&
   for (int i = 0; i < kTokens / 2; ++i) acc[i] += tile[accumulator_tile_index<kRows>(i, row_base)];
 }
 
+// Stores a whole tile written by write_accumulator_tile (after a barrier that follows every
+// warpgroup's write): bias, one rounding, and 8 consecutive output columns (weight rows) of one
+// token per thread and step, so a warp writes 4 whole 128-byte lines of bf16 where the rows are
+// 16-byte aligned, instead of 16-byte pieces of 4 rows per store from the accumulator layout.
+template <int kRows, int kTokens>
+__device__ __forceinline__ void store_accumulator_tile(const GemmParams& p, const float* tile,
+                                                       int n0, int t0, int tid, int threads) {
+  static_assert(kRows % 8 == 0, "whole groups of 8 columns");
+  constexpr int kGroups = kRows / 8;
+  const bool vector_aligned = epilogue::rows_16_byte_aligned(p);
+  for (int e = tid; e < kTokens * kGroups; e += threads) {
+    const int token = e / kGroups, col = 8 * (e % kGroups);
+    const int m = t0 + token, n = n0 + col;
+    if (m >= p.m || n >= p.n) continue;
+    const float4* src = reinterpret_cast<const float4*>(tile + token * kRows + col);
+    const float4 lo = src[0], hi = src[1];
+    float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    if (p.bias_type != BiasType::kNone) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        if (n + i < p.n) v[i] += epilogue::load_bias(p, n + i);
+      }
+    }
+    epilogue::store_eight(p, vector_aligned, m, n, v);
+  }
+}
+
 // After a cluster barrier that follows every CTA's write_accumulator_tile: split r adds rows
 // [r * kRows / splits, (r + 1) * kRows / splits) of every split's tile (at `tile_address` in
 // each CTA), in split order, adds the bias, rounds once and stores. All `threads` threads of
