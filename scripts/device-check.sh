@@ -12,7 +12,8 @@
 #                 bench:NAME:SWEEP_KERNEL:M:REGEX  inside a bench sweep of the qkv layer (REGEX:
 #                                                  of the mangled kernel name; large M)
 #                 check:NAME:KERNEL:CONFIG:M:N:K   one exact config through `mxlinear check`
-#               default: the 128 x 256 prefill and the overlapped 128 x 192 one at M = 8192,
+#               default: the 128 x 256 prefill (128-K and overlapped 64-K stages) and the
+#               overlapped 128 x 192 one at M = 8192,
 #               the tuned decode config and the gemv ring at M = 1 on the qkv shape
 # Extra bench arguments go in $BENCH_ARGS; $SANITIZE_TESTS (names of GPU test binaries) narrows
 # the sanitizer step and $SANITIZE_FILTER (a gtest filter, default: all but the seed-sized
@@ -112,7 +113,8 @@ if [[ " $steps " == *" stress "* ]]; then
     runs+=("decode $config")
   done
   for instance in w128_t128_st4 w128_t128_st4_overlap w64_t32_st4_overlap w64_t64_st4_overlap \
-    w128_t256_st2 w128_t64_st4_overlap w128_t192_st3 w128_t192_st3_overlap; do
+    w128_t256_st2 w128_t64_st4_overlap w128_t192_st3 w128_t192_st3_overlap w128_t256_st4_k64 \
+    w128_t256_st4_k64_overlap; do
     for split in "" _split2 _split4 _split8; do runs+=("prefill $instance$split"); done
   done
   runs+=("gemv t8_w4" "gemv t8_w8" "gemv t16_w8" "gemv t8_w4_r8" "gemv t8_w8_r4")
@@ -147,8 +149,8 @@ fi
 
 if [[ " $steps " == *" profile "* ]]; then
   targets="${PROFILE_TARGETS:-bench:prefill256:prefill:8192:Li2ELb0ELi2ELi256E \
-bench:prefill192o:prefill:8192:Li3ELb1ELi2ELi192E check:decode:decode:t8_st4_split8:1:2560:6144 \
-check:gemv_ring:gemv:t8_w8_r4:1:2560:6144}"
+bench:prefill192o:prefill:8192:Li3ELb1ELi2ELi192E bench:prefill256k64o:prefill:8192:Li4ELb1ELi2ELi256ELi64E \
+check:decode:decode:t8_st4_split8:1:2560:6144 check:gemv_ring:gemv:t8_w8_r4:1:2560:6144}"
   # --clock-control none: the card's clocks are left as found (the device library's METHOD.md);
   # ncu's default locks them to base for the run (sessions 4 and 5 profiled at 1.34-1.41 GHz).
   # The stall reasons per issued instruction, which the sections' text leaves out.

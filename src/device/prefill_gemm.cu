@@ -22,7 +22,9 @@ namespace {
 // on the 2560-row layers); and 128 x 192 tiles, the widest whose ring holds three stages
 // beside the scales of K = 6144, without and with one stage's wgmma in flight: in the 128 x 256
 // tile both consumer warpgroups convert a stage's weights at the same time while the tensor
-// pipe idles, and its producer is only one stage ahead (ncu: tensor pipe 75%).
+// pipe idles, and its producer is only one stage ahead (ncu: tensor pipe 75%); and the 128 x 256
+// tile with stages of 64 K, four of them, with and without one stage's wgmma in flight: the
+// same bytes of ring, the producer three half stages ahead instead of one whole one.
 using Tile4 = PrefillTile<4>;
 using Tile3 = PrefillTile<3>;
 using Tile4Overlap = PrefillTile<4, true>;
@@ -33,20 +35,24 @@ using Tile128x256 = PrefillTile<2, false, 2, 256>;
 using Tile128x64 = PrefillTile<4, true, 2, 64>;
 using Tile128x192 = PrefillTile<3, false, 2, 192>;
 using Tile128x192Overlap = PrefillTile<3, true, 2, 192>;
+using Tile128x256k64 = PrefillTile<4, false, 2, 256, 64>;
+using Tile128x256k64Overlap = PrefillTile<4, true, 2, 256, 64>;
 
 constexpr int kMaxSmemBytes = 227 * 1024;
 
 template <class Tile>
 constexpr PrefillInstanceInfo info() {
-  return {Tile::kRows, Tile::kTokens, Tile::kStages, Tile::kOverlap, Tile::kFixedSmemBytes};
+  return {Tile::kRows,    Tile::kTokens,         Tile::kStages,
+          Tile::kOverlap, Tile::kFixedSmemBytes, Tile::kBK};
 }
 
-constexpr std::array<PrefillInstanceInfo, 10> kInstances = {
-    info<Tile4>(),        info<Tile3>(),
-    info<Tile4Overlap>(), info<Tile3Overlap>(),
-    info<Tile64x32>(),    info<Tile64x64>(),
-    info<Tile128x256>(),  info<Tile128x64>(),
-    info<Tile128x192>(),  info<Tile128x192Overlap>()};
+constexpr std::array<PrefillInstanceInfo, 12> kInstances = {
+    info<Tile4>(),          info<Tile3>(),
+    info<Tile4Overlap>(),   info<Tile3Overlap>(),
+    info<Tile64x32>(),      info<Tile64x64>(),
+    info<Tile128x256>(),    info<Tile128x64>(),
+    info<Tile128x192>(),    info<Tile128x192Overlap>(),
+    info<Tile128x256k64>(), info<Tile128x256k64Overlap>()};
 
 int chunks_per_cta(int k, int splits) { return (k / 128 + splits - 1) / splits; }
 
@@ -59,7 +65,8 @@ cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf
   const int smem = Tile::smem_bytes(chunks_per_cta(p.k, splits));
   if (smem > kMaxSmemBytes) return cudaErrorInvalidValue;
   CUtensorMap w_map{}, a_map{};
-  if (!encode_tma_2d(&w_map, TmaElement::kU8, p.w, p.n, p.k, p.ld_w, Tile::kBK, Tile::kRows) ||
+  if (!encode_tma_2d(&w_map, TmaElement::kU8, p.w, p.n, p.k, p.ld_w, Tile::kBK, Tile::kRows,
+                     Tile::kBK == 64 ? TmaSwizzle::k64B : TmaSwizzle::k128B) ||
       !encode_tma_2d(&a_map, TmaElement::kBF16, a_bf16, p.m, p.k, ld_a_bf16 * 2, 64,
                      Tile::kTokens)) {
     return cudaErrorInvalidValue;
@@ -104,11 +111,12 @@ cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::in
   }
   using Launcher = cudaError_t (*)(const GemmParams&, const void*, std::int64_t, int, cudaStream_t);
   // In kInstances' order.
-  constexpr Launcher kLaunchers[] = {launch<Tile4>,        launch<Tile3>,
-                                     launch<Tile4Overlap>, launch<Tile3Overlap>,
-                                     launch<Tile64x32>,    launch<Tile64x64>,
-                                     launch<Tile128x256>,  launch<Tile128x64>,
-                                     launch<Tile128x192>,  launch<Tile128x192Overlap>};
+  constexpr Launcher kLaunchers[] = {launch<Tile4>,          launch<Tile3>,
+                                     launch<Tile4Overlap>,   launch<Tile3Overlap>,
+                                     launch<Tile64x32>,      launch<Tile64x64>,
+                                     launch<Tile128x256>,    launch<Tile128x64>,
+                                     launch<Tile128x192>,    launch<Tile128x192Overlap>,
+                                     launch<Tile128x256k64>, launch<Tile128x256k64Overlap>};
   static_assert(std::size(kLaunchers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
     return cudaErrorInvalidValue;

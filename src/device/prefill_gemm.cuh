@@ -35,14 +35,20 @@ namespace mxlinear::device {
 // kOverlap: each warpgroup keeps one stage's wgmma in flight while it converts the next stage's
 // weights (two fragment sets; a stage goes back to the producer one stage later). Without it,
 // a warpgroup waits for its wgmma at the end of every stage (v0).
-template <int kStages_, bool kOverlap_ = false, int kConsumerGroups_ = 2, int kTokens_ = 128>
+// kBK: K per stage, 128 (4 MX blocks; weight rows of one 128-byte swizzle atom) or 64 (2 blocks,
+// 64-byte swizzled weight rows, one activation atom): half the bytes per stage, so twice the
+// stages in the same shared memory (the 128 x 256 tile holds 2 stages of 128 or 4 of 64).
+template <int kStages_, bool kOverlap_ = false, int kConsumerGroups_ = 2, int kTokens_ = 128,
+          int kBK_ = 128>
 struct PrefillTile {
   static constexpr int kStages = kStages_;
   static constexpr bool kOverlap = kOverlap_;
   static constexpr int kConsumerGroups = kConsumerGroups_;
   static constexpr int kRows = 64 * kConsumerGroups;  // weight rows per CTA
   static constexpr int kTokens = kTokens_;            // wgmma N
-  static constexpr int kBK = 128;  // K per stage: 128 e4m3 bytes per weight row, 4 MX blocks
+  static constexpr int kBK = kBK_;
+  static constexpr int kBlocksPerStage = kBK / 32;
+  static constexpr int kStagesPerChunk = 128 / kBK;  // splits and scale words go by 128-K chunks
   static constexpr int kConsumerThreads = 128 * kConsumerGroups;
   // 192 or 256 tokens need 96 or 128 accumulator registers a thread: the producer then is a
   // whole warpgroup that gives its registers to the consumers (setmaxnreg: 2 x 128 x 232 +
@@ -51,9 +57,9 @@ struct PrefillTile {
   static constexpr bool kMovesRegisters = kTokens_ >= 192;
   static constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;
   static constexpr int kThreads = kConsumerThreads + (kMovesRegisters ? 128 : 32);
-  static constexpr int kWTileBytes = kRows * kBK;      // e4m3, one 128-byte atom wide
-  static constexpr int kAAtomBytes = kTokens * 128;    // 64 bf16 of K per token row
-  static constexpr int kATileBytes = 2 * kAAtomBytes;  // 128 bf16 of K
+  static constexpr int kWTileBytes = kRows * kBK;    // e4m3, one swizzle atom wide
+  static constexpr int kAAtomBytes = kTokens * 128;  // 64 bf16 of K per token row
+  static constexpr int kATileBytes = kBK / 64 * kAAtomBytes;
   static constexpr int kWTileOffset = 0;
   static constexpr int kATileOffset = kWTileOffset + kStages * kWTileBytes;
   static constexpr int kBarrierOffset = kATileOffset + kStages * kATileBytes;
@@ -69,6 +75,7 @@ struct PrefillTile {
 
   static_assert(kWTileBytes % 1024 == 0 && kAAtomBytes % 1024 == 0, "swizzle atoms");
   static_assert(kStages >= 2, "a ring needs two stages");
+  static_assert(kBK == 128 || kBK == 64, "one or half a 128-byte weight atom per stage");
   static_assert(kConsumerGroups == 1 || kConsumerGroups == 2, "one or two consumer warpgroups");
   static_assert(kTokens == 32 || kTokens == 64 || kTokens == 128 || kTokens == 192 ||
                     kTokens == 256,
@@ -85,7 +92,19 @@ __device__ __forceinline__ int swizzled(int row, int col) {
   return row * 128 + (((col >> 4) ^ (row & 7)) << 4) + (col & 15);
 }
 
-// The producer thread: fills the ring for this CTA's chunk range [c_begin, c_begin + chunks).
+// The same in the weight tile of a stage: 128-byte rows as above, or 64-byte rows with TMA's
+// 64-byte swizzle (16-byte chunk bits 4-5 XOR offset bits 7-8, i.e. row / 2).
+template <int kBK>
+__device__ __forceinline__ int weight_offset(int row, int col) {
+  if constexpr (kBK == 128) {
+    return swizzled(row, col);
+  } else {
+    return row * 64 + ((((col >> 4) & 3) ^ ((row >> 1) & 3)) << 4) + (col & 15);
+  }
+}
+
+// The producer thread: fills the ring for this CTA's stages [0, stages) of kBK each, from K =
+// 128 * c_begin on.
 template <class Tile>
 __device__ __forceinline__ void produce(const CUtensorMap* w_map, const CUtensorMap* a_map,
                                         std::uint32_t smem, std::uint32_t full, std::uint32_t empty,
@@ -94,14 +113,16 @@ __device__ __forceinline__ void produce(const CUtensorMap* w_map, const CUtensor
     const int s = c % Tile::kStages;
     hopper::mbarrier_arrive_expect_tx(full + 8 * s, Tile::kTxBytes);
     hopper::tma_load_2d(smem + Tile::kWTileOffset + s * Tile::kWTileBytes, w_map,
-                        (c_begin + c) * Tile::kBK, n0, full + 8 * s);
+                        128 * c_begin + c * Tile::kBK, n0, full + 8 * s);
   };
   auto activations = [&](int c) {
     const int s = c % Tile::kStages;
     const std::uint32_t dst = smem + Tile::kATileOffset + s * Tile::kATileBytes;
-    const int k0 = (c_begin + c) * Tile::kBK;
-    hopper::tma_load_2d(dst, a_map, k0, t0, full + 8 * s);
-    hopper::tma_load_2d(dst + Tile::kAAtomBytes, a_map, k0 + 64, t0, full + 8 * s);
+    const int k0 = 128 * c_begin + c * Tile::kBK;
+#pragma unroll
+    for (int atom = 0; atom < Tile::kBK / 64; ++atom) {
+      hopper::tma_load_2d(dst + atom * Tile::kAAtomBytes, a_map, k0 + 64 * atom, t0, full + 8 * s);
+    }
   };
   const int prologue = chunks < Tile::kStages ? chunks : Tile::kStages;
   for (int c = 0; c < prologue; ++c) weights(c);  // static weights: before the wait
@@ -123,7 +144,8 @@ __device__ __forceinline__ void release_stage(std::uint32_t empty, int s, int la
 }
 
 // One consumer warpgroup: rows 64g..64g+63 of the CTA's weight tile times all its tokens,
-// accumulated over the CTA's K range (chunks of it, scale bytes [row][4 * chunks]).
+// accumulated over the CTA's K range (`chunks` stages of kBK, scale bytes
+// [row][kBlocksPerStage * chunks]).
 template <class Tile>
 __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint32_t smem,
                                         const std::uint8_t* smem_ptr, std::uint32_t full,
@@ -133,28 +155,29 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
   const int warp = tid >> 5, lane = tid & 31, t = lane & 3;
   const int row0 = 64 * group + 16 * warp + (lane >> 2);  // and row0 + 8
   const std::uint8_t* scale_bytes = smem_ptr + Tile::kScaleOffset;
-  const int blocks_per_row = chunks * Tile::kBK / kBlockSize;
-  int fragment_offsets[4];
+  const int blocks_per_row = chunks * Tile::kBlocksPerStage;
+  constexpr int kRow8 = 8 * Tile::kBK;  // row0 + 8: the same swizzle phase, 8 rows on
+  int fragment_offsets[Tile::kBlocksPerStage];
 #pragma unroll
-  for (int block = 0; block < 4; ++block) {
-    fragment_offsets[block] = swizzled(row0, 32 * block + 8 * t);
+  for (int block = 0; block < Tile::kBlocksPerStage; ++block) {
+    fragment_offsets[block] = weight_offset<Tile::kBK>(row0, 32 * block + 8 * t);
   }
   const std::uint64_t a_descriptor = hopper::kmajor_sw128_descriptor(smem + Tile::kATileOffset);
 
   // Waits for chunk c, widens its weight fragments into `a` and issues its 8 wgmma as one group.
   // wgmma reads its register operand asynchronously: `a` stays untouched until a wait covers
   // the group.
-  auto issue_chunk = [&](int c, std::uint32_t(&a)[4][2][4]) {
+  auto issue_chunk = [&](int c, std::uint32_t(&a)[Tile::kBlocksPerStage][2][4]) {
     const int s = c % Tile::kStages;
     hopper::mbarrier_wait(full + 8 * s, (c / Tile::kStages) & 1);
     const std::uint8_t* w_tile = smem_ptr + Tile::kWTileOffset + s * Tile::kWTileBytes;
 #pragma unroll
-    for (int block = 0; block < 4; ++block) {
-      const int b = 4 * c + block;
+    for (int block = 0; block < Tile::kBlocksPerStage; ++block) {
+      const int b = Tile::kBlocksPerStage * c + block;
       const float s0 = mx::scale_from_byte(scale_bytes[row0 * blocks_per_row + b]);
       const float s8 = mx::scale_from_byte(scale_bytes[(row0 + 8) * blocks_per_row + b]);
       const uint2 r0 = *reinterpret_cast<const uint2*>(w_tile + fragment_offsets[block]);
-      const uint2 r8 = *reinterpret_cast<const uint2*>(w_tile + fragment_offsets[block] + 1024);
+      const uint2 r8 = *reinterpret_cast<const uint2*>(w_tile + fragment_offsets[block] + kRow8);
       mx::e4m3x4_scaled_to_bf16x2x2(r0.x, s0, a[block][0][0], a[block][0][2]);
       mx::e4m3x4_scaled_to_bf16x2x2(r8.x, s8, a[block][0][1], a[block][0][3]);
       mx::e4m3x4_scaled_to_bf16x2x2(r0.y, s0, a[block][1][0], a[block][1][2]);
@@ -163,7 +186,7 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
     hopper::pin(acc);
     hopper::wgmma_fence();
 #pragma unroll
-    for (int k16 = 0; k16 < 8; ++k16) {
+    for (int k16 = 0; k16 < Tile::kBK / 16; ++k16) {
       // B: atom k16 / 4 of stage s, 32 bytes (16 bf16) per k16 step within the atom.
       const int offset = s * Tile::kATileBytes + (k16 >> 2) * Tile::kAAtomBytes + (k16 & 3) * 32;
       // Always accumulate (acc starts at zero): a run-time scale-d predicate would be a
@@ -178,7 +201,7 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
     // Two fragment sets used alternately (a compile-time choice, so they stay in registers):
     // after issuing chunk c, waiting until one group is pending finishes chunk c - 1, whose
     // stage and fragment set are then free.
-    std::uint32_t even[4][2][4], odd[4][2][4];
+    std::uint32_t even[Tile::kBlocksPerStage][2][4], odd[Tile::kBlocksPerStage][2][4];
     int c = 0;
     for (; c + 1 < chunks; c += 2) {
       issue_chunk(c, even);
@@ -196,7 +219,7 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
     hopper::wgmma_wait<0>();
     hopper::pin(acc);
   } else {
-    std::uint32_t a[4][2][4];
+    std::uint32_t a[Tile::kBlocksPerStage][2][4];
     for (int c = 0; c < chunks; ++c) {
       issue_chunk(c, a);
       hopper::wgmma_wait<0>();
@@ -248,7 +271,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if (tid == Tile::kConsumerThreads) {
       hopper::prefetch_tensor_map(&w_map);
       hopper::prefetch_tensor_map(&a_map);
-      produce<Tile>(&w_map, &a_map, smem, full, empty, c_begin, chunks, n0, t0);
+      produce<Tile>(&w_map, &a_map, smem, full, empty, c_begin, chunks * Tile::kStagesPerChunk, n0,
+                    t0);
     }
     if (splits > 1) {
       // The output may still be read by the kernel before us.
@@ -274,7 +298,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           *reinterpret_cast<std::uint32_t*>(scale_bytes + row * blocks + 4 * word) = v;
         });
     hopper::named_barrier_sync(1, Tile::kConsumerThreads);
-    consume<Tile>(acc, smem, smem_ptr, full, empty, chunks, warpgroup);
+    consume<Tile>(acc, smem, smem_ptr, full, empty, chunks * Tile::kStagesPerChunk, warpgroup);
     // The output may still be read by the kernel before us.
     hopper::wait_prerequisite_grids();
     // The tile goes into the ring, once every consumer warpgroup's last wgmma has finished

@@ -17,6 +17,7 @@ struct PrefillInstanceInfo {
   int stages;
   bool overlap;  // one stage's wgmma kept in flight while the next stage's weights convert
   int fixed_smem_bytes;
+  int bk;  // K per stage: 128, or 64 (twice the stages in the same ring)
 };
 
 // K splits run as a thread-block cluster of this many CTAs at most.

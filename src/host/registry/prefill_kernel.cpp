@@ -29,7 +29,9 @@ struct PrefillConfig {
 };
 
 std::string config_name(const device::PrefillInstanceInfo& i, int splits) {
-  return fmt::format("w{}_t{}_st{}{}{}", i.rows, i.tokens, i.stages, i.overlap ? "_overlap" : "",
+  return fmt::format("w{}_t{}_st{}{}{}{}", i.rows, i.tokens, i.stages,
+                     i.bk == 128 ? std::string() : fmt::format("_k{}", i.bk),
+                     i.overlap ? "_overlap" : "",
                      splits > 1 ? fmt::format("_split{}", splits) : std::string());
 }
 
