@@ -255,6 +255,12 @@ void linear_from_16bit(std::string_view op, const TensorView& x, const MxWeight&
                      fmt::format("is '{}', which cannot run this {} x {} layer: {}",
                                  d.kernel->name(), shape.n, shape.k, v.reason));
       }
+      const DeviceDescription device = DeviceDescription::current();
+      if (const Verdict v = d.kernel->is_supported(device); !v.ok()) {
+        detail::fail(ErrorCode::kUnsupported, op, "kernel",
+                     fmt::format("is '{}', which does not run on {}: {}", d.kernel->name(),
+                                 device.to_string(), v.reason));
+      }
     } else {
       d = dispatch_call(op, call);
     }

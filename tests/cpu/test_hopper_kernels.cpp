@@ -300,6 +300,27 @@ TEST(LinearWith, AKernelThatCannotRunTheLayerIsRejectedBeforeAnyLaunch) {
   }
 }
 
+// ... and that it runs on this machine: without a GPU, a GPU kernel that can implement the layer
+// is still refused, with nothing launched.
+TEST(LinearWith, AGpuKernelIsRejectedOnAMachineWithoutOne) {
+  if (gpu_available()) GTEST_SKIP() << "this machine has a GPU (the GPU tests run linear_with)";
+  alignas(256) static std::uint8_t x[2 * 64 * 2], w[16 * 64], ws[16 * 2], out[2 * 16 * 2];
+  alignas(256) static std::uint8_t workspace[1 << 16];
+  const MxWeight weight{TensorView::contiguous(w, {16, 64}, DType::kE4M3, Location::kDevice),
+                        TensorView::contiguous(ws, {16, 2}, DType::kE8M0, Location::kDevice)};
+  try {
+    linear_with(gemv_kernel(), gemv_kernel().configs().front(),
+                TensorView::contiguous(x, {2, 64}, DType::kBF16, Location::kDevice), weight,
+                std::nullopt, TensorView::contiguous(out, {2, 16}, DType::kBF16, Location::kDevice),
+                nullptr, Workspace{workspace, sizeof(workspace)});
+    ADD_FAILURE() << "gemv ran without a GPU";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_EQ(e.argument(), "kernel");
+    EXPECT_THAT(e.what(), HasSubstr("does not run on"));
+  }
+}
+
 // The K permutation inside an MX block that the bf16 activation pre-pass writes must put each
 // byte where the wgmma register-A fragment of the thread that loads it expects its k: thread
 // t of a row loads bytes 8t..8t+7 and gives bytes 0-3 to k16 step 0 (lo pair at k = 2t, 2t+1,
