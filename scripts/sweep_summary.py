@@ -54,13 +54,28 @@ def main():
     for m, by_shape in sorted(ratios.items()):
         cols = [geomean([r[i] for r in by_shape.values() if not math.isnan(r[i])]) for i in range(3)]
         print(f"| {m} | {cols[0]:.2f} | {cols[1]:.2f} | {cols[2]:.2f} |")
-    wrong = [(row["layer"], row["m"], row["configs_wrong"]) for row in doc["rows"]
-             if row.get("configs_wrong")]
-    if wrong:
-        print("\nConfigs that FAILED the correctness check (never timed):\n")
-        for layer, m, configs in wrong:
-            print(f"- {layer} M = {m}: " +
-                  ", ".join(f"{c} (rel. error {e:.3g})" for c, e in configs.items()))
+    linear = {}
+    for row in doc["rows"]:
+        if row.get("configs_linear"):
+            best = min(row["configs_linear"].values())
+            linear.setdefault(row["m"], []).append(
+                (row["cublas_bf16_us"] / best, row["cublaslt_fp8_tensor_us"] / best))
+    if linear:
+        print("\nThe same with each config timed as the full linear from bf16 (configs_linear: "
+              "activation quantization included, or done by the config itself), against the "
+              "same GEMM-only anchors:\n")
+        print("| M | x cuBLAS bf16 | x cuBLASLt FP8 |\n|---|---|---|")
+        for m, pairs in sorted(linear.items()):
+            print(f"| {m} | {geomean([p[0] for p in pairs]):.2f} | "
+                  f"{geomean([p[1] for p in pairs]):.2f} |")
+    for field, what in (("configs_wrong", "the correctness check (never timed)"),
+                        ("configs_linear_wrong", "the check as a full linear (never timed so)")):
+        wrong = [(row["layer"], row["m"], row[field]) for row in doc["rows"] if row.get(field)]
+        if wrong:
+            print(f"\nConfigs that FAILED {what}:\n")
+            for layer, m, configs in wrong:
+                print(f"- {layer} M = {m}: " +
+                      ", ".join(f"{c} (rel. error {e:.3g})" for c, e in configs.items()))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,55 @@
+"""scripts/sweep_summary.py on a small bench document: per-kernel bests, geomeans, failures."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "sweep_summary.py")
+
+
+def summary(doc, *kernels):
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(doc, f)
+    try:
+        return subprocess.run([sys.executable, SCRIPT, f.name, *kernels], check=True,
+                              capture_output=True, text=True).stdout
+    finally:
+        os.unlink(f.name)
+
+
+def figure(n, m, configs, linear=None, **extra):
+    row = {"layer": f"l{n}", "n": n, "k": 1024, "m": m, "cublas_bf16_us": 12.0,
+           "cublaslt_fp8_tensor_us": 8.0, "tri_mx_us": 48.0, "configs": configs}
+    if linear is not None:
+        row["configs_linear"] = linear
+    row.update(extra)
+    return row
+
+
+class SweepSummary(unittest.TestCase):
+    def test_geomeans_over_shapes_of_the_fastest_config(self):
+        doc = {"gpu": "H200", "sms": 132, "rows": [
+            figure(256, 1, {"decode/a": 6.0, "gemv/b": 8.0}),
+            figure(512, 1, {"decode/a": 24.0, "gemv/b": 12.0})]}
+        out = summary(doc, "decode", "gemv")
+        # bf16 12 us against 6 and 12 us: geomean sqrt(2 * 1) = 1.41; tri_mx 48: sqrt(8 * 4).
+        self.assertIn("| 1 | 1.41 | 0.94 | 5.66 |", out)
+        self.assertNotIn("full linear", out)
+
+    def test_full_linear_table_and_both_kinds_of_failure(self):
+        doc = {"rows": [figure(256, 8, {"decode/a": 6.0}, linear={"decode/a": 8.0, "gemv/b": 6.0},
+                               configs_wrong={"prefill/c": 0.5},
+                               configs_linear_wrong={"decode/z": 0.25})]}
+        out = summary(doc, "decode")
+        self.assertIn("full linear", out)
+        self.assertIn("| 8 | 2.00 | 1.33 |", out)  # the fastest linear: 6 us
+        self.assertIn("FAILED the correctness check", out)
+        self.assertIn("prefill/c (rel. error 0.5)", out)
+        self.assertIn("FAILED the check as a full linear", out)
+        self.assertIn("decode/z (rel. error 0.25)", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
