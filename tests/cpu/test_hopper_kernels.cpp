@@ -279,46 +279,48 @@ TEST(GemvKernel, UnknownConfigOrTooLargeKIsRejected) {
   EXPECT_THAT(smem.what(), HasSubstr("shared memory"));
 }
 
-// linear_with checks that the given kernel can run the layer before it launches anything (the
-// workspace is given, so nothing is allocated either): decode needs K % 128 == 0.
-TEST(LinearWith, AKernelThatCannotRunTheLayerIsRejectedBeforeAnyLaunch) {
-  alignas(256) static std::uint8_t x[4 * 96 * 2], w[16 * 96], ws[16 * 3], out[4 * 16 * 2];
+// What linear_with throws for an M x 16 x K bf16 layer on (host) buffers labelled device memory,
+// with a workspace given so that nothing is allocated: the refusal must come before any launch.
+Error linear_with_error(const Kernel& kernel, const std::string& config, std::int64_t m,
+                        std::int64_t k) {
+  constexpr std::int64_t n = 16;
+  std::vector<std::uint8_t> x(static_cast<std::size_t>(m * k * 2)),
+      w(static_cast<std::size_t>(n * k)), ws(static_cast<std::size_t>(n * k / 32)),
+      out(static_cast<std::size_t>(m * n * 2));
   alignas(256) static std::uint8_t workspace[1 << 16];
-  ASSERT_LE(linear_workspace_bytes(4, 96), sizeof(workspace));
-  const MxWeight weight{TensorView::contiguous(w, {16, 96}, DType::kE4M3, Location::kDevice),
-                        TensorView::contiguous(ws, {16, 3}, DType::kE8M0, Location::kDevice)};
+  EXPECT_LE(linear_workspace_bytes(m, k), sizeof(workspace));
+  const MxWeight weight{
+      TensorView::contiguous(w.data(), {n, k}, DType::kE4M3, Location::kDevice),
+      TensorView::contiguous(ws.data(), {n, k / 32}, DType::kE8M0, Location::kDevice)};
   try {
-    linear_with(decode_kernel(), "t8_st4_split1",
-                TensorView::contiguous(x, {4, 96}, DType::kBF16, Location::kDevice), weight,
-                std::nullopt, TensorView::contiguous(out, {4, 16}, DType::kBF16, Location::kDevice),
+    linear_with(kernel, config,
+                TensorView::contiguous(x.data(), {m, k}, DType::kBF16, Location::kDevice), weight,
+                std::nullopt,
+                TensorView::contiguous(out.data(), {m, n}, DType::kBF16, Location::kDevice),
                 nullptr, Workspace{workspace, sizeof(workspace)});
-    ADD_FAILURE() << "decode ran a K = 96 layer";
   } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_EQ(e.argument(), "kernel");
-    EXPECT_THAT(e.what(), HasSubstr("K % 128"));
+    return e;
   }
+  ADD_FAILURE() << kernel.name() << "/" << config << " ran";
+  return Error(ErrorCode::kInternal, "", "no error");
+}
+
+// linear_with checks that the given kernel can run the layer (decode needs K % 128 == 0)...
+TEST(LinearWith, AKernelThatCannotRunTheLayerIsRejectedBeforeAnyLaunch) {
+  const Error e = linear_with_error(decode_kernel(), "t8_st4_split1", 4, 96);
+  EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+  EXPECT_EQ(e.argument(), "kernel");
+  EXPECT_THAT(e.what(), HasSubstr("K % 128"));
 }
 
 // ... and that it runs on this machine: without a GPU, a GPU kernel that can implement the layer
-// is still refused, with nothing launched.
+// is still refused.
 TEST(LinearWith, AGpuKernelIsRejectedOnAMachineWithoutOne) {
   if (gpu_available()) GTEST_SKIP() << "this machine has a GPU (the GPU tests run linear_with)";
-  alignas(256) static std::uint8_t x[2 * 64 * 2], w[16 * 64], ws[16 * 2], out[2 * 16 * 2];
-  alignas(256) static std::uint8_t workspace[1 << 16];
-  const MxWeight weight{TensorView::contiguous(w, {16, 64}, DType::kE4M3, Location::kDevice),
-                        TensorView::contiguous(ws, {16, 2}, DType::kE8M0, Location::kDevice)};
-  try {
-    linear_with(gemv_kernel(), gemv_kernel().configs().front(),
-                TensorView::contiguous(x, {2, 64}, DType::kBF16, Location::kDevice), weight,
-                std::nullopt, TensorView::contiguous(out, {2, 16}, DType::kBF16, Location::kDevice),
-                nullptr, Workspace{workspace, sizeof(workspace)});
-    ADD_FAILURE() << "gemv ran without a GPU";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_EQ(e.argument(), "kernel");
-    EXPECT_THAT(e.what(), HasSubstr("does not run on"));
-  }
+  const Error e = linear_with_error(gemv_kernel(), gemv_kernel().configs().front(), 2, 64);
+  EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+  EXPECT_EQ(e.argument(), "kernel");
+  EXPECT_THAT(e.what(), HasSubstr("does not run on"));
 }
 
 // The K permutation inside an MX block that the bf16 activation pre-pass writes must put each
