@@ -48,6 +48,24 @@ __global__ void read_all_kernel(const uint4* data, std::size_t count, unsigned* 
   if (acc == 0x12345678u) *sink = acc;  // keeps the loads; practically never stores
 }
 
+// Every thread issues its four 16-byte loads before it uses any, and the grid is as small as
+// that allows, so a few megabytes go out in one wave of loads: the read a weight-streaming GEMM
+// would ideally do, without the GEMM.
+constexpr int kStreamLoads = 4;
+
+__global__ void stream_read_kernel(const uint4* data, std::size_t count, unsigned* sink) {
+  const std::size_t first =
+      (blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x) * kStreamLoads;
+  uint4 v[kStreamLoads];
+#pragma unroll
+  for (int i = 0; i < kStreamLoads; ++i)
+    v[i] = first + i < count ? __ldcs(data + first + i) : uint4{};
+  unsigned acc = 0;
+#pragma unroll
+  for (int i = 0; i < kStreamLoads; ++i) acc ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
+  if (acc == 0x12345678u) *sink = acc;
+}
+
 constexpr int kThreads = 256;
 constexpr int kBlocks = 132 * 16;
 
@@ -70,6 +88,14 @@ void fill_bf16(void* data, std::size_t count, std::uint64_t seed, cudaStream_t s
 void read_all(const void* data, std::size_t bytes, unsigned* sink, cudaStream_t stream) {
   read_all_kernel<<<kBlocks * 2, kThreads, 0, stream>>>(static_cast<const uint4*>(data), bytes / 16,
                                                         sink);
+}
+
+void stream_read(const void* data, std::size_t bytes, unsigned* sink, cudaStream_t stream) {
+  const std::size_t count = bytes / 16;
+  const std::size_t per_block = std::size_t{kThreads} * kStreamLoads;
+  const auto blocks = static_cast<unsigned>((count + per_block - 1) / per_block);
+  if (blocks == 0) return;
+  stream_read_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint4*>(data), count, sink);
 }
 
 }  // namespace mxlinear::bench

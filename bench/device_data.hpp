@@ -21,4 +21,8 @@ void fill_bf16(void* data, std::size_t count, std::uint64_t seed, cudaStream_t s
 // of this kernel gives the read bandwidth.
 void read_all(const void* data, std::size_t bytes, unsigned* sink, cudaStream_t stream);
 
+// Reads `bytes` (a multiple of 16) once, four 16-byte loads per thread issued together, in a grid
+// of as many CTAs as that takes: how fast a plain kernel streams a layer's weights.
+void stream_read(const void* data, std::size_t bytes, unsigned* sink, cudaStream_t stream);
+
 }  // namespace mxlinear::bench

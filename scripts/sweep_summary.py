@@ -68,6 +68,17 @@ def main():
         for m, pairs in sorted(linear.items()):
             print(f"| {m} | {geomean([p[0] for p in pairs]):.2f} | "
                   f"{geomean([p[1] for p in pairs]):.2f} |")
+    streamed = [row for row in doc["rows"] if row.get("weight_stream_us") and row.get("configs")
+                and row["m"] <= 8]
+    if streamed:
+        print("\nAt M <= 8, the fastest config against a plain kernel that only reads the same "
+              "weight bytes, launched the same way (weight_stream_us: what launch gaps, the DRAM "
+              "ramp and the tail leave):\n")
+        print("| layer | M | fastest (us) | only reading (us) | ratio |\n|---|---|---|---|---|")
+        for row in streamed:
+            best = min(row["configs"].values())
+            print(f"| {row['layer']} | {row['m']} | {best:.2f} | {row['weight_stream_us']:.2f} | "
+                  f"{best / row['weight_stream_us']:.2f} |")
     for field, what in (("configs_wrong", "the correctness check (never timed)"),
                         ("configs_linear_wrong", "the check as a full linear (never timed so)")):
         wrong = [(row["layer"], row["m"], row[field]) for row in doc["rows"] if row.get(field)]

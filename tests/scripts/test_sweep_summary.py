@@ -50,6 +50,13 @@ class SweepSummary(unittest.TestCase):
         self.assertIn("FAILED the check as a full linear", out)
         self.assertIn("decode/z (rel. error 0.25)", out)
 
+    def test_small_m_against_only_reading_the_weights(self):
+        doc = {"rows": [figure(256, 1, {"decode/a": 6.0, "gemv/b": 9.0}, weight_stream_us=4.0),
+                        figure(256, 32, {"decode/a": 7.0}, weight_stream_us=4.0)]}
+        out = summary(doc, "decode")
+        self.assertIn("| l256 | 1 | 6.00 | 4.00 | 1.50 |", out)
+        self.assertNotIn("| l256 | 32 |", out)  # only M <= 8
+
 
 if __name__ == "__main__":
     unittest.main()
