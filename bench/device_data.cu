@@ -66,6 +66,55 @@ __global__ void stream_read_kernel(const uint4* data, std::size_t count, unsigne
   if (acc == 0x12345678u) *sink = acc;
 }
 
+// The decode kernel's access pattern without its arithmetic: CTA (tile, split) reads rows
+// [64 tile, 64 tile + 64) of K columns [split K / splits, ...) in 128-byte pieces, one row per
+// 8 lanes, every load issued before any is used. Against stream_read (the same bytes in
+// order) it shows what reading a weight in 128-byte pieces a row stride apart costs.
+constexpr int kTileRows = 64;
+constexpr int kPieceLoads = 24;  // loads per thread at most (K / splits <= 768 bytes)
+
+__global__ void read_tiles_kernel(const std::uint8_t* data, int k, int k_per_split,
+                                  unsigned* sink) {
+  const int pieces = k_per_split / 128;
+  const std::uint8_t* tile =
+      data + static_cast<std::size_t>(blockIdx.x) * kTileRows * k + blockIdx.y * k_per_split;
+  uint4 v[kPieceLoads];
+  const int words = kTileRows * pieces * 8;  // 16-byte words in the CTA's share
+#pragma unroll
+  for (int i = 0; i < kPieceLoads; ++i) {
+    const int word = static_cast<int>(threadIdx.x) + i * static_cast<int>(blockDim.x);
+    // Word w: piece w / (64 * 8), row (w / 8) % 64, 16-byte column w % 8.
+    const int piece = word / (kTileRows * 8), row = (word / 8) % kTileRows, col = word % 8;
+    v[i] = word < words ? __ldcs(reinterpret_cast<const uint4*>(
+                                     tile + static_cast<std::size_t>(row) * k + piece * 128) +
+                                 col)
+                        : uint4{};
+  }
+  unsigned acc = 0;
+#pragma unroll
+  for (int i = 0; i < kPieceLoads; ++i) acc ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+// The quantizer's traffic without its arithmetic: 32 bf16 in (four 16-byte loads issued
+// together), their 32 high bytes out (four 8-byte stores) and one byte per 32 elements.
+__global__ void narrowing_copy_kernel(const uint4* in, std::size_t words, uint2* out,
+                                      std::uint8_t* scales) {
+  const std::size_t first = (blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x) * 4;
+  uint4 v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = first + i < words ? __ldcs(in + first + i) : uint4{};
+  unsigned acc = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (first + i >= words) break;
+    const auto hi = [](unsigned a, unsigned b) { return __byte_perm(a, b, 0x7531); };
+    out[first + i] = make_uint2(hi(v[i].x, v[i].y), hi(v[i].z, v[i].w));
+    acc ^= v[i].x;
+  }
+  if (first < words) scales[first / 4] = static_cast<std::uint8_t>(acc);
+}
+
 constexpr int kThreads = 256;
 constexpr int kBlocks = 132 * 16;
 
@@ -96,6 +145,28 @@ void stream_read(const void* data, std::size_t bytes, unsigned* sink, cudaStream
   const auto blocks = static_cast<unsigned>((count + per_block - 1) / per_block);
   if (blocks == 0) return;
   stream_read_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint4*>(data), count, sink);
+}
+
+void read_tiles(const void* data, std::int64_t n, std::int64_t k, int splits, unsigned* sink,
+                cudaStream_t stream) {
+  const auto k_per_split = static_cast<int>(k / splits);
+  if (n % kTileRows != 0 || k % splits != 0 || k_per_split % 128 != 0 ||
+      k_per_split / 128 * kTileRows * 8 > kPieceLoads * kThreads) {
+    return;
+  }
+  read_tiles_kernel<<<dim3(static_cast<unsigned>(n / kTileRows), static_cast<unsigned>(splits)),
+                      kThreads, 0, stream>>>(static_cast<const std::uint8_t*>(data),
+                                             static_cast<int>(k), k_per_split, sink);
+}
+
+void narrowing_copy(const void* in, std::size_t elements, void* out, void* scales,
+                    cudaStream_t stream) {
+  const std::size_t words = elements / 8;
+  const auto blocks = static_cast<unsigned>((words + kThreads * 4 - 1) / (kThreads * 4));
+  if (blocks == 0) return;
+  narrowing_copy_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint4*>(in), words,
+                                                         static_cast<uint2*>(out),
+                                                         static_cast<std::uint8_t*>(scales));
 }
 
 }  // namespace mxlinear::bench

@@ -25,4 +25,14 @@ void read_all(const void* data, std::size_t bytes, unsigned* sink, cudaStream_t 
 // of as many CTAs as that takes: how fast a plain kernel streams a layer's weights.
 void stream_read(const void* data, std::size_t bytes, unsigned* sink, cudaStream_t stream);
 
+// Reads the [n, k] e4m3 weight the way the decode kernel's CTAs do (64-row tiles, `splits` K
+// ranges, 128-byte pieces a row apart), all loads issued at once; does nothing for shapes
+// outside that pattern (n % 64, k % (128 splits), K / splits > 768).
+void read_tiles(const void* data, std::int64_t n, std::int64_t k, int splits, unsigned* sink,
+                cudaStream_t stream);
+// The quantizer's bytes without its arithmetic: `elements` bf16 (a multiple of 32) in, one byte
+// each out, and one byte per 32 into `scales`.
+void narrowing_copy(const void* in, std::size_t elements, void* out, void* scales,
+                    cudaStream_t stream);
+
 }  // namespace mxlinear::bench

@@ -54,7 +54,7 @@ class SweepSummary(unittest.TestCase):
         doc = {"rows": [figure(256, 1, {"decode/a": 6.0, "gemv/b": 9.0}, weight_stream_us=4.0),
                         figure(256, 32, {"decode/a": 7.0}, weight_stream_us=4.0)]}
         out = summary(doc, "decode")
-        self.assertIn("| l256 | 1 | 6.00 | 4.00 | 1.50 |", out)
+        self.assertIn("| l256 | 1 | 6.00 | 4.00 | 1.50 | nan |", out)
         self.assertNotIn("| l256 | 32 |", out)  # only M <= 8
 
 

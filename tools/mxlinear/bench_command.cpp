@@ -125,6 +125,13 @@ json bench_quantize(std::int64_t m, std::int64_t k, std::size_t l2, const Ceilin
                  qv, sv, stream);
       },
       std::max(copies, 8), 2, replays, stream));
+  // The same bytes in and out with no arithmetic: what this traffic allows.
+  const auto copy = bench::summarize(bench::time_graph(
+      [&](int i) {
+        bench::narrowing_copy(x.bytes() + static_cast<std::size_t>(i % copies) * bytes,
+                              static_cast<std::size_t>(m * k), q.ptr, s.ptr, stream);
+      },
+      std::max(copies, 8), 2, replays, stream));
   const double read_per_s = static_cast<double>(bytes) / (t.median * 1e-6);
   // Every byte moved: bf16 in, e4m3 and one scale byte per 32 elements out.
   const double moved = static_cast<double>(bytes) + static_cast<double>(m * k) * (1.0 + 1.0 / 32);
@@ -136,6 +143,7 @@ json bench_quantize(std::int64_t m, std::int64_t k, std::size_t l2, const Ceilin
           {"fraction_of_read_ceiling", read_per_s / ceil.read_bytes_per_s},
           {"moved_tb_s", moved_per_s / 1e12},
           {"moved_fraction_of_read_ceiling", moved_per_s / ceil.read_bytes_per_s},
+          {"narrowing_copy_us", copy.median},
           {"rotation_copies", copies}};
 }
 
@@ -286,6 +294,12 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
                                 bench::stream_read(w.view(i).data.data, w.data_bytes,
                                                    static_cast<unsigned*>(sink.ptr), stream);
                               }).median;
+    if (n % 64 == 0 && k % 1024 == 0 && k / 8 <= 768) {
+      row["weight_tiles_us"] = median([&](int i) {
+                                 bench::read_tiles(w.view(i).data.data, n, k, 8,
+                                                   static_cast<unsigned*>(sink.ptr), stream);
+                               }).median;
+    }
   }
   if (ok) {
     const Workspace workspace{ws.ptr, linear_workspace_bytes(m, k)};
@@ -569,10 +583,12 @@ int run_bench(const BenchOptions& o) {
         json q = bench_quantize(m, k, l2, ceil, o.replays, stream);
         fmt::print(
             "quantize M={:>5} K={:>5}: {:8.2f} us, read {:.2f} TB/s = {:.0f}% of the read "
-            "ceiling; read + written {:.2f} TB/s = {:.0f}%\n",
+            "ceiling; read + written {:.2f} TB/s = {:.0f}%; the same bytes copied without "
+            "arithmetic {:.2f} us\n",
             m, k, q["us"].get<double>(), q["read_tb_s"].get<double>(),
             100 * q["fraction_of_read_ceiling"].get<double>(), q["moved_tb_s"].get<double>(),
-            100 * q["moved_fraction_of_read_ceiling"].get<double>());
+            100 * q["moved_fraction_of_read_ceiling"].get<double>(),
+            q["narrowing_copy_us"].get<double>());
         doc["quantize"].push_back(q);
       }
     }
