@@ -57,15 +57,19 @@ __device__ __forceinline__ float widen(const RawGroup<kIn>& raw, int i) {
   }
 }
 
-// Loads a group element by element (rows that are not 16-byte aligned; zeros where inactive).
-template <InType kIn>
+// Loads a group (zeros where inactive).
+template <InType kIn, bool kVector>
 __device__ __forceinline__ RawGroup<kIn> load_group(const QuantizeParams& p, Group g, bool active) {
   using T = typename InputTraits<kIn>::T;
   RawGroup<kIn> raw;
   const std::int64_t row = active ? g.row : 0;
   const int col = active ? g.col : 0;
   const T* src = static_cast<const T*>(p.x) + row * p.ld_x + col;
-  {
+  if constexpr (kVector) {
+#pragma unroll
+    for (int i = 0; i < RawGroup<kIn>::kBytes / 16; ++i)
+      raw.words[i] = active ? __ldg(reinterpret_cast<const uint4*>(src) + i) : uint4{};
+  } else {
     // Element-wise (unaligned rows): each element's bits into its place in the words.
     constexpr int kPerWord = 4 / sizeof(T);
     auto* bits = reinterpret_cast<std::uint32_t*>(raw.words);
@@ -124,8 +128,7 @@ __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g,
   }
 }
 
-// Rows that are not 16-byte aligned. A grid of one resident wave walks the groups (4 per MX
-// block) in row-major order: a warp
+// A grid of one resident wave walks the groups (4 per MX block) in row-major order: a warp
 // takes kWalks runs of 32 consecutive groups, a grid-stride apart, and loads the next kWalks
 // groups before it quantizes the current ones, so 64 bytes of loads per thread stay in flight
 // across iterations (v3 kept 32 and streamed at 70% of the read ceiling counting the bytes
@@ -136,9 +139,9 @@ constexpr int kWalksFor = 64 / RawGroup<kIn>::kBytes;
 // alone, ptxas capped the bf16 kernel at 64 registers and spilled.
 constexpr int kMinResidentCtas = 3;
 
-template <InType kIn, bool kDequantize>
+template <InType kIn, bool kVector, bool kDequantize>
 __global__ void __launch_bounds__(kThreadsPerBlock, kMinResidentCtas)
-    quantize_elementwise_kernel(const QuantizeParams p) {
+    quantize_kernel(const QuantizeParams p) {
   // Launched as a programmatic dependent itself: the previous kernel (say the previous layer's
   // GEMM, which may still read the workspace this kernel writes, or the producer of x) must
   // finish first; only the launch and the CTAs' start overlap its tail.
@@ -159,7 +162,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, kMinResidentCtas)
 #pragma unroll
   for (int i = 0; i < kWalks; ++i) {
     at[i] = stepper.position(first + i * stride);
-    current[i] = load_group<kIn>(p, group_of(at[i]), at[i].row < p.m);
+    current[i] = load_group<kIn, kVector>(p, group_of(at[i]), at[i].row < p.m);
   }
   // Warp-uniform loop bounds (the warp's first group), so every lane reaches the shuffles.
   for (std::int64_t base = first - (static_cast<int>(threadIdx.x) & 31); base < total;
@@ -170,7 +173,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, kMinResidentCtas)
     for (int i = 0; i < kWalks; ++i) {
       next_at[i] = at[i];
       stepper.advance(next_at[i]);
-      next[i] = load_group<kIn>(p, group_of(next_at[i]), next_at[i].row < p.m);
+      next[i] = load_group<kIn, kVector>(p, group_of(next_at[i]), next_at[i].row < p.m);
     }
 #pragma unroll
     for (int i = 0; i < kWalks; ++i) {
@@ -179,72 +182,6 @@ __global__ void __launch_bounds__(kThreadsPerBlock, kMinResidentCtas)
       at[i] = next_at[i];
     }
   }
-}
-
-// The 16-byte-aligned path: each thread streams its groups through its own slots of a cp.async
-// ring in shared memory, so 5 stages of 32 bytes a thread stay in flight without registers to
-// hold them (the register walk above kept 64 bytes, about 48 KiB per SM, and streamed at 74-77%
-// of the read ceiling counting the bytes written). A thread reads only the slots it filled
-// itself, so cp.async.wait_group orders everything: no barrier. A slot is refilled one
-// iteration after it was read; the read's values were stored by then, so its load is done.
-constexpr int kRingStages = 6;
-constexpr int kRingWords = 2;         // 16-byte words per thread and stage
-constexpr int kRingResidentCtas = 4;  // 4 x 48 KiB of ring per SM; no loads held in registers
-template <InType kIn>
-constexpr int kGroupsPerStage = kRingWords * 16 / RawGroup<kIn>::kBytes;
-
-template <InType kIn, bool kDequantize>
-__global__ void __launch_bounds__(kThreadsPerBlock, kRingResidentCtas)
-    quantize_ring_kernel(const QuantizeParams p) {
-  __shared__ uint4 ring[kRingStages][kRingWords][kThreadsPerBlock];
-  hopper::wait_prerequisite_grids();  // as in quantize_elementwise_kernel
-  hopper::allow_dependent_launch();
-  using T = typename InputTraits<kIn>::T;
-  constexpr int kGroups = kGroupsPerStage<kIn>;
-  constexpr int kWordsPerGroup = RawGroup<kIn>::kBytes / 16;
-  const int tid = static_cast<int>(threadIdx.x);
-  const int groups_per_row = p.k / kElemsPerThread;
-  const std::int64_t total = static_cast<std::int64_t>(p.m) * groups_per_row;
-  const int stride = static_cast<int>(gridDim.x) * kThreadsPerBlock;
-  const int first = static_cast<int>(blockIdx.x) * kThreadsPerBlock + tid;
-  const GroupStepper stepper(stride, groups_per_row);
-  GroupPosition load_at = stepper.position(first), use_at = load_at;
-  const auto issue = [&](int slot) {
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-      const bool active = load_at.row < p.m;
-      const T* src = static_cast<const T*>(p.x) +
-                     (active ? load_at.row * p.ld_x + load_at.group * kElemsPerThread : 0);
-#pragma unroll
-      for (int w = 0; w < kWordsPerGroup; ++w) {
-        ptx::cp_async_16(ptx::smem_address(&ring[slot][g * kWordsPerGroup + w][tid]),
-                         reinterpret_cast<const uint4*>(src) + w, active ? 16 : 0);
-      }
-      stepper.advance(load_at);
-    }
-    ptx::cp_async_commit();  // one group per stage, empty or not, so the counts stay in step
-  };
-#pragma unroll
-  for (int s = 0; s < kRingStages - 1; ++s) issue(s);
-  int slot = 0;
-  // Warp-uniform bounds (the warp's first group), so every lane reaches the shuffles.
-  for (std::int64_t base = first - (tid & 31); base < total;
-       base += kGroups * static_cast<std::int64_t>(stride)) {
-    ptx::cp_async_wait<kRingStages - 2>();
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-      RawGroup<kIn> raw;
-#pragma unroll
-      for (int w = 0; w < kWordsPerGroup; ++w)
-        raw.words[w] = ring[slot][g * kWordsPerGroup + w][tid];
-      quantize_group<kIn, kDequantize>(p, Group{use_at.row, use_at.group * kElemsPerThread},
-                                       use_at.row < p.m, raw);
-      stepper.advance(use_at);
-    }
-    issue(slot == 0 ? kRingStages - 1 : slot - 1);
-    slot = slot == kRingStages - 1 ? 0 : slot + 1;
-  }
-  ptx::cp_async_wait<0>();  // nothing may be left writing shared memory when the CTA exits
 }
 
 // One resident wave of CTAs (at most kMinResidentCtas or a few more per SM).
@@ -262,10 +199,10 @@ cudaError_t launch_walk(const QuantizeParams& p, cudaStream_t stream) {
 template <InType kIn>
 cudaError_t launch_typed(const QuantizeParams& p, bool vector, cudaStream_t stream) {
   const bool dequantize = p.dequantized != nullptr;
-  if (vector && dequantize) return launch_walk<quantize_ring_kernel<kIn, true>>(p, stream);
-  if (vector) return launch_walk<quantize_ring_kernel<kIn, false>>(p, stream);
-  if (dequantize) return launch_walk<quantize_elementwise_kernel<kIn, true>>(p, stream);
-  return launch_walk<quantize_elementwise_kernel<kIn, false>>(p, stream);
+  if (vector && dequantize) return launch_walk<quantize_kernel<kIn, true, true>>(p, stream);
+  if (vector) return launch_walk<quantize_kernel<kIn, true, false>>(p, stream);
+  if (dequantize) return launch_walk<quantize_kernel<kIn, false, true>>(p, stream);
+  return launch_walk<quantize_kernel<kIn, false, false>>(p, stream);
 }
 
 }  // namespace
