@@ -65,8 +65,9 @@ fi
 
 if [[ " $steps " == *" sanitize "* ]]; then
   # Every (tool, test binary) pair as its own process, all at once: racecheck's host-side
-  # analysis is the slow part and the device has 16 cores. Logs are joined in a fixed order.
-  jobs_dir=$(mktemp -d)
+  # analysis is the slow part and the device has 16 cores. Each pair appends its log to
+  # $OUT/sanitize.log the moment it ends, so a call cut short still returns the pairs that
+  # finished; $SANITIZE_TIMEOUT (seconds, default 500) ends a pair that would not.
   pairs=()
   for tool in memcheck racecheck; do
     for t in "${gpu_tests[@]}"; do
@@ -77,19 +78,20 @@ if [[ " $steps " == *" sanitize "* ]]; then
       pairs+=("$pair")
       # The seed-sized stress tests take minutes under the sanitizers; the small shapes cover
       # the same code paths.
-      (GTEST_FILTER="${SANITIZE_FILTER:--*SeedSized*}" compute-sanitizer --tool "$tool" \
-         --error-exitcode 9 "$t" --gtest_brief=1 >"$jobs_dir/$pair.log" 2>&1
-       echo $? >"$jobs_dir/$pair.rc") &
+      (log=$(mktemp)
+       GTEST_FILTER="${SANITIZE_FILTER:--*SeedSized*}" timeout "${SANITIZE_TIMEOUT:-500}" \
+         compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" --gtest_brief=1 >"$log" 2>&1
+       rc=$?
+       summary="$pair: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
+       [ "$rc" -eq 124 ] && summary="$summary TIMED OUT"
+       echo "$summary"
+       { flock 9; { echo "== $summary"; cat "$log"; } >>"$OUT/sanitize.log"; } 9>>"$OUT/.sanitize.lock"
+       rm -f "$log"
+       exit "$rc") &
     done
   done
-  wait
-  for pair in "${pairs[@]}"; do
-    rc=$(cat "$jobs_dir/$pair.rc")
-    { echo "== $pair"; cat "$jobs_dir/$pair.log"; } >>"$OUT/sanitize.log"
-    echo "$pair: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$jobs_dir/$pair.log" | tail -1)"
-    [ "$rc" -eq 0 ] || status=1
-  done
-  rm -rf "$jobs_dir"
+  for job in $(jobs -p); do wait "$job" || status=1; done
+  rm -f "$OUT/.sanitize.lock"
 fi
 
 if [[ " $steps " == *" sass "* ]]; then
