@@ -163,8 +163,11 @@ struct WeightRing {
         const std::uint8_t* scales = p.w_scales + row * p.ld_w_scales + b0;
         const int count = ns < p.n ? valid_bytes / kBlockSize : 0;
         std::uint8_t* dst = slot + gemv_ring::kScaleOffset + 4 * lane;
-        if (scale_words) {
-          ptx::cp_async_4(ptx::smem_address(dst), scales, count);
+        // A partial word (the K tail) is read byte by byte: cp.async reads all 4 bytes whatever
+        // its source size, past the end of a scale row that ends the allocation (memcheck
+        // caught it on a 1 x 32 weight).
+        if (scale_words && count == 4) {
+          ptx::cp_async_4(ptx::smem_address(dst), scales, 4);
         } else {
           std::uint32_t word = 0;
           for (int q = 0; q < count; ++q) word |= std::uint32_t{__ldg(scales + q)} << (8 * q);
