@@ -5,6 +5,7 @@
 #include "device/decode_gemm.cuh"
 #include "device/decode_gemm.hpp"
 #include "device/launch_util.hpp"
+#include "device/timeline.hpp"
 #include "device/tma_map.hpp"
 
 namespace mxlinear::device {
@@ -138,6 +139,11 @@ cudaError_t launch_decode_gemm(const GemmParams& p, int instance, int splits, cu
     default:
       return cudaErrorInvalidValue;
   }
+}
+
+// This translation unit's buffer pointer (timeline.cuh).
+cudaError_t timeline::set_decode_buffer(std::uint32_t* buffer) {
+  return timeline::set_buffer(buffer);
 }
 
 }  // namespace mxlinear::device

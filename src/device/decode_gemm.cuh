@@ -29,6 +29,7 @@
 #include "device/mx_convert.cuh"
 #include "device/ptx.cuh"
 #include "device/split_k.cuh"
+#include "device/timeline.cuh"
 #include "device/wgmma_f16.cuh"
 #include "mxlinear/format.hpp"
 
@@ -381,6 +382,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     decode_gemm_kernel(const __grid_constant__ CUtensorMap w_map,
                        const __grid_constant__ CUtensorMap a_map, const GemmParams p) {
   using namespace decode_detail;
+  timeline::Stamps stamps;
+  stamps.mark(timeline::kEntry);
   extern __shared__ std::uint8_t smem_raw[];
   const auto [smem, smem_ptr] = hopper::align_smem_1024(smem_raw);
   const std::uint32_t full = smem + Tile::kBarrierOffset;
@@ -404,6 +407,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   load_scales(p.w_scales, p.ld_w_scales, n0, Tile::kRows, p.n, c_begin, chunks, scales, tid,
               Tile::kThreads);
   hopper::wait_prerequisite_grids();
+  stamps.mark(timeline::kWaited);
   if (tid == Tile::kConsumerThreads) {
     produce_first_activations<Tile>(&a_map, smem, full, c_begin, chunks, t0);
   }
@@ -413,6 +417,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   }
   __syncthreads();
   hopper::allow_dependent_launch();
+  stamps.mark(timeline::kPrologue);
 
   float acc[Tile::kPartialRegs];
 #pragma unroll
@@ -428,6 +433,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // Each warpgroup's f16 buffer is free once all its warps are past their last wgmma wait.
     if (Tile::kConsumerGroups == 1 || warpgroup == 0) {
       consume<Tile, 0>(acc, smem, smem_ptr, full, empty, chunks, p.x_is_f16);
+      stamps.mark(timeline::kMainLoop);
       hopper::named_barrier_sync(1, 128);
     } else {
       consume<Tile, Tile::kConsumerGroups - 1>(acc, smem, smem_ptr, full, empty, chunks,
@@ -451,10 +457,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   }
   __syncwarp();  // the producer warp's lanes meet again before the aligned cluster barrier
   hopper::cluster_sync();
+  stamps.mark(timeline::kReduced);
   reduce_splits_and_store<Tile::kRows, Tile::kTokens>(p, smem + Tile::kReduceOffset, n0, t0, split,
                                                       splits, Tile::kThreads);
+  stamps.mark(timeline::kStored);
   // No CTA may leave while a peer still reads its tile.
   hopper::cluster_sync();
+  stamps.flush();
 }
 
 }  // namespace mxlinear::device

@@ -4,6 +4,7 @@
 #include "device/gemv_gemm.cuh"
 #include "device/gemv_gemm.hpp"
 #include "device/launch_util.hpp"
+#include "device/timeline.hpp"
 
 namespace mxlinear::device {
 namespace {
@@ -86,6 +87,11 @@ cudaError_t launch_gemv_gemm(const GemmParams& p, int instance, cudaStream_t str
     return cudaErrorInvalidValue;
   }
   return kLaunchers[instance](p, stream);
+}
+
+// This translation unit's buffer pointer (timeline.cuh).
+cudaError_t timeline::set_gemv_buffer(std::uint32_t* buffer) {
+  return timeline::set_buffer(buffer);
 }
 
 }  // namespace mxlinear::device

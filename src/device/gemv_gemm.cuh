@@ -25,6 +25,7 @@
 #include "device/gemv_activation.cuh"
 #include "device/gemv_weights.cuh"
 #include "device/hopper_ptx.cuh"
+#include "device/timeline.cuh"
 #include "mxlinear/format.hpp"
 
 namespace mxlinear::device {
@@ -72,6 +73,8 @@ template <class Tile>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
     gemv_gemm_kernel(const GemmParams p) {
   using namespace gemv_detail;
+  timeline::Stamps stamps;
+  stamps.mark(timeline::kEntry);
   extern __shared__ uint4 smem_u4[];
   auto* const smem = reinterpret_cast<std::uint8_t*>(smem_u4);
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
@@ -101,6 +104,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
     for (int i = 0; i < Tile::kStages - 1; ++i) ring.issue(p, n0, lane, first + i, end, blocks);
   }
   hopper::wait_prerequisite_grids();
+  stamps.mark(timeline::kWaited);
   if (p.x != nullptr) {
     quantize_activations<Tile::kThreads>(p, t0, s);
   } else {
@@ -108,6 +112,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   }
   __syncthreads();
   hopper::allow_dependent_launch();
+  stamps.mark(timeline::kPrologue);
 
   float acc[Tile::kTokenTiles][4];
 #pragma unroll
@@ -123,6 +128,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   } else {
     stream_through_ring(p, n0, lane, first, end, blocks, ring, acc, first_tile, last_tile);
   }
+  stamps.mark(timeline::kMainLoop);
 
   // The warps' partial tiles [warp][row][token], added in warp order.
   auto* const partials = reinterpret_cast<float*>(smem + Tile::reduce_offset(p.k, staged));
@@ -137,6 +143,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
     mine[(g + 8) * Tile::kTokens + token + 1] = acc[j][3];
   }
   __syncthreads();
+  stamps.mark(timeline::kReduced);
   for (int e = static_cast<int>(threadIdx.x); e < kTile; e += Tile::kThreads) {
     const int row = e / Tile::kTokens, token = e % Tile::kTokens;
     const int n = n0 + row, m = t0 + token;
@@ -147,6 +154,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
     if (p.bias_type != BiasType::kNone) v += epilogue::load_bias(p, n);
     epilogue::store_one(p, m, n, v);
   }
+  stamps.mark(timeline::kStored);
+  stamps.flush();
 }
 
 }  // namespace mxlinear::device

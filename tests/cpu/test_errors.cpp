@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "mxlinear/diagnostics.hpp"
 #include "mxlinear/error.hpp"
 #include "mxlinear/quantize.hpp"
 #include "mxlinear/reference.hpp"
@@ -423,6 +424,21 @@ TEST_F(QuantizeErrors, NullDeviceAndStrideProblems) {
   x = x_buf_.view({kM, kK});
   x.rank = 0;
   ExpectQuantizeRejects("x", {"rank 0", "expected 1 to 3"});
+}
+
+// Timeline stamps: a build without them says so, naming the argument; a kernel without stamps is
+// refused by name in a build with them.
+TEST(Errors, TimelineNamesWhatItCannotTime) {
+  try {
+    set_kernel_timeline(timeline_compiled() ? "prefill" : "decode", nullptr);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(),
+              timeline_compiled() ? ErrorCode::kInvalidArgument : ErrorCode::kUnsupported);
+    EXPECT_EQ(e.argument(), "kernel");
+    EXPECT_THAT(e.what(),
+                ::testing::HasSubstr(timeline_compiled() ? "'prefill'" : "MXLINEAR_TIMELINE"));
+  }
 }
 
 }  // namespace

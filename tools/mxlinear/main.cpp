@@ -8,6 +8,7 @@
 #include "check_command.hpp"
 #include "mxlinear/error.hpp"
 #include "select_command.hpp"
+#include "timeline_command.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"mxlinear: MXFP8 linear layers on Hopper (select, check, benchmark, tune)"};
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   mxlinear::cli::add_check_command(app, exit_code);
   mxlinear::cli::add_bench_command(app, exit_code);
   mxlinear::cli::add_select_command(app, exit_code);
+  mxlinear::cli::add_timeline_command(app, exit_code);
   try {
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) return mxlinear::cli::run_example();

@@ -1,0 +1,31 @@
+// Host side of the per-CTA phase timestamps (timeline.cuh): the buffer layout and, per kernel,
+// where its CTAs write. A build without -DMXLINEAR_TIMELINE=ON returns cudaErrorNotSupported.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace mxlinear::device::timeline {
+
+// Stamps per CTA, each the low 32 bits of %globaltimer (ns; differences are taken modulo 2^32):
+// buffer[cta * kStamps + phase], cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y *
+// blockIdx.z).
+inline constexpr int kStamps = 8;
+
+// The phases the decode and gemv kernels mark, in order.
+enum Phase : int {
+  kEntry = 0,     // the CTA's first instruction
+  kWaited = 1,    // past the wait on the previous kernel (griddepcontrol.wait)
+  kPrologue = 2,  // activation staged or its first tiles issued; dependents may launch
+  kMainLoop = 3,  // this thread's share of the K loop done
+  kReduced = 4,   // the CTA's (or cluster's) partial sums met
+  kStored = 5,    // the output tile written
+};
+
+// Points the decode (gemv) kernel's CTAs at `buffer` (device memory, >= grid CTAs * kStamps
+// words), or back at nothing with nullptr.
+cudaError_t set_decode_buffer(std::uint32_t* buffer);
+cudaError_t set_gemv_buffer(std::uint32_t* buffer);
+
+}  // namespace mxlinear::device::timeline

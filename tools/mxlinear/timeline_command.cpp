@@ -1,0 +1,158 @@
+#include "timeline_command.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "device_data.hpp"
+#include "device_memory.hpp"
+#include "harness.hpp"
+#include "mxlinear/diagnostics.hpp"
+#include "mxlinear/linear.hpp"
+#include "mxlinear/quantize.hpp"
+#include "mxlinear/registry.hpp"
+
+namespace mxlinear::cli {
+namespace {
+
+struct TimelineOptions {
+  std::string kernel = "decode", config;
+  std::int64_t m = 1, n = 2560, k = 6144;
+  int calls = 16;
+};
+
+// Room for this many CTAs' stamps: more than any decode or gemv grid of a 65536 x 65536 layer.
+constexpr std::size_t kMaxCtas = std::size_t{1} << 20;
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+int run_timeline(const TimelineOptions& o) {
+  if (!gpu_available()) {
+    fmt::print(stderr, "mxlinear timeline: SKIPPED: no sm_90 GPU\n");
+    return 77;
+  }
+  if (!timeline_compiled()) {
+    throw Error(ErrorCode::kUnsupported, "",
+                "timeline: this build records no stamps; configure with -DMXLINEAR_TIMELINE=ON");
+  }
+  const Kernel* kernel = nullptr;
+  for (const auto& k : Registry::global().kernels()) {
+    if (k->name() == o.kernel) kernel = k.get();
+  }
+  if (kernel == nullptr || (o.kernel != "decode" && o.kernel != "gemv")) {
+    throw Error(
+        ErrorCode::kInvalidArgument, "kernel",
+        fmt::format("timeline: argument 'kernel' is '{}', expected decode or gemv", o.kernel));
+  }
+  const std::string config = o.config.empty() ? kernel->default_config(o.m) : o.config;
+  cudaDeviceProp prop{};
+  cuda_or_throw(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  // Weights rotate through copies worth >= 3x L2, as in `mxlinear bench`.
+  const auto bytes = static_cast<std::size_t>(o.n * o.k);
+  const int copies = bench::rotation_copies(bytes, static_cast<std::size_t>(prop.l2CacheSize));
+  DeviceMemory w(bytes * static_cast<std::size_t>(copies)),
+      ws(bytes / 32 * static_cast<std::size_t>(copies)), x(static_cast<std::size_t>(o.m * o.k) * 2),
+      xq(static_cast<std::size_t>(o.m * o.k)), xs(static_cast<std::size_t>(o.m * o.k / 32)),
+      out(static_cast<std::size_t>(o.m * o.n) * 2),
+      stamps(kMaxCtas * kTimelineStamps * sizeof(std::uint32_t));
+  cudaStream_t stream = nullptr;
+  cuda_or_throw(cudaStreamCreate(&stream), "cudaStreamCreate");
+  bench::fill_e4m3(w.bytes(), bytes * static_cast<std::size_t>(copies), 1, stream);
+  bench::fill_scales(ws.bytes(), bytes / 32 * static_cast<std::size_t>(copies), 2, 117, 124,
+                     stream);
+  bench::fill_bf16(x.ptr, static_cast<std::size_t>(o.m * o.k), 3, stream);
+  const TensorView qv = TensorView::contiguous(xq.ptr, {o.m, o.k}, DType::kE4M3, Location::kDevice);
+  const TensorView sv =
+      TensorView::contiguous(xs.ptr, {o.m, o.k / 32}, DType::kE8M0, Location::kDevice);
+  quantize(TensorView::contiguous(x.ptr, {o.m, o.k}, DType::kBF16, Location::kDevice), qv, sv,
+           stream);
+  const std::size_t workspace_bytes = kernel->workspace_bytes({o.m, o.n, o.k}, config);
+  DeviceMemory workspace(workspace_bytes);
+  cuda_or_throw(cudaMemsetAsync(stamps.ptr, 0, kMaxCtas * kTimelineStamps * 4, stream), "memset");
+  auto* const words = static_cast<std::uint32_t*>(stamps.ptr);
+  set_kernel_timeline(o.kernel, words);
+  // Back to back, as in a model: every call overwrites the stamps, so the last one's remain,
+  // with the launch overlap (PDL) of its predecessor.
+  for (int i = 0; i < o.calls; ++i) {
+    const std::size_t c = static_cast<std::size_t>(i % copies);
+    const MxWeight weight{
+        TensorView::contiguous(w.bytes() + c * bytes, {o.n, o.k}, DType::kE4M3, Location::kDevice),
+        TensorView::contiguous(ws.bytes() + c * bytes / 32, {o.n, o.k / 32}, DType::kE8M0,
+                               Location::kDevice)};
+    kernel->run(
+        KernelCall{QuantizedActivation{qv, sv, DType::kBF16}, weight, std::nullopt,
+                   TensorView::contiguous(out.ptr, {o.m, o.n}, DType::kBF16, Location::kDevice),
+                   LinearShape{o.m, o.n, o.k}, stream, Workspace{workspace.ptr, workspace_bytes}},
+        config);
+  }
+  cuda_or_throw(cudaStreamSynchronize(stream), "sync");
+  set_kernel_timeline(o.kernel, nullptr);
+  std::vector<std::uint32_t> host(kMaxCtas * kTimelineStamps);
+  cuda_or_throw(cudaMemcpy(host.data(), words, host.size() * 4, cudaMemcpyDeviceToHost),
+                "download");
+  cudaStreamDestroy(stream);
+
+  // CTAs that recorded an entry; times relative to the earliest entry (modulo 2^32 ns).
+  std::vector<std::size_t> ctas;
+  for (std::size_t c = 0; c < kMaxCtas; ++c) {
+    if (host[c * kTimelineStamps] != 0) ctas.push_back(c);
+  }
+  if (ctas.empty()) {
+    fmt::print(stderr, "mxlinear timeline: no CTA recorded a stamp\n");
+    return 1;
+  }
+  std::uint32_t start = host[ctas[0] * kTimelineStamps];
+  for (std::size_t c : ctas) {
+    if (static_cast<std::int32_t>(host[c * kTimelineStamps] - start) < 0) {
+      start = host[c * kTimelineStamps];
+    }
+  }
+  fmt::print("{} {} at M = {}, N = {}, K = {}: the last of {} calls back to back, {} CTAs\n",
+             o.kernel, config, o.m, o.n, o.k, o.calls, ctas.size());
+  fmt::print("{:<10} {:>9} {:>9} {:>9} {:>9}   {:>14}\n", "phase", "min us", "median", "p90",
+             "max us", "median step us");
+  const int phases = static_cast<int>(std::size(kTimelinePhases));
+  for (int p = 0; p < phases; ++p) {
+    std::vector<double> at, step;
+    for (std::size_t c : ctas) {
+      const std::uint32_t* s = &host[c * kTimelineStamps];
+      if (s[p] == 0) continue;
+      at.push_back(static_cast<std::uint32_t>(s[p] - start) * 1e-3);
+      if (p > 0 && s[p - 1] != 0)
+        step.push_back(static_cast<std::uint32_t>(s[p] - s[p - 1]) * 1e-3);
+    }
+    fmt::print("{:<10} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f}   {:>14.2f}\n", kTimelinePhases[p],
+               percentile(at, 0), percentile(at, 0.5), percentile(at, 0.9), percentile(at, 1),
+               percentile(step, 0.5));
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_timeline_command(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<TimelineOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "timeline",
+      "Where one decode or gemv config's CTAs spend their time (a -DMXLINEAR_TIMELINE=ON build)");
+  cmd->add_option("--kernel", o->kernel, "decode or gemv")
+      ->check(CLI::IsMember({"decode", "gemv"}));
+  cmd->add_option("--config", o->config, "the kernel's config (default: its default for M)");
+  cmd->add_option("-m,--m", o->m, "tokens")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("-n,--n", o->n, "output features")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("-k,--k", o->k, "input features, a multiple of 32")
+      ->check(CLI::Range(32, 1 << 16));
+  cmd->add_option("--calls", o->calls, "calls back to back; the last one's stamps are shown")
+      ->check(CLI::Range(1, 1000));
+  cmd->callback([o, &exit_code] { exit_code = run_timeline(*o); });
+}
+
+}  // namespace mxlinear::cli
