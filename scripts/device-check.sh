@@ -6,7 +6,7 @@
 #               seed-sized layers with several token tiles (mxlinear check --kernel K --repeat),
 #               then racecheck on the first failing one (the decode kernel's missing proxy
 #               fence only showed there; docs/PERF.md)
-#   timeline    per-CTA phase stamps of decode and gemv configs ($TIMELINE_TARGETS) from a
+#   timeline    per-CTA phase stamps of decode, gemv and prefill configs ($TIMELINE_TARGETS) from a
 #               -DMXLINEAR_TIMELINE=ON build in build-timeline (mxlinear timeline)
 #   profile     Nsight Compute (speed of light, warp states, source-level stall counters, launch
 #               stats) on one launch per target; one ncu-NAME.txt each. $PROFILE_TARGETS, space
@@ -185,14 +185,15 @@ fi
 
 if [[ " $steps " == *" timeline "* ]]; then
   # Per-CTA phase stamps (entry, past the wait on the previous kernel, prologue, main loop,
-  # reduction, store) from a separate -DMXLINEAR_TIMELINE=ON build: where a decode or gemv
-  # call's microseconds go. $TIMELINE_TARGETS, space separated, each KERNEL:CONFIG:M:N:K.
+  # reduction, store) from a separate -DMXLINEAR_TIMELINE=ON build: where a decode, gemv or
+  # prefill call's microseconds go. $TIMELINE_TARGETS, space separated, each KERNEL:CONFIG:M:N:K.
   cmake -S . -B build-timeline -G Ninja -DCMAKE_BUILD_TYPE=Release -DMXLINEAR_TIMELINE=ON \
     -DMXLINEAR_BUILD_TESTS=OFF >"$OUT/timeline.txt" 2>&1 &&
     cmake --build build-timeline -j "$(nproc)" --target mxlinear_cli >>"$OUT/timeline.txt" 2>&1 ||
     { echo "TIMELINE BUILD FAILED"; status=1; }
   for target in ${TIMELINE_TARGETS:-decode:t8_st4_split8:1:2560:6144 gemv:t8_w8_r4:1:2560:6144 \
-decode:t8_st4_split4:1:6144:6144 decode:t8x2_st8_split1:1:6144:768}; do
+decode:t8_st4_split4:1:6144:6144 decode:t8x2_st8_split1:1:6144:768 \
+prefill:w128_t128_st4_overlap_split2:128:6144:6144 prefill:w128_t256_st4_k64_overlap:8192:6144:6144}; do
     IFS=: read -r kernel config m n k <<<"$target"
     build-timeline/tools/mxlinear timeline --kernel "$kernel" --config "$config" --m "$m" \
       --n "$n" --k "$k" 2>&1 | tee -a "$OUT/timeline.txt" || status=1

@@ -1,4 +1,4 @@
-// Per-CTA phase timestamps of the decode and gemv kernels, to see where a short kernel's
+// Per-CTA phase timestamps of the decode, gemv and prefill kernels, to see where a short kernel's
 // microseconds go (`mxlinear timeline`). Only a library configured with -DMXLINEAR_TIMELINE=ON
 // records them; the stamps change the kernels' code, so time nothing else with such a build.
 #pragma once
@@ -18,9 +18,9 @@ inline constexpr const char* kTimelinePhases[] = {"entry",     "waited",  "prolo
 // Whether this build records stamps.
 bool timeline_compiled();
 
-// Directs the CTAs of `kernel` ("decode" or "gemv") to write their stamps into `buffer` (device
-// memory of at least grid CTAs x kTimelineStamps words), or to stop with nullptr. Throws Error:
-// kInvalidArgument for another kernel, kUnsupported in a build without stamps.
+// Directs the CTAs of `kernel` ("decode", "gemv" or "prefill") to write their stamps into `buffer`
+// (device memory of at least grid CTAs x kTimelineStamps words), or to stop with nullptr. Throws
+// Error: kInvalidArgument for another kernel, kUnsupported in a build without stamps.
 void set_kernel_timeline(std::string_view kernel, std::uint32_t* buffer);
 
 }  // namespace mxlinear

@@ -4,6 +4,7 @@
 #include "device/launch_util.hpp"
 #include "device/prefill_gemm.cuh"
 #include "device/prefill_gemm.hpp"
+#include "device/timeline.hpp"
 #include "device/tma_map.hpp"
 
 namespace mxlinear::device {
@@ -122,6 +123,11 @@ cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::in
     return cudaErrorInvalidValue;
   }
   return kLaunchers[instance](p, a_bf16, ld_a_bf16, splits, stream);
+}
+
+// This translation unit's buffer pointer (timeline.cuh).
+cudaError_t timeline::set_prefill_buffer(std::uint32_t* buffer) {
+  return timeline::set_buffer(buffer);
 }
 
 }  // namespace mxlinear::device

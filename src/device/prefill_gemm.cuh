@@ -27,6 +27,7 @@
 #include "device/mx_convert.cuh"
 #include "device/ptx.cuh"
 #include "device/split_k.cuh"
+#include "device/timeline.cuh"
 #include "device/wgmma_f16.cuh"
 #include "mxlinear/format.hpp"
 
@@ -249,6 +250,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     prefill_gemm_kernel(const __grid_constant__ CUtensorMap w_map,
                         const __grid_constant__ CUtensorMap a_map, const GemmParams p) {
   using namespace prefill_detail;
+  timeline::Stamps stamps;  // thread 0: a consumer thread of warpgroup 0
+  stamps.mark(timeline::kEntry);
   extern __shared__ std::uint8_t smem_raw[];
   const auto [smem, smem_ptr] = hopper::align_smem_1024(smem_raw);
   const std::uint32_t full = smem + Tile::kBarrierOffset;
@@ -298,9 +301,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           *reinterpret_cast<std::uint32_t*>(scale_bytes + row * blocks + 4 * word) = v;
         });
     hopper::named_barrier_sync(1, Tile::kConsumerThreads);
+    stamps.mark(timeline::kPrologue);
     consume<Tile>(acc, smem, smem_ptr, full, empty, chunks * Tile::kStagesPerChunk, warpgroup);
+    stamps.mark(timeline::kMainLoop);
     // The output may still be read by the kernel before us.
     hopper::wait_prerequisite_grids();
+    stamps.mark(timeline::kWaited);
     // The tile goes into the ring, once every consumer warpgroup's last wgmma has finished
     // reading it (the producer's copies all landed before the consumers' last wait); from there
     // it is stored row-contiguous, or met by the other splits.
@@ -309,11 +315,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     write_accumulator_tile<Tile::kRows, Tile::kTokens>(tile, acc, 64 * warpgroup);
     if (splits == 1) {
       hopper::named_barrier_sync(1, Tile::kConsumerThreads);
+      stamps.mark(timeline::kReduced);
       store_accumulator_tile<Tile::kRows, Tile::kTokens>(p, tile, n0, t0, tid,
                                                          Tile::kConsumerThreads);
     } else {
       reduce_in_cluster<Tile>(p, smem, n0, t0, split, splits);
     }
+    stamps.mark(timeline::kStored);
+    stamps.flush();
   }
 }
 

@@ -13,7 +13,9 @@ namespace mxlinear::device::timeline {
 // blockIdx.z).
 inline constexpr int kStamps = 8;
 
-// The phases the decode and gemv kernels mark, in order.
+// The phases the kernels mark: in this order in the decode and gemv kernels; the prefill
+// kernel's consumers wait on the previous kernel only after their main loop (before they
+// write the output), so there kWaited comes after kMainLoop.
 enum Phase : int {
   kEntry = 0,     // the CTA's first instruction
   kWaited = 1,    // past the wait on the previous kernel (griddepcontrol.wait)
@@ -23,9 +25,10 @@ enum Phase : int {
   kStored = 5,    // the output tile written
 };
 
-// Points the decode (gemv) kernel's CTAs at `buffer` (device memory, >= grid CTAs * kStamps
-// words), or back at nothing with nullptr.
+// Points the decode (gemv, prefill) kernel's CTAs at `buffer` (device memory, >= grid CTAs *
+// kStamps words), or back at nothing with nullptr.
 cudaError_t set_decode_buffer(std::uint32_t* buffer);
 cudaError_t set_gemv_buffer(std::uint32_t* buffer);
+cudaError_t set_prefill_buffer(std::uint32_t* buffer);
 
 }  // namespace mxlinear::device::timeline

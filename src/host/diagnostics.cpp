@@ -31,9 +31,11 @@ void set_kernel_timeline(std::string_view kernel, std::uint32_t* buffer) {
     e = device::timeline::set_decode_buffer(buffer);
   } else if (kernel == "gemv") {
     e = device::timeline::set_gemv_buffer(buffer);
+  } else if (kernel == "prefill") {
+    e = device::timeline::set_prefill_buffer(buffer);
   } else {
     detail::fail(ErrorCode::kInvalidArgument, "set_kernel_timeline", "kernel",
-                 fmt::format("is '{}', expected 'decode' or 'gemv'", kernel));
+                 fmt::format("is '{}', expected 'decode', 'gemv' or 'prefill'", kernel));
   }
   detail::check_cuda(e, "set_kernel_timeline");
 }
