@@ -18,9 +18,11 @@ inline constexpr const char* kTimelinePhases[] = {"entry",     "waited",  "prolo
 // Whether this build records stamps.
 bool timeline_compiled();
 
-// Directs the CTAs of `kernel` ("decode", "gemv" or "prefill") to write their stamps into `buffer`
-// (device memory of at least grid CTAs x kTimelineStamps words), or to stop with nullptr. Throws
-// Error: kInvalidArgument for another kernel, kUnsupported in a build without stamps.
-void set_kernel_timeline(std::string_view kernel, std::uint32_t* buffer);
+// Directs the CTAs of `kernel` ("decode", "gemv" or "prefill") to write their stamps into
+// `buffer` (device memory of capacity_ctas x kTimelineStamps words; CTAs past the capacity
+// record nothing), or to stop with nullptr. Throws Error: kInvalidArgument for another kernel,
+// kUnsupported in a build without stamps.
+void set_kernel_timeline(std::string_view kernel, std::uint32_t* buffer,
+                         std::uint64_t capacity_ctas = 0);
 
 }  // namespace mxlinear

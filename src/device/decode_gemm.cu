@@ -142,8 +142,8 @@ cudaError_t launch_decode_gemm(const GemmParams& p, int instance, int splits, cu
 }
 
 // This translation unit's buffer pointer (timeline.cuh).
-cudaError_t timeline::set_decode_buffer(std::uint32_t* buffer) {
-  return timeline::set_buffer(buffer);
+cudaError_t timeline::set_decode_buffer(std::uint32_t* buffer, std::uint64_t capacity_ctas) {
+  return timeline::set_buffer(buffer, capacity_ctas);
 }
 
 }  // namespace mxlinear::device

@@ -90,8 +90,8 @@ cudaError_t launch_gemv_gemm(const GemmParams& p, int instance, cudaStream_t str
 }
 
 // This translation unit's buffer pointer (timeline.cuh).
-cudaError_t timeline::set_gemv_buffer(std::uint32_t* buffer) {
-  return timeline::set_buffer(buffer);
+cudaError_t timeline::set_gemv_buffer(std::uint32_t* buffer, std::uint64_t capacity_ctas) {
+  return timeline::set_buffer(buffer, capacity_ctas);
 }
 
 }  // namespace mxlinear::device

@@ -126,8 +126,8 @@ cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::in
 }
 
 // This translation unit's buffer pointer (timeline.cuh).
-cudaError_t timeline::set_prefill_buffer(std::uint32_t* buffer) {
-  return timeline::set_buffer(buffer);
+cudaError_t timeline::set_prefill_buffer(std::uint32_t* buffer, std::uint64_t capacity_ctas) {
+  return timeline::set_buffer(buffer, capacity_ctas);
 }
 
 }  // namespace mxlinear::device

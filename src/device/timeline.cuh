@@ -15,10 +15,16 @@ namespace mxlinear::device::timeline {
 namespace {
 
 #if defined(MXLINEAR_TIMELINE)
-// One pointer per translation unit (each kernel's .cu sets its own through set_buffer).
+// One buffer per translation unit (each kernel's .cu sets its own through set_buffer), with
+// room for g_capacity CTAs: a CTA past it writes nothing.
 __device__ std::uint32_t* g_buffer = nullptr;
+__device__ std::uint64_t g_capacity = 0;
 
-inline cudaError_t set_buffer(std::uint32_t* buffer) {
+inline cudaError_t set_buffer(std::uint32_t* buffer, std::uint64_t capacity_ctas) {
+  if (cudaError_t e = cudaMemcpyToSymbol(g_capacity, &capacity_ctas, sizeof capacity_ctas);
+      e != cudaSuccess) {
+    return e;
+  }
   return cudaMemcpyToSymbol(g_buffer, &buffer, sizeof buffer);
 }
 
@@ -39,12 +45,13 @@ struct Stamps {
     if (threadIdx.x != 0 || buffer == nullptr) return;
     const std::uint64_t cta =
         blockIdx.x + static_cast<std::uint64_t>(gridDim.x) * (blockIdx.y + gridDim.y * blockIdx.z);
+    if (cta >= g_capacity) return;
 #pragma unroll
     for (int i = 0; i < kStamps; ++i) buffer[cta * kStamps + i] = at[i];
   }
 };
 #else
-inline cudaError_t set_buffer(std::uint32_t*) { return cudaErrorNotSupported; }
+inline cudaError_t set_buffer(std::uint32_t*, std::uint64_t) { return cudaErrorNotSupported; }
 
 struct Stamps {
   __device__ __forceinline__ void mark(int) {}

@@ -25,10 +25,10 @@ enum Phase : int {
   kStored = 5,    // the output tile written
 };
 
-// Points the decode (gemv, prefill) kernel's CTAs at `buffer` (device memory, >= grid CTAs *
-// kStamps words), or back at nothing with nullptr.
-cudaError_t set_decode_buffer(std::uint32_t* buffer);
-cudaError_t set_gemv_buffer(std::uint32_t* buffer);
-cudaError_t set_prefill_buffer(std::uint32_t* buffer);
+// Points the decode (gemv, prefill) kernel's CTAs at `buffer` (device memory of capacity_ctas *
+// kStamps words; CTAs past the capacity record nothing), or back at nothing with nullptr.
+cudaError_t set_decode_buffer(std::uint32_t* buffer, std::uint64_t capacity_ctas);
+cudaError_t set_gemv_buffer(std::uint32_t* buffer, std::uint64_t capacity_ctas);
+cudaError_t set_prefill_buffer(std::uint32_t* buffer, std::uint64_t capacity_ctas);
 
 }  // namespace mxlinear::device::timeline

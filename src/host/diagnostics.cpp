@@ -21,18 +21,19 @@ bool timeline_compiled() {
 #endif
 }
 
-void set_kernel_timeline(std::string_view kernel, std::uint32_t* buffer) {
+void set_kernel_timeline(std::string_view kernel, std::uint32_t* buffer,
+                         std::uint64_t capacity_ctas) {
   if (!timeline_compiled()) {
     detail::fail(ErrorCode::kUnsupported, "set_kernel_timeline", "kernel",
                  "cannot be timed: this library was built without -DMXLINEAR_TIMELINE=ON");
   }
   cudaError_t e = cudaSuccess;
   if (kernel == "decode") {
-    e = device::timeline::set_decode_buffer(buffer);
+    e = device::timeline::set_decode_buffer(buffer, buffer ? capacity_ctas : 0);
   } else if (kernel == "gemv") {
-    e = device::timeline::set_gemv_buffer(buffer);
+    e = device::timeline::set_gemv_buffer(buffer, buffer ? capacity_ctas : 0);
   } else if (kernel == "prefill") {
-    e = device::timeline::set_prefill_buffer(buffer);
+    e = device::timeline::set_prefill_buffer(buffer, buffer ? capacity_ctas : 0);
   } else {
     detail::fail(ErrorCode::kInvalidArgument, "set_kernel_timeline", "kernel",
                  fmt::format("is '{}', expected 'decode', 'gemv' or 'prefill'", kernel));

@@ -25,7 +25,7 @@ struct TimelineOptions {
   int calls = 16;
 };
 
-// Room for this many CTAs' stamps: more than any decode or gemv grid of a 65536 x 65536 layer.
+// Room for this many CTAs' stamps (the kernels skip any CTA past it).
 constexpr std::size_t kMaxCtas = std::size_t{1} << 20;
 
 double percentile(std::vector<double> v, double q) {
@@ -78,7 +78,7 @@ int run_timeline(const TimelineOptions& o) {
   DeviceMemory workspace(workspace_bytes);
   cuda_or_throw(cudaMemsetAsync(stamps.ptr, 0, kMaxCtas * kTimelineStamps * 4, stream), "memset");
   auto* const words = static_cast<std::uint32_t*>(stamps.ptr);
-  set_kernel_timeline(o.kernel, words);
+  set_kernel_timeline(o.kernel, words, kMaxCtas);
   // Back to back, as in a model: every call overwrites the stamps, so the last one's remain,
   // with the launch overlap (PDL) of its predecessor.
   for (int i = 0; i < o.calls; ++i) {
