@@ -66,30 +66,42 @@ if [[ " $steps " == *" test "* ]]; then
 fi
 
 if [[ " $steps " == *" sanitize "* ]]; then
-  # Every (tool, test binary) pair as its own process, all at once: racecheck's host-side
-  # analysis is the slow part and the device has 16 cores. Each pair appends its log to
-  # $OUT/sanitize.log the moment it ends, so a call cut short still returns the pairs that
-  # finished; $SANITIZE_TIMEOUT (seconds, default 500) ends a pair that would not.
-  pairs=()
+  # Every (tool, test binary) pair as its own processes, all at once: racecheck's host-side
+  # analysis is the slow part and the device has 16 cores. The largest binaries run as several
+  # gtest shards ($SANITIZE_SHARDS: "binary:count ..."; the whole prefill binary's racecheck
+  # took more than 420 s as one process). Each process appends its log to $OUT/sanitize.log the
+  # moment it ends, so a call cut short still returns what finished; $SANITIZE_TIMEOUT (seconds,
+  # default 500) ends one that would not.
+  shards_of() {
+    for entry in ${SANITIZE_SHARDS:-prefill_gemm_gpu_test:6 decode_gemm_gpu_test:2 linear_gpu_test:2}; do
+      [ "${entry%%:*}" = "$1" ] && { echo "${entry##*:}"; return; }
+    done
+    echo 1
+  }
   for tool in memcheck racecheck; do
     for t in "${gpu_tests[@]}"; do
-      if [[ -n "${SANITIZE_TESTS:-}" && " $SANITIZE_TESTS " != *" $(basename "$t") "* ]]; then
+      name=$(basename "$t")
+      if [[ -n "${SANITIZE_TESTS:-}" && " $SANITIZE_TESTS " != *" $name "* ]]; then
         continue
       fi
-      pair="$tool.$(basename "$t")"
-      pairs+=("$pair")
-      # The seed-sized stress tests take minutes under the sanitizers; the small shapes cover
-      # the same code paths.
-      (log=$(mktemp)
-       GTEST_FILTER="${SANITIZE_FILTER:--*SeedSized*}" timeout "${SANITIZE_TIMEOUT:-500}" \
-         compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" --gtest_brief=1 >"$log" 2>&1
-       rc=$?
-       summary="$pair: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
-       [ "$rc" -eq 124 ] && summary="$summary TIMED OUT"
-       echo "$summary"
-       { flock 9; { echo "== $summary"; cat "$log"; } >>"$OUT/sanitize.log"; } 9>>"$OUT/.sanitize.lock"
-       rm -f "$log"
-       exit "$rc") &
+      shards=$(shards_of "$name")
+      for ((shard = 0; shard < shards; ++shard)); do
+        pair="$tool.$name"
+        [ "$shards" -gt 1 ] && pair="$pair.shard$((shard + 1))-of-$shards"
+        # The seed-sized stress tests take minutes under the sanitizers; the small shapes cover
+        # the same code paths.
+        (log=$(mktemp)
+         GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$shard \
+           GTEST_FILTER="${SANITIZE_FILTER:--*SeedSized*}" timeout "${SANITIZE_TIMEOUT:-500}" \
+           compute-sanitizer --tool "$tool" --error-exitcode 9 "$t" --gtest_brief=1 >"$log" 2>&1
+         rc=$?
+         summary="$pair: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
+         [ "$rc" -eq 124 ] && summary="$summary TIMED OUT"
+         echo "$summary"
+         { flock 9; { echo "== $summary"; cat "$log"; } >>"$OUT/sanitize.log"; } 9>>"$OUT/.sanitize.lock"
+         rm -f "$log"
+         exit "$rc") &
+      done
     done
   done
   for job in $(jobs -p); do wait "$job" || status=1; done
