@@ -75,6 +75,8 @@ struct DecodeTile {
   // One partial sum per MX block of a stage lets the four blocks' wgmma run back to back with a
   // single wait; at 128 tokens only one set fits in the register file.
   static constexpr int kPartialSets = kTokens <= 32 ? 4 : 1;
+  // The split's fp32 tile for the cluster reduction (unpadded: it fills the f16 buffer exactly).
+  using ReduceTile = FpTile<kRows, kTokens>;
 
   static constexpr int smem_bytes(int chunks_per_cta) {
     return kFixedSmemBytes + chunks_per_cta * kScaleBytesPerChunk;
@@ -84,7 +86,7 @@ struct DecodeTile {
   static_assert(kATileBytes % 1024 == 0 && kWTileBytes % 1024 == 0,
                 "tiles start on 1024-byte boundaries (swizzle atoms)");
   static_assert(kStages >= 2, "a ring needs two stages");
-  static_assert(kRows * kTokens * 4 <= kWideBytes, "the reduction tile reuses the f16 buffer");
+  static_assert(ReduceTile::kBytes <= kWideBytes, "the reduction tile reuses the f16 buffer");
   static_assert(kFixedSmemBytes <= 200 * 1024, "leave room for the scales");
   static_assert(kConsumerGroups == 1 || kConsumerGroups == 2, "one or two consumer warpgroups");
 };
@@ -444,22 +446,22 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // The second warpgroup's partial tile meets the first's: always first + second, so
       // every run adds in the same order.
       auto* second = reinterpret_cast<float*>(smem_ptr + Tile::kWideOffset + Tile::kWideBytes);
-      if (warpgroup == 1) write_accumulator_tile<Tile::kRows, Tile::kTokens>(second, acc, 0);
+      if (warpgroup == 1) write_accumulator_tile<typename Tile::ReduceTile>(second, acc, 0);
       hopper::named_barrier_sync(3, Tile::kConsumerThreads);
-      if (warpgroup == 0) add_accumulator_tile<Tile::kRows, Tile::kTokens>(second, acc, 0);
+      if (warpgroup == 0) add_accumulator_tile<typename Tile::ReduceTile>(second, acc, 0);
     }
     // This split's tile, token-major, for the cluster reduction; it reuses the first f16
     // buffer.
     if (warpgroup == 0) {
-      write_accumulator_tile<Tile::kRows, Tile::kTokens>(
+      write_accumulator_tile<typename Tile::ReduceTile>(
           reinterpret_cast<float*>(smem_ptr + Tile::kReduceOffset), acc, 0);
     }
   }
   __syncwarp();  // the producer warp's lanes meet again before the aligned cluster barrier
   hopper::cluster_sync();
   stamps.mark(timeline::kReduced);
-  reduce_splits_and_store<Tile::kRows, Tile::kTokens>(p, smem + Tile::kReduceOffset, n0, t0, split,
-                                                      splits, Tile::kThreads);
+  reduce_splits_and_store<typename Tile::ReduceTile>(p, smem + Tile::kReduceOffset, n0, t0, split,
+                                                     splits, Tile::kThreads);
   stamps.mark(timeline::kStored);
   // No CTA may leave while a peer still reads its tile.
   hopper::cluster_sync();

@@ -100,6 +100,18 @@ __device__ __forceinline__ void store_eight(const GemmParams& p, bool vector_ali
   }
 }
 
+// store_eight after adding the bias of the columns below N.
+__device__ __forceinline__ void store_eight_with_bias(const GemmParams& p, bool vector_aligned,
+                                                      int row, int col, float (&v)[8]) {
+  if (p.bias_type != BiasType::kNone) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if (col + i < p.n) v[i] += load_bias(p, col + i);
+    }
+  }
+  store_eight(p, vector_aligned, row, col, v);
+}
+
 // Whether every output row starts 16-byte aligned (store_eight's vector path, for col % 8 == 0).
 __device__ __forceinline__ bool rows_16_byte_aligned(const GemmParams& p) {
   const std::int64_t element = p.out_type == OutType::kF32 ? 4 : 2;

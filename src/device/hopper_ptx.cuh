@@ -163,6 +163,18 @@ __device__ __forceinline__ float load_cluster_shared(std::uint32_t local, std::u
   return v;
 }
 
+// Reads 16 bytes (16-byte aligned) at the same shared-memory offset in cluster CTA `rank`.
+__device__ __forceinline__ float4 load_cluster_shared_v4(std::uint32_t local, std::uint32_t rank) {
+  std::uint32_t remote;
+  float4 v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(remote)
+               : "memory");
+  return v;
+}
+
 // Waits until the grids this one depends on (programmatic launch) have finished and their
 // writes are visible; a no-op for a normal launch.
 __device__ __forceinline__ void wait_prerequisite_grids() {

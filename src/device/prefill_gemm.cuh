@@ -68,7 +68,9 @@ struct PrefillTile {
   static constexpr int kFixedSmemBytes = kScaleOffset + 1024;  // + alignment slack
   static constexpr std::uint32_t kTxBytes = kWTileBytes + kATileBytes;
   static constexpr int kAccRegs = kTokens / 2;
-  // After the main loop the ring holds the split's fp32 tile for the cluster reduction.
+  // After the main loop the ring holds the CTA's fp32 tile, for the store or the cluster
+  // reduction (padded rows: no bank conflicts when the accumulators go in).
+  using ReduceTile = FpTile<kRows, kTokens, kRows + 4>;
   static constexpr int kReduceOffset = 0;
 
   // Shared memory with the weight scale bytes of `chunks` 128-K chunks ([row][4 * chunks]).
@@ -81,7 +83,7 @@ struct PrefillTile {
   static_assert(kTokens == 32 || kTokens == 64 || kTokens == 128 || kTokens == 192 ||
                     kTokens == 256,
                 "compiled wgmma widths");
-  static_assert(kRows * kTokens * 4 <= kBarrierOffset, "the reduction tile reuses the ring");
+  static_assert(ReduceTile::kBytes <= kBarrierOffset, "the reduction tile reuses the ring");
   static_assert(!kMovesRegisters || kConsumerGroups == 2,
                 "the register split assumes 2 + 1 groups");
 };
@@ -144,9 +146,34 @@ __device__ __forceinline__ void release_stage(std::uint32_t empty, int s, int la
   if (lane == 0) hopper::mbarrier_arrive(empty + 8 * s);
 }
 
+// The weight scale bytes of the CTA's rows and K range go to shared memory ([row][4 * chunks])
+// by cp.async, each warp fetching the words of the 16 rows it reads, so no CTA barrier: chunks
+// 0 and 1 in a first group that stage 0 waits for, the rest in a second group that chunk 2
+// waits for, in flight while the first two chunks compute. Copying them all before the main
+// loop cost every CTA 3-4 us at K = 6144 (timeline, session 8); loading each thread's words
+// into registers two chunks ahead of use left the 64-row tiles waiting on them.
+template <class Tile>
+__device__ __forceinline__ void stage_scales(const GemmParams& p, std::uint32_t scale_smem, int n0,
+                                             int c_begin, int chunks, int group) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int row = 64 * group + 16 * ((static_cast<int>(threadIdx.x) % 128) >> 5) + (lane & 15);
+  const bool valid = n0 + row < p.n;  // rows past N get 0 (a finite scale for TMA's zero rows)
+  const std::uint8_t* src = p.w_scales + (valid ? (n0 + row) * p.ld_w_scales : 0) +
+                            4 * static_cast<std::int64_t>(c_begin);
+  const std::uint32_t dst = scale_smem + static_cast<std::uint32_t>(row * 4 * chunks);
+  const int src_bytes = valid ? 4 : 0;
+  int chunk = lane >> 4;
+  if (chunk < chunks) ptx::cp_async_4(dst + 4 * chunk, src + 4 * chunk, src_bytes);
+  ptx::cp_async_commit();
+  for (chunk += 2; chunk < chunks; chunk += 2) {
+    ptx::cp_async_4(dst + 4 * chunk, src + 4 * chunk, src_bytes);
+  }
+  ptx::cp_async_commit();
+}
+
 // One consumer warpgroup: rows 64g..64g+63 of the CTA's weight tile times all its tokens,
-// accumulated over the CTA's K range (`chunks` stages of kBK, scale bytes
-// [row][kBlocksPerStage * chunks]).
+// accumulated over the CTA's K range (`chunks` 128-K chunks in stages of kBK; scale bytes
+// [row][4 * chunks] from stage_scales).
 template <class Tile>
 __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint32_t smem,
                                         const std::uint8_t* smem_ptr, std::uint32_t full,
@@ -156,7 +183,8 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
   const int warp = tid >> 5, lane = tid & 31, t = lane & 3;
   const int row0 = 64 * group + 16 * warp + (lane >> 2);  // and row0 + 8
   const std::uint8_t* scale_bytes = smem_ptr + Tile::kScaleOffset;
-  const int blocks_per_row = chunks * Tile::kBlocksPerStage;
+  const int blocks_per_row = 4 * chunks;
+  const int stages = chunks * Tile::kStagesPerChunk;
   constexpr int kRow8 = 8 * Tile::kBK;  // row0 + 8: the same swizzle phase, 8 rows on
   int fragment_offsets[Tile::kBlocksPerStage];
 #pragma unroll
@@ -164,11 +192,17 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
     fragment_offsets[block] = weight_offset<Tile::kBK>(row0, 32 * block + 8 * t);
   }
   const std::uint64_t a_descriptor = hopper::kmajor_sw128_descriptor(smem + Tile::kATileOffset);
+  ptx::cp_async_wait<1>();  // this warp's scales of chunks 0 and 1
+  __syncwarp();
 
-  // Waits for chunk c, widens its weight fragments into `a` and issues its 8 wgmma as one group.
+  // Waits for stage c, widens its weight fragments into `a` and issues its wgmma as one group.
   // wgmma reads its register operand asynchronously: `a` stays untouched until a wait covers
   // the group.
-  auto issue_chunk = [&](int c, std::uint32_t(&a)[Tile::kBlocksPerStage][2][4]) {
+  auto issue_stage = [&](int c, std::uint32_t(&a)[Tile::kBlocksPerStage][2][4]) {
+    if (c == 2 * Tile::kStagesPerChunk) {  // the rest of this warp's scales
+      ptx::cp_async_wait<0>();
+      __syncwarp();
+    }
     const int s = c % Tile::kStages;
     hopper::mbarrier_wait(full + 8 * s, (c / Tile::kStages) & 1);
     const std::uint8_t* w_tile = smem_ptr + Tile::kWTileOffset + s * Tile::kWTileBytes;
@@ -200,20 +234,20 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
 
   if constexpr (Tile::kOverlap) {
     // Two fragment sets used alternately (a compile-time choice, so they stay in registers):
-    // after issuing chunk c, waiting until one group is pending finishes chunk c - 1, whose
-    // stage and fragment set are then free.
+    // after issuing stage c, waiting until one group is pending finishes stage c - 1, whose
+    // ring slot and fragment set are then free.
     std::uint32_t even[Tile::kBlocksPerStage][2][4], odd[Tile::kBlocksPerStage][2][4];
     int c = 0;
-    for (; c + 1 < chunks; c += 2) {
-      issue_chunk(c, even);
+    for (; c + 1 < stages; c += 2) {
+      issue_stage(c, even);
       hopper::wgmma_wait<1>();
       if (c > 0) release_stage(empty, (c - 1) % Tile::kStages, lane);
-      issue_chunk(c + 1, odd);
+      issue_stage(c + 1, odd);
       hopper::wgmma_wait<1>();
       release_stage(empty, c % Tile::kStages, lane);
     }
-    if (c < chunks) {  // an odd chunk count
-      issue_chunk(c, even);
+    if (c < stages) {  // an odd stage count
+      issue_stage(c, even);
       hopper::wgmma_wait<1>();
       if (c > 0) release_stage(empty, (c - 1) % Tile::kStages, lane);
     }
@@ -221,8 +255,8 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
     hopper::pin(acc);
   } else {
     std::uint32_t a[Tile::kBlocksPerStage][2][4];
-    for (int c = 0; c < chunks; ++c) {
-      issue_chunk(c, a);
+    for (int c = 0; c < stages; ++c) {
+      issue_stage(c, a);
       hopper::wgmma_wait<0>();
       hopper::pin(acc);
       release_stage(empty, c % Tile::kStages, lane);
@@ -230,13 +264,17 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
   }
 }
 
-// The cluster's splits meet (every thread of every CTA, after its tile is in its ring).
+// The cluster's splits meet, after every CTA's tile is in its ring: the consumer threads add
+// and store, between two cluster barriers that every thread of every CTA takes part in (the
+// producer's share is only the barriers: the code after setmaxnreg.dec gets 40 registers, and the
+// reduction's loads there spilled).
 template <class Tile>
 __device__ __forceinline__ void reduce_in_cluster(const GemmParams& p, std::uint32_t smem, int n0,
                                                   int t0, int split, int splits) {
   hopper::cluster_sync();
-  reduce_splits_and_store<Tile::kRows, Tile::kTokens>(p, smem + Tile::kReduceOffset, n0, t0, split,
-                                                      splits, Tile::kThreads);
+  reduce_splits_and_store_by_eight<typename Tile::ReduceTile>(
+      p, smem + Tile::kReduceOffset, n0, t0, split, splits, static_cast<int>(threadIdx.x),
+      Tile::kConsumerThreads);
   // No CTA may leave while a peer still reads its tile.
   hopper::cluster_sync();
 }
@@ -257,7 +295,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const std::uint32_t full = smem + Tile::kBarrierOffset;
   const std::uint32_t empty = full + 8 * Tile::kStages;
   const auto [n0, t0, split, splits, c_begin, chunks] = split_tile<Tile::kRows, Tile::kTokens>(p.k);
-  const int blocks = 4 * chunks;  // scale bytes per row in shared memory
   const int tid = static_cast<int>(threadIdx.x);
 
   // Full: the producer's expect_tx arrival; empty: one arrival per consumer warp.
@@ -270,7 +307,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int warpgroup = __shfl_sync(0xFFFFFFFFu, tid / 128, 0);
   if (warpgroup == Tile::kConsumerGroups) {
     if constexpr (Tile::kMovesRegisters) hopper::setmaxnreg_dec<Tile::kProducerRegisters>();
-    // The ring fills from the first cycle, while the consumers copy the scales.
+    // The ring fills from the first cycle.
     if (tid == Tile::kConsumerThreads) {
       hopper::prefetch_tensor_map(&w_map);
       hopper::prefetch_tensor_map(&a_map);
@@ -281,28 +318,17 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // The output may still be read by the kernel before us.
       hopper::wait_prerequisite_grids();
       __syncwarp();  // the producer warp's lanes meet again before the aligned cluster barrier
-      reduce_in_cluster<Tile>(p, smem, n0, t0, split, splits);
+      hopper::cluster_sync();  // the consumers' reduce_in_cluster
+      hopper::cluster_sync();
     }
   } else {
     if constexpr (Tile::kMovesRegisters) hopper::setmaxnreg_inc<Tile::kConsumerRegisters>();
     float acc[Tile::kAccRegs];
 #pragma unroll
     for (int i = 0; i < Tile::kAccRegs; ++i) acc[i] = 0.0f;
-    // The weight scale bytes of the CTA's rows and K range, one 4-byte word (a chunk's 4
-    // blocks) per load, 8 loads in flight per thread (static data: no need to wait for the
-    // previous kernel). Rows past N get byte 0, a finite scale for the zero rows TMA fills in.
-    std::uint8_t* scale_bytes = smem_ptr + Tile::kScaleOffset;
-    copy_in_batches<8>(
-        Tile::kRows, chunks, tid, Tile::kConsumerThreads,
-        [&](int row, int word) {
-          return mx::scale_word(p.w_scales, p.ld_w_scales, n0 + row, p.n, c_begin + word);
-        },
-        [&](int row, int word, std::uint32_t v) {
-          *reinterpret_cast<std::uint32_t*>(scale_bytes + row * blocks + 4 * word) = v;
-        });
-    hopper::named_barrier_sync(1, Tile::kConsumerThreads);
+    stage_scales<Tile>(p, smem + Tile::kScaleOffset, n0, c_begin, chunks, warpgroup);
     stamps.mark(timeline::kPrologue);
-    consume<Tile>(acc, smem, smem_ptr, full, empty, chunks * Tile::kStagesPerChunk, warpgroup);
+    consume<Tile>(acc, smem, smem_ptr, full, empty, chunks, warpgroup);
     stamps.mark(timeline::kMainLoop);
     // The output may still be read by the kernel before us.
     hopper::wait_prerequisite_grids();
@@ -312,12 +338,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // it is stored row-contiguous, or met by the other splits.
     auto* tile = reinterpret_cast<float*>(smem_ptr + Tile::kReduceOffset);
     hopper::named_barrier_sync(1, Tile::kConsumerThreads);
-    write_accumulator_tile<Tile::kRows, Tile::kTokens>(tile, acc, 64 * warpgroup);
+    write_accumulator_tile<typename Tile::ReduceTile>(tile, acc, 64 * warpgroup);
     if (splits == 1) {
       hopper::named_barrier_sync(1, Tile::kConsumerThreads);
       stamps.mark(timeline::kReduced);
-      store_accumulator_tile<Tile::kRows, Tile::kTokens>(p, tile, n0, t0, tid,
-                                                         Tile::kConsumerThreads);
+      store_accumulator_tile<typename Tile::ReduceTile>(p, tile, n0, t0, tid,
+                                                        Tile::kConsumerThreads);
     } else {
       reduce_in_cluster<Tile>(p, smem, n0, t0, split, splits);
     }

@@ -38,78 +38,92 @@ __device__ __forceinline__ SplitTile split_tile(int k) {
   return t;
 }
 
+// A CTA's fp32 output tile in shared memory, token-major: kRows weight rows per token, tokens
+// kStride floats apart. kStride = kRows + 4 puts the four lanes that hold one row's
+// neighbouring tokens (2 tokens apart) on different banks (8 banks apart), where kStride = kRows
+// gives write_accumulator_tile a 4-way bank conflict on every store.
+template <int kRows_, int kTokens_, int kStride_ = kRows_>
+struct FpTile {
+  static constexpr int kRows = kRows_;
+  static constexpr int kTokens = kTokens_;
+  static constexpr int kStride = kStride_;
+  static constexpr int kBytes = kStride * kTokens * 4;
+  static_assert(kRows % 8 == 0 && kStride % 4 == 0, "16-byte aligned groups of 8 rows");
+};
+
 // Where register i of this thread's wgmma accumulator (64 rows x kTokens, rows from row_base)
-// sits in an fp32 tile stored token-major with kRows rows per token. Accumulator layout of warp
-// w, lane l: register i holds row 16w + l/4 + 8 * ((i >> 1) & 1), token 8 * (i >> 2) +
-// 2 * (l % 4) + (i & 1).
-template <int kRows>
+// sits in the tile. Accumulator layout of warp w, lane l: register i holds row 16w + l/4 +
+// 8 * ((i >> 1) & 1), token 8 * (i >> 2) + 2 * (l % 4) + (i & 1).
+template <class Layout>
 __device__ __forceinline__ int accumulator_tile_index(int i, int row_base) {
   const int warp = (static_cast<int>(threadIdx.x) % 128) >> 5;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int row = row_base + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1);
   const int token = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-  return token * kRows + row;
+  return token * Layout::kStride + row;
 }
 
 // Writes one warpgroup's accumulator into the tile.
-template <int kRows, int kTokens>
-__device__ __forceinline__ void write_accumulator_tile(float* tile, const float (&acc)[kTokens / 2],
+template <class Layout>
+__device__ __forceinline__ void write_accumulator_tile(float* tile,
+                                                       const float (&acc)[Layout::kTokens / 2],
                                                        int row_base) {
 #pragma unroll
-  for (int i = 0; i < kTokens / 2; ++i) tile[accumulator_tile_index<kRows>(i, row_base)] = acc[i];
+  for (int i = 0; i < Layout::kTokens / 2; ++i) {
+    tile[accumulator_tile_index<Layout>(i, row_base)] = acc[i];
+  }
 }
 
 // Adds a tile written by write_accumulator_tile into this warpgroup's accumulator.
-template <int kRows, int kTokens>
-__device__ __forceinline__ void add_accumulator_tile(const float* tile, float (&acc)[kTokens / 2],
+template <class Layout>
+__device__ __forceinline__ void add_accumulator_tile(const float* tile,
+                                                     float (&acc)[Layout::kTokens / 2],
                                                      int row_base) {
 #pragma unroll
-  for (int i = 0; i < kTokens / 2; ++i) acc[i] += tile[accumulator_tile_index<kRows>(i, row_base)];
+  for (int i = 0; i < Layout::kTokens / 2; ++i) {
+    acc[i] += tile[accumulator_tile_index<Layout>(i, row_base)];
+  }
 }
 
 // Stores a whole tile written by write_accumulator_tile (after a barrier that follows every
 // warpgroup's write): bias, one rounding, and 8 consecutive output columns (weight rows) of one
 // token per thread and step, so a warp writes 4 whole 128-byte lines of bf16 where the rows are
 // 16-byte aligned, instead of 16-byte pieces of 4 rows per store from the accumulator layout.
-template <int kRows, int kTokens>
+template <class Layout>
 __device__ __forceinline__ void store_accumulator_tile(const GemmParams& p, const float* tile,
                                                        int n0, int t0, int tid, int threads) {
-  static_assert(kRows % 8 == 0, "whole groups of 8 columns");
-  constexpr int kGroups = kRows / 8;
+  constexpr int kGroups = Layout::kRows / 8;
   const bool vector_aligned = epilogue::rows_16_byte_aligned(p);
-  for (int e = tid; e < kTokens * kGroups; e += threads) {
+  for (int e = tid; e < Layout::kTokens * kGroups; e += threads) {
     const int token = e / kGroups, col = 8 * (e % kGroups);
     const int m = t0 + token, n = n0 + col;
     if (m >= p.m || n >= p.n) continue;
-    const float4* src = reinterpret_cast<const float4*>(tile + token * kRows + col);
+    const float4* src = reinterpret_cast<const float4*>(tile + token * Layout::kStride + col);
     const float4 lo = src[0], hi = src[1];
     float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    if (p.bias_type != BiasType::kNone) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        if (n + i < p.n) v[i] += epilogue::load_bias(p, n + i);
-      }
-    }
-    epilogue::store_eight(p, vector_aligned, m, n, v);
+    epilogue::store_eight_with_bias(p, vector_aligned, m, n, v);
   }
 }
 
 // After a cluster barrier that follows every CTA's write_accumulator_tile: split r adds rows
 // [r * kRows / splits, (r + 1) * kRows / splits) of every split's tile (at `tile_address` in
 // each CTA), in split order, adds the bias, rounds once and stores. All `threads` threads of
-// the CTA take part; a cluster barrier must follow before any CTA exits.
-template <int kRows, int kTokens>
+// the CTA take part; a cluster barrier must follow before any CTA exits. One output per step,
+// with every split's value in flight at once: one distributed shared memory round trip per
+// output and thread, which suits the decode kernel's small tiles (64 x 8 at M = 1: one step).
+template <class Layout>
 __device__ __forceinline__ void reduce_splits_and_store(const GemmParams& p,
                                                         std::uint32_t tile_address, int n0, int t0,
                                                         int split, int splits, int threads) {
-  const int row_begin = split * kRows / splits;
-  const int rows = (split + 1) * kRows / splits - row_begin;
-  for (int e = static_cast<int>(threadIdx.x); e < rows * kTokens; e += threads) {
+  const int row_begin = split * Layout::kRows / splits;
+  const int rows = (split + 1) * Layout::kRows / splits - row_begin;
+  for (int e = static_cast<int>(threadIdx.x); e < rows * Layout::kTokens; e += threads) {
     const int token = e / rows;
     const int row = row_begin + e % rows;
     const int n = n0 + row, m = t0 + token;
     if (n >= p.n || m >= p.m) continue;
-    const std::uint32_t local = tile_address + 4u * static_cast<std::uint32_t>(token * kRows + row);
+    const std::uint32_t local =
+        tile_address + 4u * static_cast<std::uint32_t>(token * Layout::kStride + row);
     // Every split's value in flight at once (a loop adding as it loads waits out a distributed
     // shared memory round trip per split), then added in split order as before.
     float part[kMaxClusterSplits];
@@ -125,6 +139,64 @@ __device__ __forceinline__ void reduce_splits_and_store(const GemmParams& p,
     }
     if (p.bias_type != BiasType::kNone) sum += epilogue::load_bias(p, n);
     epilogue::store_one(p, m, n, sum);
+  }
+}
+
+// reduce_splits_and_store for large tiles: split r's share is whole groups of 8 rows, and each
+// step adds 8 outputs from 32 bytes of every split, two splits' loads in flight at a time, then
+// stores them as one vector. Workers `worker` of `workers` of the CTA share the work. On the
+// prefill kernel's 128 x 128 tile (timeline, session 8) a 2-split reduction took 3.7 us instead
+// of 10 and a 4-split one 5.6 instead of 6.5, but an 8-split one 10.4 instead of 5.4 (why is
+// not known; with all 8 splits' loads in flight at once it was the same).
+template <class Layout>
+__device__ __forceinline__ void reduce_splits_and_store_by_eight(const GemmParams& p,
+                                                                 std::uint32_t tile_address, int n0,
+                                                                 int t0, int split, int splits,
+                                                                 int worker, int workers) {
+  constexpr int kGroups = Layout::kRows / 8;
+  const int group_begin = split * kGroups / splits;
+  const int groups = (split + 1) * kGroups / splits - group_begin;
+  const bool vector_aligned = epilogue::rows_16_byte_aligned(p);
+  auto add = [](float(&v)[8], const float4& lo, const float4& hi) {
+    v[0] += lo.x;
+    v[1] += lo.y;
+    v[2] += lo.z;
+    v[3] += lo.w;
+    v[4] += hi.x;
+    v[5] += hi.y;
+    v[6] += hi.z;
+    v[7] += hi.w;
+  };
+  for (int e = worker; e < groups * Layout::kTokens; e += workers) {
+    const int token = e / groups;
+    const int row = 8 * (group_begin + e % groups);
+    const int n = n0 + row, m = t0 + token;
+    if (n >= p.n || m >= p.m) continue;
+    const std::uint32_t local =
+        tile_address + 4u * static_cast<std::uint32_t>(token * Layout::kStride + row);
+    float v[8] = {};
+#pragma unroll
+    for (int r = 0; r < kMaxClusterSplits; r += 2) {
+      if (r < splits) {
+        const float4 lo = hopper::load_cluster_shared_v4(local, static_cast<std::uint32_t>(r));
+        const float4 hi =
+            hopper::load_cluster_shared_v4(local + 16u, static_cast<std::uint32_t>(r));
+        float4 lo1 = {}, hi1 = {};
+        if (r + 1 < splits) {
+          lo1 = hopper::load_cluster_shared_v4(local, static_cast<std::uint32_t>(r + 1));
+          hi1 = hopper::load_cluster_shared_v4(local + 16u, static_cast<std::uint32_t>(r + 1));
+        }
+        if (r == 0) {  // not 0 + x: that would turn a -0 sum into +0
+          const float first[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+          for (int i = 0; i < 8; ++i) v[i] = first[i];
+        } else {
+          add(v, lo, hi);
+        }
+        if (r + 1 < splits) add(v, lo1, hi1);
+      }
+    }
+    epilogue::store_eight_with_bias(p, vector_aligned, m, n, v);
   }
 }
 
