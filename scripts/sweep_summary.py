@@ -85,6 +85,20 @@ def main():
             tiles = row.get("weight_tiles_us", float("nan"))
             print(f"| {row['layer']} | {row['m']} | {best:.2f} | {row['weight_stream_us']:.2f} | "
                   f"{best / row['weight_stream_us']:.2f} | {tiles:.2f} |")
+    prepassed = [row for row in doc["rows"] if row.get("prefill_prepass_us") and
+                 any(c.startswith("prefill/") for c in row.get("configs", {}))]
+    if prepassed:
+        print("\nThe prefill kernel's activation pre-pass alone (prefill_prepass_us: e4m3 and "
+              "scales in, bf16 out), against the fastest prefill config, whose time includes it; "
+              "TB/s counts the bytes read and written:\n")
+        print("| layer | M | pre-pass (us) | fastest prefill (us) | share | TB/s |\n"
+              "|---|---|---|---|---|---|")
+        for row in prepassed:
+            best = min(t for c, t in row["configs"].items() if c.startswith("prefill/"))
+            us = row["prefill_prepass_us"]
+            moved = row["m"] * row["k"] * (1 + 1 / 32 + 2)
+            print(f"| {row['layer']} | {row['m']} | {us:.2f} | {best:.2f} | {us / best:.2f} | "
+                  f"{moved / us / 1e6:.2f} |")
     for field, what in (("configs_wrong", "the correctness check (never timed)"),
                         ("configs_linear_wrong", "the check as a full linear (never timed so)")):
         wrong = [(row["layer"], row["m"], row[field]) for row in doc["rows"] if row.get(field)]

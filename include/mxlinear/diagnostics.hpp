@@ -3,8 +3,12 @@
 // records them; the stamps change the kernels' code, so time nothing else with such a build.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <string_view>
+
+#include "mxlinear/linear_types.hpp"
 
 namespace mxlinear {
 
@@ -24,5 +28,12 @@ bool timeline_compiled();
 // kUnsupported in a build without stamps.
 void set_kernel_timeline(std::string_view kernel, std::uint32_t* buffer,
                          std::uint64_t capacity_ctas = 0);
+
+// Runs the prefill kernel's activation pre-pass alone (what a prefill linear on a pre-quantized
+// activation spends before its GEMM; `mxlinear bench` times it): x's e4m3 data and E8M0 scales
+// (device, [M, K] and [M, K/32], rows 8-byte aligned) dequantized exactly to bf16, permuted the
+// way that kernel's GEMM reads them, into `out` (device, M * K bf16 values, 16-byte aligned).
+// Throws Error on bad arguments or a failed launch.
+void run_prefill_activation_prepass(const QuantizedActivation& x, void* out, cudaStream_t stream);
 
 }  // namespace mxlinear

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <limits>
 #include <string>
 
+#include "device/activation_bf16.hpp"
 #include "device/timeline.hpp"
 #include "host/cuda_check.hpp"
 #include "host/validate.hpp"
@@ -39,6 +41,38 @@ void set_kernel_timeline(std::string_view kernel, std::uint32_t* buffer,
                  fmt::format("is '{}', expected 'decode', 'gemv' or 'prefill'", kernel));
   }
   detail::check_cuda(e, "set_kernel_timeline");
+}
+
+void run_prefill_activation_prepass(const QuantizedActivation& x, void* out, cudaStream_t stream) {
+  constexpr std::string_view kOp = "run_prefill_activation_prepass";
+  detail::check_mx_pair(kOp, "x", x.data, x.scales, Location::kDevice);
+  const auto q = reinterpret_cast<std::uintptr_t>(x.data.data);
+  const std::int64_t ld_q = x.data.row_stride();
+  if (q % 8 != 0 || (x.data.rows() > 1 && ld_q % 8 != 0)) {
+    detail::fail(ErrorCode::kInvalidArgument, kOp, "x",
+                 fmt::format("has e4m3 rows at {:#x}, {} bytes apart; expected 8-byte aligned rows",
+                             q, ld_q));
+  }
+  if (x.data.rows() > std::numeric_limits<int>::max()) {
+    detail::fail(ErrorCode::kUnsupported, kOp, "x",
+                 fmt::format("has {} rows; expected at most {}", x.data.rows(),
+                             std::numeric_limits<int>::max()));
+  }
+  if (out == nullptr || reinterpret_cast<std::uintptr_t>(out) % 16 != 0) {
+    detail::fail(ErrorCode::kInvalidArgument, kOp, "out",
+                 fmt::format("is {}; expected device memory 16-byte aligned", out));
+  }
+  device::ActivationBf16Params p;
+  p.q = static_cast<const std::uint8_t*>(x.data.data);
+  p.scales = static_cast<const std::uint8_t*>(x.scales.data);
+  p.ld_q = ld_q;
+  p.ld_scales = x.scales.row_stride();
+  p.out = out;
+  p.ld_out = x.data.cols();
+  p.m = static_cast<int>(x.data.rows());
+  p.k = static_cast<int>(x.data.cols());
+  detail::check_cuda(device::launch_activation_bf16(p, stream),
+                     fmt::format("{}: launching the pre-pass", kOp));
 }
 
 }  // namespace mxlinear

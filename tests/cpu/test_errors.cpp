@@ -441,5 +441,11 @@ TEST(Errors, TimelineNamesWhatItCannotTime) {
   }
 }
 
+TEST_F(LinearErrors, PrefillPrepassTakesOnlyDeviceOperands) {
+  // Host views (no GPU needed): the first check names x and where it lives; no output written.
+  ExpectInvalidArgument([&] { run_prefill_activation_prepass(xq, out_buf_.data(), nullptr); },
+                        "x.data", {"host memory", "expected device memory"}, {&out_buf_});
+}
+
 }  // namespace
 }  // namespace mxlinear

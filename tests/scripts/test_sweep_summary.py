@@ -57,6 +57,15 @@ class SweepSummary(unittest.TestCase):
         self.assertIn("| l256 | 1 | 6.00 | 4.00 | 1.50 | nan |", out)
         self.assertNotIn("| l256 | 32 |", out)  # only M <= 8
 
+    def test_prefill_prepass_against_the_fastest_prefill_config(self):
+        doc = {"rows": [figure(256, 512, {"prefill/a": 40.0, "prefill/b": 20.0, "decode/c": 10.0},
+                               prefill_prepass_us=2.0),
+                        figure(256, 1, {"gemv/d": 5.0}, prefill_prepass_us=1.0)]}
+        out = summary(doc, "prefill")
+        # 512 x 1024 x (1 + 1/32 + 2) bytes in 2 us: 0.79 TB/s; 2 of the fastest prefill's 20 us.
+        self.assertIn("| l256 | 512 | 2.00 | 20.00 | 0.10 | 0.79 |", out)
+        self.assertNotIn("| l256 | 1 | 1.00", out)  # no prefill config ran there
+
 
 if __name__ == "__main__":
     unittest.main()

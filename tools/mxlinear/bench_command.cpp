@@ -20,6 +20,7 @@
 #include "device_data.hpp"
 #include "device_memory.hpp"
 #include "harness.hpp"
+#include "mxlinear/diagnostics.hpp"
 #include "mxlinear/error.hpp"
 #include "mxlinear/linear.hpp"
 #include "mxlinear/models.hpp"
@@ -314,6 +315,12 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     row["gemm_tflop_s"] = t.flops / gemm.median / 1e6;
     row["rotation_copies"] = w.copies;
     row["calls_per_graph"] = calls;
+    if (m >= 8) {
+      // The prefill kernel's activation pre-pass alone: part of every prefill gemm_us.
+      DeviceMemory prepass_out(static_cast<std::size_t>(mp * k) * 2);
+      row["prefill_prepass_us"] =
+          median([&](int) { run_prefill_activation_prepass(xa, prepass_out.ptr, stream); }).median;
+    }
   }
   try {
     const auto bf16 = median([&](int i) {
