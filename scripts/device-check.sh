@@ -69,11 +69,11 @@ if [[ " $steps " == *" sanitize "* ]]; then
   # Every (tool, test binary) pair as its own processes, all at once: racecheck's host-side
   # analysis is the slow part and the device has 16 cores. The largest binaries run as several
   # gtest shards ($SANITIZE_SHARDS: "binary:count ..."; the whole prefill binary's racecheck
-  # took more than 420 s as one process). Each process appends its log to $OUT/sanitize.log the
+  # took more than 420 s as one process, and one of two decode shards more than 380 s). Each process appends its log to $OUT/sanitize.log the
   # moment it ends, so a call cut short still returns what finished; $SANITIZE_TIMEOUT (seconds,
   # default 500) ends one that would not.
   shards_of() {
-    for entry in ${SANITIZE_SHARDS:-prefill_gemm_gpu_test:6 decode_gemm_gpu_test:2 linear_gpu_test:2}; do
+    for entry in ${SANITIZE_SHARDS:-prefill_gemm_gpu_test:6 decode_gemm_gpu_test:4 linear_gpu_test:2}; do
       [ "${entry%%:*}" = "$1" ] && { echo "${entry##*:}"; return; }
     done
     echo 1
