@@ -17,6 +17,11 @@
 #               default: the 128 x 256 prefill (128-K and overlapped 64-K stages) and the
 #               overlapped 128 x 192 one at M = 8192,
 #               the tuned decode config and the gemv ring at M = 1 on the qkv shape
+#   ab          the same bench ($BENCH_ARGS) and timelines ($TIMELINE_TARGETS, when set) on a
+#               base: this tree with the diff $AB_PATCH (a file in the tree, e.g. from
+#               `git diff BASE > ab.patch`) reversed, built in /tmp/ab-base; bench-base.json,
+#               bench-base.txt and timeline-base.txt. Same machine, same call: the only fair
+#               comparison (machines differ by up to ~10%)
 # Extra bench arguments go in $BENCH_ARGS; $SANITIZE_TESTS (names of GPU test binaries) narrows
 # the sanitizer step and $SANITIZE_FILTER (a gtest filter, default: all but the seed-sized
 # stress tests) the tests it runs. To spend less device time on one kernel: $BUILD_TARGETS
@@ -215,5 +220,33 @@ fi
 if [[ " $steps " == *" bench "* ]]; then
   build-device/tools/mxlinear bench ${BENCH_ARGS:-} --json "$OUT/bench.json" \
     --markdown "$OUT/bench.md" 2>&1 | tee "$OUT/bench.txt"
+fi
+
+if [[ " $steps " == *" ab "* ]]; then
+  [ -f "${AB_PATCH:-}" ] || { echo "AB: set AB_PATCH to a diff file in the tree"; exit 1; }
+  base=/tmp/ab-base
+  rm -rf "$base" && mkdir -p "$base"
+  tar --exclude='./build*' --exclude='./.git' -cf - . | tar -xf - -C "$base"
+  if ! (cd "$base" && git apply -R "$PWD/$AB_PATCH"); then
+    echo "AB: $AB_PATCH does not reverse onto this tree"
+    exit 1
+  fi
+  for flavour in plain timeline; do
+    [ "$flavour" = timeline ] && [ -z "${TIMELINE_TARGETS:-}" ] && continue
+    flags=(-DMXLINEAR_BUILD_TESTS=OFF)
+    [ "$flavour" = timeline ] && flags+=(-DMXLINEAR_TIMELINE=ON)
+    cmake -S "$base" -B "$base/build-$flavour" -G Ninja -DCMAKE_BUILD_TYPE=Release "${flags[@]}" \
+      >"$OUT/ab-build.log" 2>&1 &&
+      cmake --build "$base/build-$flavour" -j "$(nproc)" --target mxlinear_cli \
+        >>"$OUT/ab-build.log" 2>&1 || { echo "AB BUILD FAILED"; tail -20 "$OUT/ab-build.log"; exit 1; }
+  done
+  rm -f "$OUT/ab-build.log"
+  for target in ${TIMELINE_TARGETS:-}; do
+    IFS=: read -r kernel config m n k <<<"$target"
+    "$base/build-timeline/tools/mxlinear" timeline --kernel "$kernel" --config "$config" --m "$m" \
+      --n "$n" --k "$k" 2>&1 | tee -a "$OUT/timeline-base.txt" || status=1
+  done
+  "$base/build-plain/tools/mxlinear" bench ${BENCH_ARGS:-} --json "$OUT/bench-base.json" 2>&1 |
+    tee "$OUT/bench-base.txt"
 fi
 exit $status
