@@ -152,7 +152,6 @@ __device__ __forceinline__ void release_stage(std::uint32_t empty, int s, int la
 // waits for, in flight while the first two chunks compute. Copying them all before the main
 // loop cost every CTA 3-4 us at K = 6144 (timeline, session 8); loading each thread's words
 // into registers two chunks ahead of use left the 64-row tiles waiting on them.
-template <class Tile>
 __device__ __forceinline__ void stage_scales(const GemmParams& p, std::uint32_t scale_smem, int n0,
                                              int c_begin, int chunks, int group) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
@@ -326,7 +325,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     float acc[Tile::kAccRegs];
 #pragma unroll
     for (int i = 0; i < Tile::kAccRegs; ++i) acc[i] = 0.0f;
-    stage_scales<Tile>(p, smem + Tile::kScaleOffset, n0, c_begin, chunks, warpgroup);
+    stage_scales(p, smem + Tile::kScaleOffset, n0, c_begin, chunks, warpgroup);
     stamps.mark(timeline::kPrologue);
     consume<Tile>(acc, smem, smem_ptr, full, empty, chunks, warpgroup);
     stamps.mark(timeline::kMainLoop);
