@@ -100,6 +100,47 @@ __device__ __forceinline__ void store_eight(const GemmParams& p, bool vector_ali
   }
 }
 
+// Stores out[row, col .. col + 3] (those below N), each rounded once: one 8-byte store (16 for
+// fp32) where `vector_aligned` (16-byte aligned rows, col % 4 == 0) and all four are in range.
+template <class T>
+__device__ __forceinline__ void store_four_as(const GemmParams& p, bool vector_aligned, int row,
+                                              int col, const float (&v)[4]) {
+  using Traits = OutputTraits<T>;
+  T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(row) * p.ld_out + col;
+  if (vector_aligned && col + 4 <= p.n) {
+    if constexpr (sizeof(T) == 4) {
+      *reinterpret_cast<float4*>(out) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+      typename Traits::Pair pairs[2] = {Traits::two(v[0], v[1]), Traits::two(v[2], v[3])};
+      *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(pairs);
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (col + i < p.n) out[i] = Traits::one(v[i]);
+  }
+}
+
+// store_four_as for p.out_type after adding the bias of the columns below N.
+__device__ __forceinline__ void store_four_with_bias(const GemmParams& p, bool vector_aligned,
+                                                     int row, int col, float (&v)[4]) {
+  if (p.bias_type != BiasType::kNone) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (col + i < p.n) v[i] += load_bias(p, col + i);
+    }
+  }
+  switch (p.out_type) {
+    case OutType::kBF16:
+      return store_four_as<__nv_bfloat16>(p, vector_aligned, row, col, v);
+    case OutType::kF16:
+      return store_four_as<__half>(p, vector_aligned, row, col, v);
+    case OutType::kF32:
+      return store_four_as<float>(p, vector_aligned, row, col, v);
+  }
+}
+
 // store_eight after adding the bias of the columns below N.
 __device__ __forceinline__ void store_eight_with_bias(const GemmParams& p, bool vector_aligned,
                                                       int row, int col, float (&v)[8]) {

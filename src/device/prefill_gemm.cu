@@ -106,7 +106,10 @@ std::string_view prefill_gemm_unsupported(const GemmParams& p) {
 
 cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf16,
                                 int instance, int splits, cudaStream_t stream) {
-  if (splits < 1 || splits > kPrefillMaxSplits || splits > p.k / 128) return cudaErrorInvalidValue;
+  // The output tile's shares (share_tile.cuh) take a power-of-two split count.
+  if (splits < 1 || splits > kPrefillMaxSplits || splits > p.k / 128 || (splits & (splits - 1))) {
+    return cudaErrorInvalidValue;
+  }
   if (reinterpret_cast<std::uintptr_t>(a_bf16) % 16 != 0 || (p.m > 1 && ld_a_bf16 % 8 != 0)) {
     return cudaErrorInvalidValue;
   }

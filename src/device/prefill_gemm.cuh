@@ -26,6 +26,7 @@
 #include "device/hopper_ptx.cuh"
 #include "device/mx_convert.cuh"
 #include "device/ptx.cuh"
+#include "device/share_tile.cuh"
 #include "device/split_k.cuh"
 #include "device/timeline.cuh"
 #include "device/wgmma_f16.cuh"
@@ -69,7 +70,9 @@ struct PrefillTile {
   static constexpr std::uint32_t kTxBytes = kWTileBytes + kATileBytes;
   static constexpr int kAccRegs = kTokens / 2;
   // After the main loop the ring holds the CTA's fp32 tile, for the store or the cluster
-  // reduction (padded rows: no bank conflicts when the accumulators go in).
+  // reduction: split-share-major (share_tile.cuh), which with one split is the padded
+  // token-major ReduceTile.
+  using Shares = ShareLayout<kRows, kTokens>;
   using ReduceTile = FpTile<kRows, kTokens, kRows + 4>;
   static constexpr int kReduceOffset = 0;
 
@@ -83,7 +86,8 @@ struct PrefillTile {
   static_assert(kTokens == 32 || kTokens == 64 || kTokens == 128 || kTokens == 192 ||
                     kTokens == 256,
                 "compiled wgmma widths");
-  static_assert(ReduceTile::kBytes <= kBarrierOffset, "the reduction tile reuses the ring");
+  static_assert(Shares::bytes(kMaxClusterSplits) <= kBarrierOffset,
+                "the reduction tile reuses the ring");
   static_assert(!kMovesRegisters || kConsumerGroups == 2,
                 "the register split assumes 2 + 1 groups");
 };
@@ -271,9 +275,9 @@ template <class Tile>
 __device__ __forceinline__ void reduce_in_cluster(const GemmParams& p, std::uint32_t smem, int n0,
                                                   int t0, int split, int splits) {
   hopper::cluster_sync();
-  reduce_splits_and_store_by_eight<typename Tile::ReduceTile>(
-      p, smem + Tile::kReduceOffset, n0, t0, split, splits, static_cast<int>(threadIdx.x),
-      Tile::kConsumerThreads);
+  reduce_shares_and_store(p, smem + Tile::kReduceOffset, n0, t0, split, splits,
+                          typename Tile::Shares(splits), static_cast<int>(threadIdx.x),
+                          Tile::kConsumerThreads);
   // No CTA may leave while a peer still reads its tile.
   hopper::cluster_sync();
 }
@@ -337,7 +341,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // it is stored row-contiguous, or met by the other splits.
     auto* tile = reinterpret_cast<float*>(smem_ptr + Tile::kReduceOffset);
     hopper::named_barrier_sync(1, Tile::kConsumerThreads);
-    write_accumulator_tile<typename Tile::ReduceTile>(tile, acc, 64 * warpgroup);
+    write_accumulator_shares(tile, acc, 64 * warpgroup, typename Tile::Shares(splits));
     if (splits == 1) {
       hopper::named_barrier_sync(1, Tile::kConsumerThreads);
       stamps.mark(timeline::kReduced);

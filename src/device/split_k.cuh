@@ -52,15 +52,24 @@ struct FpTile {
 };
 
 // Where register i of this thread's wgmma accumulator (64 rows x kTokens, rows from row_base)
-// sits in the tile. Accumulator layout of warp w, lane l: register i holds row 16w + l/4 +
+// belongs. Accumulator layout of warp w, lane l: register i holds row 16w + l/4 +
 // 8 * ((i >> 1) & 1), token 8 * (i >> 2) + 2 * (l % 4) + (i & 1).
-template <class Layout>
-__device__ __forceinline__ int accumulator_tile_index(int i, int row_base) {
+struct AccumulatorPosition {
+  int row, token;
+};
+
+__device__ __forceinline__ AccumulatorPosition accumulator_position(int i, int row_base) {
   const int warp = (static_cast<int>(threadIdx.x) % 128) >> 5;
   const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int row = row_base + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1);
-  const int token = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-  return token * Layout::kStride + row;
+  return {row_base + 16 * warp + (lane >> 2) + 8 * ((i >> 1) & 1),
+          8 * (i >> 2) + 2 * (lane & 3) + (i & 1)};
+}
+
+// Where register i sits in the tile.
+template <class Layout>
+__device__ __forceinline__ int accumulator_tile_index(int i, int row_base) {
+  const AccumulatorPosition at = accumulator_position(i, row_base);
+  return at.token * Layout::kStride + at.row;
 }
 
 // Writes one warpgroup's accumulator into the tile.
@@ -139,64 +148,6 @@ __device__ __forceinline__ void reduce_splits_and_store(const GemmParams& p,
     }
     if (p.bias_type != BiasType::kNone) sum += epilogue::load_bias(p, n);
     epilogue::store_one(p, m, n, sum);
-  }
-}
-
-// reduce_splits_and_store for large tiles: split r's share is whole groups of 8 rows, and each
-// step adds 8 outputs from 32 bytes of every split, two splits' loads in flight at a time, then
-// stores them as one vector. Workers `worker` of `workers` of the CTA share the work. On the
-// prefill kernel's 128 x 128 tile (timeline, session 8) a 2-split reduction took 3.7 us instead
-// of 10 and a 4-split one 5.6 instead of 6.5, but an 8-split one 10.4 instead of 5.4 (why is
-// not known; with all 8 splits' loads in flight at once it was the same).
-template <class Layout>
-__device__ __forceinline__ void reduce_splits_and_store_by_eight(const GemmParams& p,
-                                                                 std::uint32_t tile_address, int n0,
-                                                                 int t0, int split, int splits,
-                                                                 int worker, int workers) {
-  constexpr int kGroups = Layout::kRows / 8;
-  const int group_begin = split * kGroups / splits;
-  const int groups = (split + 1) * kGroups / splits - group_begin;
-  const bool vector_aligned = epilogue::rows_16_byte_aligned(p);
-  auto add = [](float(&v)[8], const float4& lo, const float4& hi) {
-    v[0] += lo.x;
-    v[1] += lo.y;
-    v[2] += lo.z;
-    v[3] += lo.w;
-    v[4] += hi.x;
-    v[5] += hi.y;
-    v[6] += hi.z;
-    v[7] += hi.w;
-  };
-  for (int e = worker; e < groups * Layout::kTokens; e += workers) {
-    const int token = e / groups;
-    const int row = 8 * (group_begin + e % groups);
-    const int n = n0 + row, m = t0 + token;
-    if (n >= p.n || m >= p.m) continue;
-    const std::uint32_t local =
-        tile_address + 4u * static_cast<std::uint32_t>(token * Layout::kStride + row);
-    float v[8] = {};
-#pragma unroll
-    for (int r = 0; r < kMaxClusterSplits; r += 2) {
-      if (r < splits) {
-        const float4 lo = hopper::load_cluster_shared_v4(local, static_cast<std::uint32_t>(r));
-        const float4 hi =
-            hopper::load_cluster_shared_v4(local + 16u, static_cast<std::uint32_t>(r));
-        float4 lo1 = {}, hi1 = {};
-        if (r + 1 < splits) {
-          lo1 = hopper::load_cluster_shared_v4(local, static_cast<std::uint32_t>(r + 1));
-          hi1 = hopper::load_cluster_shared_v4(local + 16u, static_cast<std::uint32_t>(r + 1));
-        }
-        if (r == 0) {  // not 0 + x: that would turn a -0 sum into +0
-          const float first[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-          for (int i = 0; i < 8; ++i) v[i] = first[i];
-        } else {
-          add(v, lo, hi);
-        }
-        if (r + 1 < splits) add(v, lo1, hi1);
-      }
-    }
-    epilogue::store_eight_with_bias(p, vector_aligned, m, n, v);
   }
 }
 

@@ -1,0 +1,71 @@
+// The device side of the prefill kernel's split-share-major fp32 output tile (share_layout.hpp):
+// the accumulators go in, and the cluster's splits add their shares and store them.
+#pragma once
+
+#include <cstdint>
+
+#include "device/epilogue.cuh"
+#include "device/gemm_params.hpp"
+#include "device/hopper_ptx.cuh"
+#include "device/share_layout.hpp"
+#include "device/split_k.cuh"
+
+namespace mxlinear::device {
+
+// Writes one warpgroup's accumulator (64 rows from row_base x kTokens) into the tile.
+template <int kRows, int kTokens>
+__device__ __forceinline__ void write_accumulator_shares(
+    float* tile, const float (&acc)[kTokens / 2], int row_base,
+    const ShareLayout<kRows, kTokens>& layout) {
+#pragma unroll
+  for (int i = 0; i < kTokens / 2; ++i) {
+    const AccumulatorPosition at = accumulator_position(i, row_base);
+    tile[layout.index(at.row, at.token)] = acc[i];
+  }
+}
+
+// After a cluster barrier that follows every CTA's write_accumulator_shares: split r adds share
+// r of every split's tile (at `tile_address` in each CTA), in split order, 4 outputs (16 bytes
+// of each split) per step with every split's load in flight, adds the bias, rounds once and
+// stores the 4 outputs together. Workers `worker` of `workers` of the CTA share the work; a
+// cluster barrier must follow before any CTA exits.
+template <int kRows, int kTokens>
+__device__ __forceinline__ void reduce_shares_and_store(const GemmParams& p,
+                                                        std::uint32_t tile_address, int n0, int t0,
+                                                        int split, int splits,
+                                                        const ShareLayout<kRows, kTokens>& layout,
+                                                        int worker, int workers) {
+  const int quad_shift = layout.shift - 2;  // 16-byte quads per token in a share: 2 or more
+  const int quads = 1 << quad_shift;
+  const int row_begin = split << layout.shift;
+  const std::uint32_t share =
+      tile_address + 4u * static_cast<std::uint32_t>(split * layout.share_floats);
+  const bool vector_aligned = epilogue::rows_16_byte_aligned(p);
+  for (int e = worker; e < quads * kTokens; e += workers) {
+    const int token = e >> quad_shift;
+    const int quad = e & (quads - 1);
+    const int n = n0 + row_begin + 4 * quad, m = t0 + token;
+    if (n >= p.n || m >= p.m) continue;
+    const std::uint32_t local =
+        share + 4u * static_cast<std::uint32_t>(token * layout.stride + 4 * quad);
+    float4 part[kMaxClusterSplits];
+#pragma unroll
+    for (int r = 0; r < kMaxClusterSplits; ++r) {
+      if (r < splits)
+        part[r] = hopper::load_cluster_shared_v4(local, static_cast<std::uint32_t>(r));
+    }
+    float v[4] = {part[0].x, part[0].y, part[0].z, part[0].w};
+#pragma unroll
+    for (int r = 1; r < kMaxClusterSplits; ++r) {
+      if (r < splits) {
+        v[0] += part[r].x;
+        v[1] += part[r].y;
+        v[2] += part[r].z;
+        v[3] += part[r].w;
+      }
+    }
+    epilogue::store_four_with_bias(p, vector_aligned, m, n, v);
+  }
+}
+
+}  // namespace mxlinear::device
