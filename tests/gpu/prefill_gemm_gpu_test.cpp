@@ -18,14 +18,15 @@
 namespace mxlinear::test {
 namespace {
 
-// Runs the pre-pass into a bf16 buffer; returns it (row stride k elements).
-DeviceBuffer activation_bf16(const DeviceMx& a) {
+// Runs the pre-pass on e4m3 rows `ld_q` bytes apart from `q` into a bf16 buffer; returns it
+// (row stride k elements).
+DeviceBuffer activation_bf16(const std::uint8_t* q, std::int64_t ld_q, const DeviceMx& a) {
   DeviceBuffer out(static_cast<std::size_t>(a.rows * a.k) * 2);
   out.poison();
   device::ActivationBf16Params p;
-  p.q = a.data.bytes();
+  p.q = q;
   p.scales = a.scales.bytes();
-  p.ld_q = a.k;
+  p.ld_q = ld_q;
   p.ld_scales = a.k / kBlockSize;
   p.out = out.get();
   p.ld_out = a.k;
@@ -34,6 +35,8 @@ DeviceBuffer activation_bf16(const DeviceMx& a) {
   EXPECT_EQ(device::launch_activation_bf16(p, nullptr), cudaSuccess);
   return out;
 }
+
+DeviceBuffer activation_bf16(const DeviceMx& a) { return activation_bf16(a.data.bytes(), a.k, a); }
 
 struct Config {
   int instance, splits;
@@ -95,10 +98,24 @@ class PrefillGemmInstance : public ::testing::TestWithParam<std::tuple<int, int>
 };
 
 // The pre-pass output of `a` equals the CPU's dequantized values at their permuted positions.
-void expect_prepass_matches_cpu(const MxOperand& a) {
+// eight_byte_rows: the e4m3 rows start 8 bytes past a 16-byte boundary and lie k + 8 bytes
+// apart, the least alignment the pre-pass accepts (it loads 8 bytes at a time).
+void expect_prepass_matches_cpu(const MxOperand& a, bool eight_byte_rows = false) {
   const DeviceMx da = upload(a);
+  DeviceBuffer padded;
+  const std::uint8_t* q = da.data.bytes();
+  std::int64_t ld_q = a.k;
+  if (eight_byte_rows) {
+    ld_q = a.k + 8;
+    std::vector<std::uint8_t> host(static_cast<std::size_t>(8 + a.rows * ld_q), 0);
+    for (std::int64_t m = 0; m < a.rows; ++m) {
+      std::copy_n(a.data.begin() + m * a.k, a.k, host.begin() + 8 + m * ld_q);
+    }
+    padded = DeviceBuffer::from(host);
+    q = padded.bytes() + 8;
+  }
   const auto got =
-      activation_bf16(da).download<std::uint16_t>(static_cast<std::size_t>(a.rows * a.k));
+      activation_bf16(q, ld_q, da).download<std::uint16_t>(static_cast<std::size_t>(a.rows * a.k));
   for (std::int64_t m = 0; m < a.rows; ++m) {
     for (std::int64_t k = 0; k < a.k; ++k) {
       const float v = e4m3_to_float(a.data[static_cast<std::size_t>(m * a.k + k)]) *
@@ -132,6 +149,12 @@ TEST(ActivationBf16, InputLargerThanTheGridIsWalkedExactly) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
   expect_prepass_matches_cpu(random_operand(4100, 1056, rng));
+}
+
+TEST(ActivationBf16, RowsOnlyEightByteAlignedConvertExactly) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  expect_prepass_matches_cpu(random_operand(70, 96, rng), /*eight_byte_rows=*/true);
 }
 
 TEST_P(PrefillGemmInstance, ExactInputsMatchFp64BitForBit) {
