@@ -134,7 +134,9 @@ struct LayerSelection {
 struct Dispatch {
   const Kernel* kernel = nullptr;
   std::string config;
-  std::string why;  // "tuned row <source>" or "default config"
+  // "tuned row <source>", "tuned row <source> of the nearest tuned shape N x K" (a shape with
+  // no rows of its own) or "default config"
+  std::string why;
 };
 
 // Environment switches (docs/TUNED_TABLES.md): MXLINEAR_DISABLED_KERNELS=a,b,

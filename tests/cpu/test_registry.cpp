@@ -143,6 +143,52 @@ TEST(Registry, PerMBucketDispatchExactRowsWinAndRowsMayPickTheGeneralKernel) {
   EXPECT_EQ(at(2), "general/g2");     // no bucket 2: the nearest below is bucket 1
 }
 
+// A shape with no rows of its own takes, per M, the row of the nearest tuned shape (log
+// distance in N and K): here 2560 x 6144 for 3000 x 6144, not 6144 x 768.
+TEST(Registry, UntunedShapeBorrowsTheRowsOfTheNearestTunedShape) {
+  const Registry r = make(row("1", "general", "g2") + row("64", "tuned", "t64") +
+                          row("64", "tuned", "t128", 6144, 768));
+  const LayerSelection s = r.select(layer(3000, 6144), kH200);
+  ASSERT_EQ(s.kernel->name(), "general");  // the tuned kernel still claims only its own shapes
+  const Dispatch at64 = r.dispatch(s, kH200, 64);
+  EXPECT_EQ(std::string(at64.kernel->name()) + "/" + at64.config, "tuned/t64");
+  EXPECT_THAT(at64.why, HasSubstr("test.csv:2 of the nearest tuned shape 2560 x 6144"));
+  const Dispatch at1 = r.dispatch(s, kH200, 1);
+  EXPECT_EQ(std::string(at1.kernel->name()) + "/" + at1.config, "general/g2");
+  // Nearer to 6144 x 768 in both N and K.
+  const Dispatch down = r.dispatch(r.select(layer(5000, 1024), kH200), kH200, 64);
+  EXPECT_EQ(down.config, "t128");
+  EXPECT_THAT(down.why, HasSubstr("nearest tuned shape 6144 x 768"));
+}
+
+TEST(Registry, BorrowedRowsNeverOverrideWhatTheLayerOrTheEnvironmentRules) {
+  const std::string table = row("64", "tuned", "t64");
+  auto dispatched = [](const Registry& r, const LayerDescription& l) {
+    const Dispatch d = r.dispatch(r.select(l, kH200), kH200, 64);
+    return std::string(d.kernel->name()) + "/" + d.config + " (" + d.why + ")";
+  };
+  // The borrowed row's kernel cannot implement this layer.
+  auto ks = kernels_with_fallback();
+  ks.front() = std::make_shared<FakeKernel>("tuned", true, std::vector<std::string>{"t64", "t128"},
+                                            "sm_90a", /*max_k=*/6144);
+  TunedTable t;
+  t.add(table, "test.csv", context_for(ks));
+  const Registry unable(ks, t, Environment{});
+  EXPECT_EQ(dispatched(unable, layer(2560, 8192)), "general/g1 (default config)");
+  // The borrowed row's kernel is disabled, or another backend is forced.
+  EXPECT_EQ(dispatched(make(table, {{"MXLINEAR_DISABLED_KERNELS", "tuned"}}), layer(3000, 6144)),
+            "general/g1 (default config)");
+  EXPECT_EQ(dispatched(make(table, {{"MXLINEAR_BACKEND", "general"}}), layer(3000, 6144)),
+            "general/g1 (default config)");
+  // Without those the same layer borrows the row; rows of another SM count are near nothing.
+  EXPECT_EQ(dispatched(make(table), layer(3000, 6144)).substr(0, 9), "tuned/t64");
+  const Registry r = make(table);
+  EXPECT_EQ(r.dispatch(r.select(layer(3000, 6144), DeviceDescription::parse("sm_90a:114")),
+                       DeviceDescription::parse("sm_90a:114"), 64)
+                .why,
+            "default config");
+}
+
 TEST(Registry, DisabledKernelNamedByARowIsNotUsed) {
   const Registry r = make(row("1", "general", "g2") + row("64", "tuned", "t64"),
                           {{"MXLINEAR_DISABLED_KERNELS", "general"}});

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -227,28 +228,8 @@ struct TunedCase {
 
 void PrintTo(const TunedCase& c, std::ostream* os) { *os << c.m << " x " << c.n << " x " << c.k; }
 
-class LinearGpuTunedKernel : public ::testing::TestWithParam<TunedCase> {};
-
-TEST_P(LinearGpuTunedKernel, ServesTheSeedShapeThroughBothEntryPoints) {
-  MXL_REQUIRE_GPU();
-  const TunedCase c = GetParam();
-  const DeviceDescription device = DeviceDescription::current();
-  if (device.arch != "sm_90a" || device.sms != 132) {
-    GTEST_SKIP() << "the shipped rows are for sm_90a with 132 SMs; this GPU is "
-                 << device.to_string();
-  }
-  LayerDescription desc;
-  desc.n = c.n;
-  desc.k = c.k;
-  desc.out_dtype = DType::kBF16;
-  const Registry& registry = Registry::global();
-  const Dispatch d = registry.dispatch(registry.select(desc, device), device, c.m);
-  ASSERT_NE(d.kernel, nullptr);
-  // Which tuned kernel is the table's business (pinned by the CPU test of the shipped table);
-  // here it must be one of them, and right.
-  EXPECT_TRUE(d.kernel->needs_tuned_rows()) << d.kernel->name() << "/" << d.config;
-  SCOPED_TRACE(std::string(d.kernel->name()) + "/" + d.config);
-
+// Runs `c` through both entry points: they must agree bit for bit and match fp64.
+void expect_both_entry_points_match_fp64(const TunedCase& c) {
   auto rng = make_rng();
   Layer l = make_layer(1, c.m, c.n, c.k, rng);
   DeviceBuffer q(static_cast<std::size_t>(c.m * c.k));
@@ -275,18 +256,76 @@ TEST_P(LinearGpuTunedKernel, ServesTheSeedShapeThroughBothEntryPoints) {
   expect_close_to_fp64(got, l);
 }
 
+// The dispatch of `c` on this GPU; empty where the shipped rows are not for it.
+std::optional<Dispatch> dispatch_on_the_shipped_device(const TunedCase& c) {
+  const DeviceDescription device = DeviceDescription::current();
+  if (device.arch != "sm_90a" || device.sms != 132) return std::nullopt;
+  LayerDescription desc;
+  desc.n = c.n;
+  desc.k = c.k;
+  desc.out_dtype = DType::kBF16;
+  const Registry& registry = Registry::global();
+  return registry.dispatch(registry.select(desc, device), device, c.m);
+}
+
+std::string case_name(const ::testing::TestParamInfo<TunedCase>& param) {
+  // (a stream, not operator+: GCC 12 warns falsely on the latter)
+  std::ostringstream name;
+  name << "M" << param.param.m << "_N" << param.param.n << "_K" << param.param.k;
+  return name.str();
+}
+
+class LinearGpuTunedKernel : public ::testing::TestWithParam<TunedCase> {};
+
+TEST_P(LinearGpuTunedKernel, ServesTheSeedShapeThroughBothEntryPoints) {
+  MXL_REQUIRE_GPU();
+  const TunedCase c = GetParam();
+  const std::optional<Dispatch> shipped = dispatch_on_the_shipped_device(c);
+  if (!shipped) {
+    GTEST_SKIP() << "the shipped rows are for sm_90a with 132 SMs; this GPU is "
+                 << DeviceDescription::current().to_string();
+  }
+  const Dispatch& d = *shipped;
+  ASSERT_NE(d.kernel, nullptr);
+  // Which tuned kernel is the table's business (pinned by the CPU test of the shipped table);
+  // here it must be one of them, and right.
+  EXPECT_TRUE(d.kernel->needs_tuned_rows()) << d.kernel->name() << "/" << d.config;
+  SCOPED_TRACE(std::string(d.kernel->name()) + "/" + d.config);
+  expect_both_entry_points_match_fp64(c);
+}
+
 INSTANTIATE_TEST_SUITE_P(SeedShapes, LinearGpuTunedKernel,
                          ::testing::Values(TunedCase{1, 6144, 768}, TunedCase{2, 2560, 6144},
                                            TunedCase{8, 1536, 6144}, TunedCase{32, 6144, 768},
                                            TunedCase{128, 6144, 768}, TunedCase{512, 6144, 768},
                                            TunedCase{700, 2560, 6144}),
-                         [](const ::testing::TestParamInfo<TunedCase>& param) {
-                           // (a stream, not operator+: GCC 12 warns falsely on the latter)
-                           std::ostringstream name;
-                           name << "M" << param.param.m << "_N" << param.param.n << "_K"
-                                << param.param.k;
-                           return name.str();
-                         });
+                         case_name);
+
+// Shapes with no rows of their own borrow the nearest tuned shape's kernel and config, which
+// must then be right on a shape it was never tuned for (N not a multiple of any tile).
+class LinearGpuUntunedShape : public ::testing::TestWithParam<TunedCase> {};
+
+TEST_P(LinearGpuUntunedShape, BorrowsTheNearestTunedShapesKernelAndMatchesFp64) {
+  MXL_REQUIRE_GPU();
+  const TunedCase c = GetParam();
+  const std::optional<Dispatch> shipped = dispatch_on_the_shipped_device(c);
+  if (!shipped) {
+    GTEST_SKIP() << "the shipped rows are for sm_90a with 132 SMs; this GPU is "
+                 << DeviceDescription::current().to_string();
+  }
+  const Dispatch& d = *shipped;
+  ASSERT_NE(d.kernel, nullptr);
+  EXPECT_TRUE(d.kernel->needs_tuned_rows()) << d.kernel->name() << "/" << d.config;
+  EXPECT_THAT(d.why, ::testing::HasSubstr("of the nearest tuned shape"));
+  SCOPED_TRACE(std::string(d.kernel->name()) + "/" + d.config + " (" + d.why + ")");
+  expect_both_entry_points_match_fp64(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(NearSeedShapes, LinearGpuUntunedShape,
+                         ::testing::Values(TunedCase{1, 3000, 4096}, TunedCase{5, 3000, 4096},
+                                           TunedCase{40, 3000, 4096}, TunedCase{300, 1001, 2048},
+                                           TunedCase{1100, 5000, 1024}),
+                         case_name);
 
 // linear_with runs a given kernel/config through the bf16 entry point's path (the tuner times
 // configs this way): every config of every GPU kernel that takes the layer, including the ones

@@ -128,19 +128,29 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
   d.kernel = selection.kernel;
   if (!d.kernel) return d;
   const bool forced = env_.backend != "auto";
-  if (const auto row =
-          table_.lookup(device.arch, device.sms, selection.layer.n, selection.layer.k, m)) {
+  const LayerDescription& layer = selection.layer;
+  auto row = table_.lookup(device.arch, device.sms, layer.n, layer.k, m);
+  std::string borrowed;
+  if (!row) {
+    // A shape nobody tuned takes the row of the nearest tuned shape: its kernel runs every shape
+    // it can implement, and a config measured on a similar shape beats the fallback's default
+    // (docs/TUNED_TABLES.md).
+    if (const auto near = table_.nearest_shape(device.arch, device.sms, layer.n, layer.k)) {
+      row = table_.lookup(device.arch, device.sms, near->first, near->second, m);
+      borrowed = fmt::format(" of the nearest tuned shape {} x {}", near->first, near->second);
+    }
+  }
+  if (row) {
     const Kernel* k = find(row->kernel);
     // A row may hand this M to another kernel (a tuned row for the generic kernel where it is
     // faster), but never to one that is disabled, unsupported or unable, and never against a
     // forced backend.
     const bool usable = k && !contains(env_.disabled, k->name()) && k->is_supported(device).ok() &&
-                        k->can_implement(selection.layer).ok() &&
-                        (!forced || k == selection.kernel);
+                        k->can_implement(layer).ok() && (!forced || k == selection.kernel);
     if (usable) {
       d.kernel = k;
       d.config = row->config;
-      d.why = fmt::format("tuned row {}", row->source);
+      d.why = fmt::format("tuned row {}{}", row->source, borrowed);
       return d;
     }
   }
