@@ -1,5 +1,7 @@
 #include "harness.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -58,6 +60,10 @@ double geomean(const std::vector<double>& values) {
     }
   }
   return count ? std::exp(log_sum / count) : 0.0;
+}
+
+std::string ratio_text(double geomean_value) {
+  return geomean_value > 0 ? fmt::format("{:.2f}", geomean_value) : "n/a";
 }
 
 std::vector<double> time_graph(const std::function<void(int)>& call, int calls, int warmup,

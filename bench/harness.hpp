@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace mxlinear::bench {
@@ -36,6 +37,8 @@ std::int64_t pad16(std::int64_t m);
 
 // Geometric mean (of positive values; 0 for none).
 double geomean(const std::vector<double>& values);
+// A geomean for people: "n/a" where geomean() found no values (0), else two decimals.
+std::string ratio_text(double geomean_value);
 
 // Captures `calls` invocations of call(i) (i = 0..calls-1) on `stream` into one graph, replays it
 // `warmup` times, then times `replays` replays with events. Returns microseconds per call for each

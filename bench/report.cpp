@@ -1,5 +1,7 @@
 #include "report.hpp"
 
+#include "harness.hpp"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -40,9 +42,10 @@ std::string markdown_report(const json& doc) {
   s += "\nSpeed-ups are anchor time / our GEMM time (above 1: we are faster); geometric means over "
        "shapes:\n\n| M | x cuBLAS bf16 | x cuBLASLt FP8 | x tri_mx |\n|---|---|---|---|\n";
   for (const json& g : doc["geomeans"]) {
-    s += fmt::format("| {} | {:.2f} | {:.2f} | {:.2f} |\n", g["m"].get<std::int64_t>(),
-                     g["vs_cublas_bf16"].get<double>(), g["vs_cublaslt_fp8"].get<double>(),
-                     g["vs_tri_mx"].get<double>());
+    s += fmt::format("| {} | {} | {} | {} |\n", g["m"].get<std::int64_t>(),
+                     ratio_text(g["vs_cublas_bf16"].get<double>()),
+                     ratio_text(g["vs_cublaslt_fp8"].get<double>()),
+                     ratio_text(g["vs_tri_mx"].get<double>()));
   }
   if (doc.contains("quantize")) {
     s += "\nActivation quantization alone (bf16 in, inputs rotating over >= 3x L2):\n\n"

@@ -52,6 +52,9 @@ TEST(BenchHarness, PaddingAndGeometricMean) {
   EXPECT_DOUBLE_EQ(geomean({2, 8}), 4);
   EXPECT_DOUBLE_EQ(geomean({2, NAN, 8}), 4);  // NaN (a missing anchor) is left out
   EXPECT_EQ(geomean({}), 0);
+  // A figure with no anchors at all prints as missing, not as 0x.
+  EXPECT_EQ(ratio_text(geomean({NAN, NAN})), "n/a");
+  EXPECT_EQ(ratio_text(geomean({2, 8})), "4.00");
 }
 
 }  // namespace

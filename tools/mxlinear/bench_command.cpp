@@ -576,8 +576,9 @@ int run_bench(const BenchOptions& o) {
                                  {"vs_cublas_bf16", bench::geomean(bf16)},
                                  {"vs_cublaslt_fp8", bench::geomean(fp8)},
                                  {"vs_tri_mx", bench::geomean(tri)}});
-      fmt::print("geomean M={:>5}: x cuBLAS bf16 {:.2f}, x cuBLASLt FP8 {:.2f}, x tri_mx {:.2f}\n",
-                 m, bench::geomean(bf16), bench::geomean(fp8), bench::geomean(tri));
+      fmt::print("geomean M={:>5}: x cuBLAS bf16 {}, x cuBLASLt FP8 {}, x tri_mx {}\n", m,
+                 bench::ratio_text(bench::geomean(bf16)), bench::ratio_text(bench::geomean(fp8)),
+                 bench::ratio_text(bench::geomean(tri)));
     }
     doc["quantize"] = json::array();
     std::set<std::int64_t> ks;
