@@ -300,5 +300,24 @@ TEST(Registry, ShippedTableHandsSeedLayersToGemvDecodeThenPrefill) {
   }
 }
 
+// A layer nobody tuned, near the seed's qkv projection, borrows its rows on an H200; where a
+// row's kernel cannot take the layer (the prefill kernel needs K % 128 == 0), the generic
+// kernel keeps the call.
+TEST(Registry, ShippedTableLendsTheNearestSeedShapesRowsToAnUntunedLayer) {
+  const Registry& r = Registry::global();
+  const LayerSelection near = r.select(layer(3000, 4096), kH200);
+  ASSERT_EQ(near.kernel->name(), "generic");
+  const Dispatch at1 = r.dispatch(near, kH200, 1);
+  EXPECT_EQ(at1.kernel->name(), "gemv");
+  EXPECT_THAT(at1.why, HasSubstr("of the nearest tuned shape 2560 x 6144"));
+  EXPECT_EQ(r.dispatch(near, kH200, 8).kernel->name(), "decode");
+  EXPECT_EQ(r.dispatch(near, kH200, 512).kernel->name(), "prefill");
+  const LayerSelection k_tail = r.select(layer(3000, 4096 - 32), kH200);
+  EXPECT_EQ(r.dispatch(k_tail, kH200, 1).kernel->name(), "gemv");
+  const Dispatch tail512 = r.dispatch(k_tail, kH200, 512);
+  EXPECT_EQ(tail512.kernel->name(), "generic");
+  EXPECT_EQ(tail512.why, "default config");
+}
+
 }  // namespace
 }  // namespace mxlinear::test
