@@ -256,18 +256,6 @@ void expect_both_entry_points_match_fp64(const TunedCase& c) {
   expect_close_to_fp64(got, l);
 }
 
-// The dispatch of `c` on this GPU; empty where the shipped rows are not for it.
-std::optional<Dispatch> dispatch_on_the_shipped_device(const TunedCase& c) {
-  const DeviceDescription device = DeviceDescription::current();
-  if (device.arch != "sm_90a" || device.sms != 132) return std::nullopt;
-  LayerDescription desc;
-  desc.n = c.n;
-  desc.k = c.k;
-  desc.out_dtype = DType::kBF16;
-  const Registry& registry = Registry::global();
-  return registry.dispatch(registry.select(desc, device), device, c.m);
-}
-
 std::string case_name(const ::testing::TestParamInfo<TunedCase>& param) {
   // (a stream, not operator+: GCC 12 warns falsely on the latter)
   std::ostringstream name;
@@ -275,23 +263,36 @@ std::string case_name(const ::testing::TestParamInfo<TunedCase>& param) {
   return name.str();
 }
 
-class LinearGpuTunedKernel : public ::testing::TestWithParam<TunedCase> {};
+// A case's dispatch on this GPU, through the shipped rows; skips where they are not for it.
+class LinearGpuShippedDispatch : public ::testing::TestWithParam<TunedCase> {
+ protected:
+  void SetUp() override {
+    MXL_REQUIRE_GPU();
+    const DeviceDescription device = DeviceDescription::current();
+    if (device.arch != "sm_90a" || device.sms != 132) {
+      GTEST_SKIP() << "the shipped rows are for sm_90a with 132 SMs; this GPU is "
+                   << device.to_string();
+    }
+    LayerDescription desc;
+    desc.n = GetParam().n;
+    desc.k = GetParam().k;
+    desc.out_dtype = DType::kBF16;
+    const Registry& registry = Registry::global();
+    dispatch_ = registry.dispatch(registry.select(desc, device), device, GetParam().m);
+    ASSERT_NE(dispatch_.kernel, nullptr);
+  }
+  Dispatch dispatch_;
+};
+
+class LinearGpuTunedKernel : public LinearGpuShippedDispatch {};
 
 TEST_P(LinearGpuTunedKernel, ServesTheSeedShapeThroughBothEntryPoints) {
-  MXL_REQUIRE_GPU();
-  const TunedCase c = GetParam();
-  const std::optional<Dispatch> shipped = dispatch_on_the_shipped_device(c);
-  if (!shipped) {
-    GTEST_SKIP() << "the shipped rows are for sm_90a with 132 SMs; this GPU is "
-                 << DeviceDescription::current().to_string();
-  }
-  const Dispatch& d = *shipped;
-  ASSERT_NE(d.kernel, nullptr);
+  const Dispatch& d = dispatch_;
   // Which tuned kernel is the table's business (pinned by the CPU test of the shipped table);
   // here it must be one of them, and right.
   EXPECT_TRUE(d.kernel->needs_tuned_rows()) << d.kernel->name() << "/" << d.config;
   SCOPED_TRACE(std::string(d.kernel->name()) + "/" + d.config);
-  expect_both_entry_points_match_fp64(c);
+  expect_both_entry_points_match_fp64(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(SeedShapes, LinearGpuTunedKernel,
@@ -303,22 +304,14 @@ INSTANTIATE_TEST_SUITE_P(SeedShapes, LinearGpuTunedKernel,
 
 // Shapes with no rows of their own borrow the nearest tuned shape's kernel and config, which
 // must then be right on a shape it was never tuned for (N not a multiple of any tile).
-class LinearGpuUntunedShape : public ::testing::TestWithParam<TunedCase> {};
+class LinearGpuUntunedShape : public LinearGpuShippedDispatch {};
 
 TEST_P(LinearGpuUntunedShape, BorrowsTheNearestTunedShapesKernelAndMatchesFp64) {
-  MXL_REQUIRE_GPU();
-  const TunedCase c = GetParam();
-  const std::optional<Dispatch> shipped = dispatch_on_the_shipped_device(c);
-  if (!shipped) {
-    GTEST_SKIP() << "the shipped rows are for sm_90a with 132 SMs; this GPU is "
-                 << DeviceDescription::current().to_string();
-  }
-  const Dispatch& d = *shipped;
-  ASSERT_NE(d.kernel, nullptr);
+  const Dispatch& d = dispatch_;
   EXPECT_TRUE(d.kernel->needs_tuned_rows()) << d.kernel->name() << "/" << d.config;
   EXPECT_THAT(d.why, ::testing::HasSubstr("of the nearest tuned shape"));
   SCOPED_TRACE(std::string(d.kernel->name()) + "/" + d.config + " (" + d.why + ")");
-  expect_both_entry_points_match_fp64(c);
+  expect_both_entry_points_match_fp64(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(NearSeedShapes, LinearGpuUntunedShape,
