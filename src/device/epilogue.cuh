@@ -63,97 +63,61 @@ __device__ __forceinline__ void store_pair(const GemmParams& p, bool pairs_align
   }
 }
 
-// Stores out[row, col .. col + 7] (those below N), each rounded once: one 16-byte store (two for
-// fp32) where `vector_aligned` (16-byte aligned rows) and all eight are in range.
-template <class T>
-__device__ __forceinline__ void store_eight_as(const GemmParams& p, bool vector_aligned, int row,
-                                               int col, const float (&v)[8]) {
+// Stores out[row, col .. col + kCount - 1] (those below N), each rounded once: 16-byte stores
+// (one 8-byte store for four 16-bit values) where `vector_aligned` (16-byte aligned rows, col a
+// multiple of kCount) and all of them are in range.
+template <class T, int kCount>
+__device__ __forceinline__ void store_run_as(const GemmParams& p, bool vector_aligned, int row,
+                                             int col, const float (&v)[kCount]) {
+  static_assert(kCount == 4 || kCount == 8, "runs of 4 or 8 outputs");
   using Traits = OutputTraits<T>;
   T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(row) * p.ld_out + col;
-  if (vector_aligned && col + 8 <= p.n) {
+  if (vector_aligned && col + kCount <= p.n) {
     if constexpr (sizeof(T) == 4) {
-      reinterpret_cast<float4*>(out)[0] = make_float4(v[0], v[1], v[2], v[3]);
-      reinterpret_cast<float4*>(out)[1] = make_float4(v[4], v[5], v[6], v[7]);
-    } else {
-      typename Traits::Pair pairs[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) pairs[i] = Traits::two(v[2 * i], v[2 * i + 1]);
-      *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(pairs);
+      for (int i = 0; i < kCount / 4; ++i) {
+        reinterpret_cast<float4*>(out)[i] =
+            make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+      }
+    } else {
+      typename Traits::Pair pairs[kCount / 2];
+#pragma unroll
+      for (int i = 0; i < kCount / 2; ++i) pairs[i] = Traits::two(v[2 * i], v[2 * i + 1]);
+      if constexpr (kCount == 4) {
+        *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(pairs);
+      } else {
+        *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(pairs);
+      }
     }
     return;
   }
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kCount; ++i) {
     if (col + i < p.n) out[i] = Traits::one(v[i]);
   }
 }
 
-__device__ __forceinline__ void store_eight(const GemmParams& p, bool vector_aligned, int row,
-                                            int col, const float (&v)[8]) {
-  switch (p.out_type) {
-    case OutType::kBF16:
-      return store_eight_as<__nv_bfloat16>(p, vector_aligned, row, col, v);
-    case OutType::kF16:
-      return store_eight_as<__half>(p, vector_aligned, row, col, v);
-    case OutType::kF32:
-      return store_eight_as<float>(p, vector_aligned, row, col, v);
-  }
-}
-
-// Stores out[row, col .. col + 3] (those below N), each rounded once: one 8-byte store (16 for
-// fp32) where `vector_aligned` (16-byte aligned rows, col % 4 == 0) and all four are in range.
-template <class T>
-__device__ __forceinline__ void store_four_as(const GemmParams& p, bool vector_aligned, int row,
-                                              int col, const float (&v)[4]) {
-  using Traits = OutputTraits<T>;
-  T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(row) * p.ld_out + col;
-  if (vector_aligned && col + 4 <= p.n) {
-    if constexpr (sizeof(T) == 4) {
-      *reinterpret_cast<float4*>(out) = make_float4(v[0], v[1], v[2], v[3]);
-    } else {
-      typename Traits::Pair pairs[2] = {Traits::two(v[0], v[1]), Traits::two(v[2], v[3])};
-      *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(pairs);
-    }
-    return;
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (col + i < p.n) out[i] = Traits::one(v[i]);
-  }
-}
-
-// store_four_as for p.out_type after adding the bias of the columns below N.
-__device__ __forceinline__ void store_four_with_bias(const GemmParams& p, bool vector_aligned,
-                                                     int row, int col, float (&v)[4]) {
+// store_run_as for p.out_type after adding the bias of the columns below N.
+template <int kCount>
+__device__ __forceinline__ void store_run_with_bias(const GemmParams& p, bool vector_aligned,
+                                                    int row, int col, float (&v)[kCount]) {
   if (p.bias_type != BiasType::kNone) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kCount; ++i) {
       if (col + i < p.n) v[i] += load_bias(p, col + i);
     }
   }
   switch (p.out_type) {
     case OutType::kBF16:
-      return store_four_as<__nv_bfloat16>(p, vector_aligned, row, col, v);
+      return store_run_as<__nv_bfloat16>(p, vector_aligned, row, col, v);
     case OutType::kF16:
-      return store_four_as<__half>(p, vector_aligned, row, col, v);
+      return store_run_as<__half>(p, vector_aligned, row, col, v);
     case OutType::kF32:
-      return store_four_as<float>(p, vector_aligned, row, col, v);
+      return store_run_as<float>(p, vector_aligned, row, col, v);
   }
 }
 
-// store_eight after adding the bias of the columns below N.
-__device__ __forceinline__ void store_eight_with_bias(const GemmParams& p, bool vector_aligned,
-                                                      int row, int col, float (&v)[8]) {
-  if (p.bias_type != BiasType::kNone) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      if (col + i < p.n) v[i] += load_bias(p, col + i);
-    }
-  }
-  store_eight(p, vector_aligned, row, col, v);
-}
-
-// Whether every output row starts 16-byte aligned (store_eight's vector path, for col % 8 == 0).
+// Whether every output row starts 16-byte aligned (store_run_as's vector path).
 __device__ __forceinline__ bool rows_16_byte_aligned(const GemmParams& p) {
   const std::int64_t element = p.out_type == OutType::kF32 ? 4 : 2;
   return reinterpret_cast<std::uintptr_t>(p.out) % 16 == 0 && (p.ld_out * element) % 16 == 0;

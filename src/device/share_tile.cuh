@@ -64,7 +64,7 @@ __device__ __forceinline__ void reduce_shares_and_store(const GemmParams& p,
         v[3] += part[r].w;
       }
     }
-    epilogue::store_four_with_bias(p, vector_aligned, m, n, v);
+    epilogue::store_run_with_bias(p, vector_aligned, m, n, v);
   }
 }
 

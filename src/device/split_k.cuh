@@ -110,7 +110,7 @@ __device__ __forceinline__ void store_accumulator_tile(const GemmParams& p, cons
     const float4* src = reinterpret_cast<const float4*>(tile + token * Layout::kStride + col);
     const float4 lo = src[0], hi = src[1];
     float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-    epilogue::store_eight_with_bias(p, vector_aligned, m, n, v);
+    epilogue::store_run_with_bias(p, vector_aligned, m, n, v);
   }
 }
 
