@@ -77,6 +77,16 @@ class Kernel {
   virtual std::vector<std::string> configs() const = 0;
   virtual Verdict is_supported(const DeviceDescription& device) const = 0;
   virtual Verdict can_implement(const LayerDescription& layer) const = 0;
+  // Whether `config` (one of configs()) can run M rows of a layer with this K: K splits and
+  // shared memory. dispatch() hands a call only to a config that can, so a row borrowed from
+  // another shape never names one that would refuse it; run() refuses the same calls with the
+  // same reason.
+  virtual Verdict can_run(std::int64_t m, std::int64_t k, std::string_view config) const {
+    (void)m;
+    (void)k;
+    (void)config;
+    return {};
+  }
   // A tuned kernel claims a layer only where the tuned table has rows for its (N, K).
   virtual bool needs_tuned_rows() const { return false; }
   // Whether a tuning sweep should time this config at M (the decode kernel is built for small

@@ -112,8 +112,11 @@ TEST(DecodeKernel, MoreSplitsThanKChunksIsRejected) {
   const std::string split8 = decode_kernel().configs()[3];
   ASSERT_THAT(split8, HasSubstr("split8"));
   const Error e = error_of(split8, f);
-  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
   EXPECT_THAT(e.what(), HasSubstr("K = 768 has only 6 chunks"));
+  // The registry learns the same before it dispatches.
+  EXPECT_THAT(decode_kernel().can_run(1, 768, split8).reason, HasSubstr("has only 6 chunks"));
+  EXPECT_TRUE(decode_kernel().can_run(1, 1024, split8).ok());
 }
 
 TEST(DecodeKernel, KRangeBeyondSharedMemoryIsUnsupported) {
@@ -192,6 +195,12 @@ TEST(PrefillKernel, MoreSplitsThanKChunksIsRejected) {
   const Error e = error_of("w64_t32_st4_overlap_split8", f, prefill_kernel());
   EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
   EXPECT_THAT(e.what(), HasSubstr("K = 768 has only 6 chunks"));
+  // A CTA keeps the scale bytes of its whole K range in shared memory: at K = 12288 those of
+  // the 128 x 192 tile no longer fit beside its ring; split 2 ways they do.
+  EXPECT_THAT(prefill_kernel().can_run(2048, 12288, "w128_t192_st3").reason,
+              HasSubstr("bytes of shared memory"));
+  EXPECT_TRUE(prefill_kernel().can_run(2048, 12288, "w128_t192_st3_split2").ok());
+  EXPECT_TRUE(prefill_kernel().can_run(2048, 6144, "w128_t192_st3").ok());
 }
 
 TEST(PrefillKernel, CallWithoutScratchOrWithUnknownConfigIsRejected) {

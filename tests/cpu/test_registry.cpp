@@ -161,6 +161,37 @@ TEST(Registry, UntunedShapeBorrowsTheRowsOfTheNearestTunedShape) {
   EXPECT_THAT(down.why, HasSubstr("nearest tuned shape 6144 x 768"));
 }
 
+// A tuned kernel whose config t128 cannot run K above 4096 (its shared memory, say).
+class SmallKConfigKernel : public FakeKernel {
+ public:
+  using FakeKernel::FakeKernel;
+  Verdict can_run(std::int64_t, std::int64_t k, std::string_view config) const override {
+    if (config == "t128" && k > 4096) return {"t128 needs K <= 4096"};
+    return {};
+  }
+};
+
+// Rows (borrowed or a shape's own) never hand a call to a config that cannot run its K.
+TEST(Registry, RowsNameOnlyConfigsThatCanRunTheCall) {
+  auto ks = kernels_with_fallback();
+  ks.front() = std::make_shared<SmallKConfigKernel>(
+      "tuned", true, std::vector<std::string>{"t64", "t128"}, "sm_90a");
+  TunedTable t;
+  t.add(row("64", "tuned", "t128") + row("64", "tuned", "t128", 2560, 3072), "test.csv",
+        context_for(ks));
+  const Registry r(ks, t, Environment{});
+  auto at64 = [&](std::int64_t n, std::int64_t k) {
+    const Dispatch d = r.dispatch(r.select(layer(n, k), kH200), kH200, 64);
+    return std::string(d.kernel->name()) + "/" + d.config + " (" + d.why + ")";
+  };
+  EXPECT_EQ(at64(2560, 3072), "tuned/t128 (tuned row test.csv:2)");
+  // Its own row cannot run K = 6144: the tuned kernel's default config.
+  EXPECT_EQ(at64(2560, 6144), "tuned/t64 (default config)");
+  // Borrowed from 2560 x 3072 at K = 4096, but not at K = 8192 (nearest: 2560 x 6144).
+  EXPECT_THAT(at64(3000, 4096), HasSubstr("tuned/t128 (tuned row test.csv:2 of the nearest"));
+  EXPECT_EQ(at64(3000, 8192), "general/g1 (default config)");
+}
+
 TEST(Registry, BorrowedRowsNeverOverrideWhatTheLayerOrTheEnvironmentRules) {
   const std::string table = row("64", "tuned", "t64");
   auto dispatched = [](const Registry& r, const LayerDescription& l) {
@@ -317,6 +348,11 @@ TEST(Registry, ShippedTableLendsTheNearestSeedShapesRowsToAnUntunedLayer) {
   const Dispatch tail512 = r.dispatch(k_tail, kH200, 512);
   EXPECT_EQ(tail512.kernel->name(), "generic");
   EXPECT_EQ(tail512.why, "default config");
+  // 2560 x 12288 borrows 2560 x 6144's rows, but the 128 x 192 tile of its M = 2048 row cannot
+  // hold the scale bytes of K = 12288: the generic kernel keeps that call.
+  const LayerSelection long_k = r.select(layer(2560, 12288), kH200);
+  EXPECT_EQ(r.dispatch(long_k, kH200, 2048).kernel->name(), "generic");
+  EXPECT_EQ(r.dispatch(long_k, kH200, 512).kernel->name(), "prefill");
 }
 
 }  // namespace

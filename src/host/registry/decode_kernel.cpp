@@ -6,6 +6,7 @@
 
 #include <charconv>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "device/decode_gemm.hpp"
@@ -31,7 +32,7 @@ struct ParsedConfig {
   int splits = 0;
 };
 
-ParsedConfig parse_config(const std::string& config) {
+ParsedConfig parse_config(std::string_view config) {
   const auto instances = device::decode_gemm_instances();
   for (std::size_t i = 0; i < instances.size(); ++i) {
     for (int splits : kSplitChoices) {
@@ -109,6 +110,10 @@ class DecodeKernel final : public Kernel {
            device::decode_ctas_per_sm(twin_smem) >= device::decode_ctas_per_sm(plain_smem);
   }
 
+  Verdict can_run(std::int64_t, std::int64_t k, std::string_view config) const override {
+    return config_verdict(k, config, /*quantizing=*/false);
+  }
+
   void run(const KernelCall& call, const std::string& config) const override {
     const ParsedConfig parsed = parse_config(config);
     if (parsed.instance < 0) {
@@ -117,11 +122,6 @@ class DecodeKernel final : public Kernel {
           fmt::format("is '{}'; expected one of: {}", config, fmt::join(this->configs(), ", ")));
     }
     const LinearShape& shape = call.shape;
-    if (parsed.splits > shape.k / 128) {
-      detail::fail(ErrorCode::kInvalidArgument, "decode kernel", "config",
-                   fmt::format("is '{}', {} K splits; K = {} has only {} chunks of 128", config,
-                               parsed.splits, shape.k, shape.k / 128));
-    }
     const bool quantizing = call.x_unquantized.has_value();
     if (quantizing &&
         device::decode_gemm_instances()[parsed.instance].quantizing_fixed_smem_bytes == 0) {
@@ -130,13 +130,8 @@ class DecodeKernel final : public Kernel {
                                "an unquantized one",
                                config));
     }
-    if (const int smem = device::decode_gemm_smem_bytes(parsed.instance, static_cast<int>(shape.k),
-                                                        parsed.splits, quantizing);
-        smem > device::kDecodeMaxSmemBytes) {
-      detail::fail(ErrorCode::kUnsupported, "decode kernel", "config",
-                   fmt::format("is '{}'; K = {} needs {} bytes of shared memory per CTA with {} "
-                               "splits, more than {}",
-                               config, shape.k, smem, parsed.splits, device::kDecodeMaxSmemBytes));
+    if (const Verdict v = config_verdict(shape.k, config, quantizing); !v.ok()) {
+      detail::fail(ErrorCode::kUnsupported, "decode kernel", "config", v.reason);
     }
     const int tokens = device::decode_gemm_instances()[parsed.instance].tokens;
     if ((shape.m + tokens - 1) / tokens > kMaxGridZ) {
@@ -151,6 +146,26 @@ class DecodeKernel final : public Kernel {
     }
     detail::check_cuda(device::launch_decode_gemm(p, parsed.instance, parsed.splits, call.stream),
                        fmt::format("linear: launching decode GEMM {}", config));
+  }
+
+ private:
+  // can_run's checks, for the instance that quantizes its activation or the plain one.
+  static Verdict config_verdict(std::int64_t k, std::string_view config, bool quantizing) {
+    const ParsedConfig parsed = parse_config(config);
+    if (parsed.instance < 0) return {fmt::format("is '{}', not a decode config", config)};
+    if (parsed.splits > k / 128) {
+      return {fmt::format("is '{}', {} K splits; K = {} has only {} chunks of 128", config,
+                          parsed.splits, k, k / 128)};
+    }
+    if (const int smem = device::decode_gemm_smem_bytes(parsed.instance, static_cast<int>(k),
+                                                        parsed.splits, quantizing);
+        smem > device::kDecodeMaxSmemBytes) {
+      return {
+          fmt::format("is '{}'; K = {} needs {} bytes of shared memory per CTA with {} "
+                      "splits, more than {}",
+                      config, k, smem, parsed.splits, device::kDecodeMaxSmemBytes)};
+    }
+    return {};
   }
 };
 

@@ -76,6 +76,19 @@ class GemvKernel final : public Kernel {
     return detail::is_self_quantizable(x);
   }
 
+  Verdict can_run(std::int64_t m, std::int64_t k, std::string_view config) const override {
+    const int instance = find_instance(config);
+    if (instance < 0) return {fmt::format("is '{}', not a gemv config", config)};
+    if (const int smem = device::gemv_gemm_smem_bytes(instance, m, static_cast<int>(k));
+        smem > device::kGemvMaxSmemBytes) {
+      return {
+          fmt::format("is '{}'; M = {}, K = {} needs {} bytes of shared memory per CTA, more "
+                      "than {}",
+                      config, m, k, smem, device::kGemvMaxSmemBytes)};
+    }
+    return {};
+  }
+
   void run(const KernelCall& call, const std::string& config) const override {
     const int instance = find_instance(config);
     if (instance < 0) {
@@ -84,12 +97,8 @@ class GemvKernel final : public Kernel {
           fmt::format("is '{}'; expected one of: {}", config, fmt::join(this->configs(), ", ")));
     }
     const LinearShape& shape = call.shape;
-    if (const int smem = device::gemv_gemm_smem_bytes(instance, shape.m, static_cast<int>(shape.k));
-        smem > device::kGemvMaxSmemBytes) {
-      detail::fail(ErrorCode::kUnsupported, "gemv kernel", "config",
-                   fmt::format("is '{}'; M = {}, K = {} needs {} bytes of shared memory per CTA, "
-                               "more than {}",
-                               config, shape.m, shape.k, smem, device::kGemvMaxSmemBytes));
+    if (const Verdict v = can_run(shape.m, shape.k, config); !v.ok()) {
+      detail::fail(ErrorCode::kUnsupported, "gemv kernel", "config", v.reason);
     }
     const int tokens = device::gemv_gemm_instances()[static_cast<std::size_t>(instance)].tokens;
     if ((shape.m + tokens - 1) / tokens > kMaxGridY) {

@@ -110,6 +110,21 @@ class PrefillKernel final : public Kernel {
 
   bool takes_dequantized_activation(const std::string&) const override { return true; }
 
+  Verdict can_run(std::int64_t, std::int64_t k, std::string_view config) const override {
+    const PrefillConfig c = find_config(config);
+    if (c.instance < 0) return {fmt::format("is '{}', not a prefill config", config)};
+    if (c.splits > k / 128) {
+      return {
+          fmt::format("is '{}'; K = {} has only {} chunks of 128 to split", config, k, k / 128)};
+    }
+    if (const int smem = device::prefill_gemm_smem_bytes(c.instance, static_cast<int>(k), c.splits);
+        smem > kSmemLimit) {
+      return {fmt::format("is '{}'; K = {} needs {} bytes of shared memory per CTA, more than {}",
+                          config, k, smem, kSmemLimit)};
+    }
+    return {};
+  }
+
   void run(const KernelCall& call, const std::string& config) const override {
     const PrefillConfig c = find_config(config);
     if (c.instance < 0) {
@@ -118,18 +133,8 @@ class PrefillKernel final : public Kernel {
           fmt::format("is '{}'; expected one of: {}", config, fmt::join(this->configs(), ", ")));
     }
     const LinearShape& shape = call.shape;
-    if (c.splits > shape.k / 128) {
-      detail::fail(ErrorCode::kUnsupported, "prefill kernel", "config",
-                   fmt::format("is '{}'; K = {} has only {} chunks of 128 to split", config,
-                               shape.k, shape.k / 128));
-    }
-    if (const int smem =
-            device::prefill_gemm_smem_bytes(c.instance, static_cast<int>(shape.k), c.splits);
-        smem > kSmemLimit) {
-      detail::fail(ErrorCode::kUnsupported, "prefill kernel", "config",
-                   fmt::format("is '{}'; K = {} needs {} bytes of shared memory per CTA, more "
-                               "than {}",
-                               config, shape.k, smem, kSmemLimit));
+    if (const Verdict v = can_run(shape.m, shape.k, config); !v.ok()) {
+      detail::fail(ErrorCode::kUnsupported, "prefill kernel", "config", v.reason);
     }
     const std::int64_t tokens =
         device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)].tokens;

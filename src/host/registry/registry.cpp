@@ -143,10 +143,11 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
   if (row) {
     const Kernel* k = find(row->kernel);
     // A row may hand this M to another kernel (a tuned row for the generic kernel where it is
-    // faster), but never to one that is disabled, unsupported or unable, and never against a
-    // forced backend.
+    // faster), but never to one that is disabled, unsupported or unable, nor to a config that
+    // cannot run this K and M, and never against a forced backend.
     const bool usable = k && !contains(env_.disabled, k->name()) && k->is_supported(device).ok() &&
-                        k->can_implement(layer).ok() && (!forced || k == selection.kernel);
+                        k->can_implement(layer).ok() && k->can_run(m, layer.k, row->config).ok() &&
+                        (!forced || k == selection.kernel);
     if (usable) {
       d.kernel = k;
       d.config = row->config;
