@@ -147,6 +147,8 @@ struct Dispatch {
   // "tuned row <source>", "tuned row <source> of the nearest tuned shape N x K" (a shape with
   // no rows of its own) or "default config"
   std::string why;
+  // The nearest tuned shape whose row this is ({0, 0}: the layer's own row, or none).
+  std::int64_t borrowed_n = 0, borrowed_k = 0;
 };
 
 // Environment switches (docs/TUNED_TABLES.md): MXLINEAR_DISABLED_KERNELS=a,b,

@@ -153,6 +153,9 @@ TEST(Registry, UntunedShapeBorrowsTheRowsOfTheNearestTunedShape) {
   const Dispatch at64 = r.dispatch(s, kH200, 64);
   EXPECT_EQ(std::string(at64.kernel->name()) + "/" + at64.config, "tuned/t64");
   EXPECT_THAT(at64.why, HasSubstr("test.csv:2 of the nearest tuned shape 2560 x 6144"));
+  EXPECT_EQ(at64.borrowed_n, 2560);
+  EXPECT_EQ(at64.borrowed_k, 6144);
+  EXPECT_EQ(r.dispatch(r.select(layer(2560, 6144), kH200), kH200, 64).borrowed_n, 0);
   const Dispatch at1 = r.dispatch(s, kH200, 1);
   EXPECT_EQ(std::string(at1.kernel->name()) + "/" + at1.config, "general/g2");
   // Nearer to 6144 x 768 in both N and K.
@@ -348,6 +351,14 @@ TEST(Registry, ShippedTableLendsTheNearestSeedShapesRowsToAnUntunedLayer) {
   const Dispatch tail512 = r.dispatch(k_tail, kH200, 512);
   EXPECT_EQ(tail512.kernel->name(), "generic");
   EXPECT_EQ(tail512.why, "default config");
+  EXPECT_EQ(tail512.borrowed_n, 0);
+  // The report marks borrowed rows apart from a shape's own.
+  const auto rows =
+      r.report({{"near_qkv", 3000, 4096, 1}, {"qkv", 2560, 6144, 1}}, kH200, DType::kBF16);
+  const std::string text = format_report(rows, kH200);
+  EXPECT_THAT(text, HasSubstr("M=1 gemv/t8_w8_r4~"));
+  EXPECT_THAT(text, HasSubstr("M=1 gemv/t8_w8_r4*"));
+  EXPECT_THAT(report_json(rows, kH200), HasSubstr("\"borrowed_from\": [\n"));
   // 2560 x 12288 borrows 2560 x 6144's rows, but the 128 x 192 tile of its M = 2048 row cannot
   // hold the scale bytes of K = 12288: the generic kernel keeps that call.
   const LayerSelection long_k = r.select(layer(2560, 12288), kH200);

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include "host/log.hpp"
 #include "host/registry/shipped_tables.hpp"
@@ -130,15 +132,13 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
   const bool forced = env_.backend != "auto";
   const LayerDescription& layer = selection.layer;
   auto row = table_.lookup(device.arch, device.sms, layer.n, layer.k, m);
-  std::string borrowed;
+  std::optional<std::pair<std::int64_t, std::int64_t>> near;
   if (!row) {
     // A shape nobody tuned takes the row of the nearest tuned shape: its kernel runs every shape
     // it can implement, and a config measured on a similar shape beats the fallback's default
     // (docs/TUNED_TABLES.md).
-    if (const auto near = table_.nearest_shape(device.arch, device.sms, layer.n, layer.k)) {
-      row = table_.lookup(device.arch, device.sms, near->first, near->second, m);
-      borrowed = fmt::format(" of the nearest tuned shape {} x {}", near->first, near->second);
-    }
+    near = table_.nearest_shape(device.arch, device.sms, layer.n, layer.k);
+    if (near) row = table_.lookup(device.arch, device.sms, near->first, near->second, m);
   }
   if (row) {
     const Kernel* k = find(row->kernel);
@@ -151,7 +151,12 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
     if (usable) {
       d.kernel = k;
       d.config = row->config;
-      d.why = fmt::format("tuned row {}{}", row->source, borrowed);
+      d.why = fmt::format("tuned row {}", row->source);
+      if (near) {
+        d.why += fmt::format(" of the nearest tuned shape {} x {}", near->first, near->second);
+        d.borrowed_n = near->first;
+        d.borrowed_k = near->second;
+      }
       return d;
     }
   }

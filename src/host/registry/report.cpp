@@ -20,12 +20,13 @@ std::string format_report(const std::vector<ReportRow>& rows, const DeviceDescri
                      r.selection.kernel ? r.selection.kernel->name() : "NONE",
                      rejected.empty() ? "-" : rejected);
   }
-  s += "\nper-M dispatch, kernel/config (* = from a tuned row):\n";
+  s += "\nper-M dispatch, kernel/config (* = from a tuned row, ~ = from the row of the nearest "
+       "tuned shape):\n";
   for (const ReportRow& r : rows) {
     s += fmt::format("  {:>12}:", fmt::format("{} x {}", r.layer.n, r.layer.k));
     for (const auto& [m, d] : r.per_m) {
-      s += fmt::format("  M={} {}/{}{}", m, d.kernel ? d.kernel->name() : "NONE", d.config,
-                       d.why.rfind("tuned", 0) == 0 ? "*" : "");
+      const char* mark = d.borrowed_n != 0 ? "~" : (d.why.rfind("tuned", 0) == 0 ? "*" : "");
+      s += fmt::format("  M={} {}/{}{}", m, d.kernel ? d.kernel->name() : "NONE", d.config, mark);
     }
     s += "\n";
   }
@@ -44,10 +45,13 @@ std::string report_json(const std::vector<ReportRow>& rows, const DeviceDescript
     }
     nlohmann::json per_m = nlohmann::json::array();
     for (const auto& [m, d] : r.per_m) {
-      per_m.push_back({{"m", m},
-                       {"kernel", d.kernel ? std::string(d.kernel->name()) : ""},
-                       {"config", d.config},
-                       {"source", d.why}});
+      nlohmann::json entry = {{"m", m},
+                              {"kernel", d.kernel ? std::string(d.kernel->name()) : ""},
+                              {"config", d.config},
+                              {"source", d.why},
+                              {"borrowed_from", nullptr}};
+      if (d.borrowed_n != 0) entry["borrowed_from"] = {d.borrowed_n, d.borrowed_k};
+      per_m.push_back(std::move(entry));
     }
     layers.push_back({{"layer", r.layer.name},
                       {"n", r.layer.n},
