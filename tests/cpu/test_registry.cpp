@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "cpu/registry_test_kernels.hpp"
@@ -331,6 +332,23 @@ TEST(Registry, ShippedTableHandsSeedLayersToGemvDecodeThenPrefill) {
     for (std::int64_t m : {32, 64, 128, 512, 700, 2048, 8192}) {
       EXPECT_EQ(r.dispatch(row_.selection, kH200, m).kernel->name(), "prefill") << "M=" << m;
     }
+  }
+}
+
+// Every shipped row names a config that can run its own shape at its M (the dispatch would
+// silently pass over one that cannot).
+TEST(Registry, EveryShippedRowsConfigCanRunItsShape) {
+  const Registry& r = Registry::global();
+  ASSERT_FALSE(r.table().rows().empty());
+  for (const auto& [key, value] : r.table().rows()) {
+    SCOPED_TRACE(value.source);
+    const auto it = std::find_if(r.kernels().begin(), r.kernels().end(), [&](const auto& kernel) {
+      return kernel->name() == value.kernel;
+    });
+    ASSERT_NE(it, r.kernels().end());
+    const Kernel* k = it->get();
+    const Verdict v = k->can_run(key.m, key.k, value.config);
+    EXPECT_TRUE(v.ok()) << value.kernel << ": " << v.reason;
   }
 }
 
