@@ -152,12 +152,18 @@ struct Dispatch {
 };
 
 // Environment switches (docs/TUNED_TABLES.md): MXLINEAR_DISABLED_KERNELS=a,b,
-// MXLINEAR_BACKEND=auto|<kernel>, MXLINEAR_LOG=warn|info|debug, MXLINEAR_TUNED_TABLES=p1:p2.
+// MXLINEAR_BACKEND=auto|<kernel>, MXLINEAR_LOG=warn|info|debug, MXLINEAR_TUNED_TABLES=p1:p2,
+// MXLINEAR_NEAREST_ROWS=1|0.
 struct Environment {
   std::vector<std::string> disabled;
   std::string backend = "auto";
   std::string log = "warn";
   std::vector<std::string> tuned_tables;
+  // MXLINEAR_NEAREST_ROWS: 1 (default), a shape without rows borrows the nearest tuned shape's;
+  // 0, it keeps the fallback kernel's default configs. Any other value is kept here for the
+  // registry's warning, and the default applies.
+  bool nearest_rows = true;
+  std::string nearest_rows_invalid;
   // Reads the variables through `get` (getenv by default).
   static Environment from(const std::map<std::string, std::string>& vars);
   static Environment from_process();

@@ -215,6 +215,14 @@ TEST(Registry, BorrowedRowsNeverOverrideWhatTheLayerOrTheEnvironmentRules) {
             "general/g1 (default config)");
   EXPECT_EQ(dispatched(make(table, {{"MXLINEAR_BACKEND", "general"}}), layer(3000, 6144)),
             "general/g1 (default config)");
+  // Or borrowing is switched off.
+  EXPECT_EQ(dispatched(make(table, {{"MXLINEAR_NEAREST_ROWS", "0"}}), layer(3000, 6144)),
+            "general/g1 (default config)");
+  // A value that is neither 1 nor 0 is a warning and leaves borrowing on.
+  const Registry odd = make(table, {{"MXLINEAR_NEAREST_ROWS", "no"}});
+  ASSERT_EQ(odd.warnings().size(), 1u);
+  EXPECT_THAT(odd.warnings()[0], HasSubstr("MXLINEAR_NEAREST_ROWS is 'no'; expected 1 or 0"));
+  EXPECT_EQ(dispatched(odd, layer(3000, 6144)).substr(0, 9), "tuned/t64");
   // Without those the same layer borrows the row; rows of another SM count are near nothing.
   EXPECT_EQ(dispatched(make(table), layer(3000, 6144)).substr(0, 9), "tuned/t64");
   const Registry r = make(table);

@@ -30,13 +30,18 @@ Environment Environment::from(const std::map<std::string, std::string>& vars) {
   if (const std::string b = get("MXLINEAR_BACKEND"); !b.empty()) env.backend = b;
   if (const std::string l = get("MXLINEAR_LOG"); !l.empty()) env.log = l;
   env.tuned_tables = split(get("MXLINEAR_TUNED_TABLES"), ':');
+  if (const std::string n = get("MXLINEAR_NEAREST_ROWS"); n == "0") {
+    env.nearest_rows = false;
+  } else if (!n.empty() && n != "1") {
+    env.nearest_rows_invalid = n;
+  }
   return env;
 }
 
 Environment Environment::from_process() {
   std::map<std::string, std::string> vars;
-  for (const char* name :
-       {"MXLINEAR_DISABLED_KERNELS", "MXLINEAR_BACKEND", "MXLINEAR_LOG", "MXLINEAR_TUNED_TABLES"}) {
+  for (const char* name : {"MXLINEAR_DISABLED_KERNELS", "MXLINEAR_BACKEND", "MXLINEAR_LOG",
+                           "MXLINEAR_TUNED_TABLES", "MXLINEAR_NEAREST_ROWS"}) {
     if (const char* v = std::getenv(name)) vars[name] = v;
   }
   return from(vars);

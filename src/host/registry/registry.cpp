@@ -59,6 +59,10 @@ Registry::Registry(std::vector<std::shared_ptr<const Kernel>> kernels, TunedTabl
     warnings_.push_back(
         fmt::format("MXLINEAR_LOG is '{}'; expected warn, info or debug", env_.log));
   }
+  if (!env_.nearest_rows_invalid.empty()) {
+    warnings_.push_back(fmt::format("MXLINEAR_NEAREST_ROWS is '{}'; expected 1 or 0; using 1",
+                                    env_.nearest_rows_invalid));
+  }
 }
 
 const Registry& Registry::global() {
@@ -133,7 +137,7 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
   const LayerDescription& layer = selection.layer;
   auto row = table_.lookup(device.arch, device.sms, layer.n, layer.k, m);
   std::optional<std::pair<std::int64_t, std::int64_t>> near;
-  if (!row) {
+  if (!row && env_.nearest_rows) {
     // A shape nobody tuned takes the row of the nearest tuned shape: its kernel runs every shape
     // it can implement, and a config measured on a similar shape beats the fallback's default
     // (docs/TUNED_TABLES.md).
