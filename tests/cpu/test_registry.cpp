@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <memory>
+#include <random>
 
 #include "cpu/registry_test_kernels.hpp"
 #include "mxlinear/registry.hpp"
+#include "support/random.hpp"
 
 namespace mxlinear::test {
 namespace {
@@ -357,6 +359,32 @@ TEST(Registry, EveryShippedRowsConfigCanRunItsShape) {
     const Kernel* k = it->get();
     const Verdict v = k->can_run(key.m, key.k, value.config);
     EXPECT_TRUE(v.ok()) << value.kernel << ": " << v.reason;
+  }
+}
+
+// Over random layers on a described H200 with the shipped table, every call the dispatch makes
+// (a layer's own row, a borrowed one or a default config) goes to a kernel that can implement
+// the layer and a config that can run its K and M.
+TEST(Registry, EveryDispatchOnRandomLayersNamesAConfigThatCanRunTheCall) {
+  const Registry& r = Registry::global();
+  auto rng = make_rng();
+  std::uniform_int_distribution<std::int64_t> n_of(1, 20000), k_blocks(1, 1024);
+  std::uniform_int_distribution<int> alignment_of(0, 4);
+  for (int i = 0; i < 2000; ++i) {
+    LayerDescription l = layer(n_of(rng), 32 * k_blocks(rng));
+    l.alignment = 1 << alignment_of(rng);  // 1..16 bytes
+    l.scale_alignment = l.alignment >= 4 ? 4 : l.alignment;
+    SCOPED_TRACE(::testing::Message()
+                 << l.n << " x " << l.k << ", " << l.alignment << "-byte rows");
+    const LayerSelection s = r.select(l, kH200);
+    ASSERT_NE(s.kernel, nullptr);
+    for (std::int64_t m : {1, 2, 5, 8, 17, 32, 100, 128, 300, 512, 1000, 2048, 5000, 8192, 20000}) {
+      const Dispatch d = r.dispatch(s, kH200, m);
+      ASSERT_NE(d.kernel, nullptr);
+      EXPECT_TRUE(d.kernel->can_implement(l).ok()) << d.kernel->name() << " at M = " << m;
+      const Verdict v = d.kernel->can_run(m, l.k, d.config);
+      EXPECT_TRUE(v.ok()) << d.kernel->name() << " at M = " << m << ": " << v.reason;
+    }
   }
 }
 
