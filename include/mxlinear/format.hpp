@@ -147,8 +147,18 @@ MXL_HOST_DEVICE inline std::uint8_t e8m0_scale_for_amax(float amax, ScaleRule ru
   if (!(amax >= kFltMin)) amax = kFltMin;
   int exponent;
   if (rule == ScaleRule::kRceil) {
-    const float t = amax / kE4M3Max;  // one IEEE division, as the contract says
-    exponent = detail::ceil_log2(t);
+    // ceil(log2(fl(amax / 448))), the contract's one IEEE division. While the quotient is normal
+    // (amax >= 2^-117) fl() cannot round it across a power of two (the float nearest 448 * 2^e
+    // differs by >= 2^-23.8 relative, more than half an ulp of 2^e), so the exponent follows
+    // from amax's bits: 448 = 1.75 * 2^8, one more when the significand exceeds 1.75. The
+    // quantizers do this per block: a division costs more than the rest of a block's scale.
+    const std::uint32_t bits = detail::float_bits(amax);
+    const int biased = static_cast<int>(bits >> 23);
+    if (biased >= 127 - 117) {
+      exponent = biased - 127 - 8 + ((bits & 0x7FFFFFu) > 0x600000u ? 1 : 0);
+    } else {
+      exponent = detail::ceil_log2(amax / kE4M3Max);
+    }
   } else {
     exponent = detail::floor_log2(amax) - 8;
   }

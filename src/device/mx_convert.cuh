@@ -77,6 +77,34 @@ __device__ __forceinline__ BlockExtent block_extent_of_four_lanes(const float (&
   return {amax, non_finite};
 }
 
+// The largest magnitude of a float format's values as its bit pattern with the sign cleared:
+// for IEEE formats the order of those patterns is the order of the magnitudes, and Inf and NaN
+// are the largest, so an integer max yields both a block's amax and whether it holds a
+// non-finite value (a pattern at or above its Inf). Cheaper than comparing floats: the quantizers
+// spend most of their instructions per element, not per byte moved.
+template <int kWords>
+__device__ __forceinline__ std::uint32_t max_magnitude_bits_16(const std::uint32_t* words) {
+  std::uint32_t m = words[0] & 0x7FFF7FFFu;  // bf16 or fp16, two per word
+#pragma unroll
+  for (int i = 1; i < kWords; ++i) m = ptx::max_u16x2(m, words[i] & 0x7FFF7FFFu);
+  return max(m >> 16, m & 0xFFFFu);
+}
+template <int kWords>
+__device__ __forceinline__ std::uint32_t max_magnitude_bits_32(const std::uint32_t* words) {
+  std::uint32_t m = words[0] & 0x7FFFFFFFu;
+#pragma unroll
+  for (int i = 1; i < kWords; ++i) m = max(m, words[i] & 0x7FFFFFFFu);
+  return m;
+}
+
+// The largest of four consecutive lanes' (4i..4i+3) values. Every lane of the warp must call it.
+__device__ __forceinline__ std::uint32_t max_of_four_lanes(std::uint32_t x) {
+#pragma unroll
+  for (int offset = 1; offset < 4; offset <<= 1)
+    x = max(x, __shfl_xor_sync(0xFFFFFFFFu, x, offset));
+  return x;
+}
+
 // Eight consecutive values of one MX block (v[0] at the lowest k) to e4m3, given the whole
 // block's amax and whether any of its values is NaN or Inf: words[0] holds v[0..3] (v[0] in the
 // low byte), words[1] v[4..7]. Returns the block's scale byte. A block with a non-finite value

@@ -58,6 +58,13 @@ __device__ __forceinline__ std::uint16_t f32x2_to_e4m3x2(float hi, float lo) {
   return r;
 }
 
+// Per 16-bit half, the larger unsigned value (sm_90's packed integer max).
+__device__ __forceinline__ std::uint32_t max_u16x2(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t r;
+  asm("max.u16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
 // D = A * B + C, m16n8k16, f16 inputs, fp32 accumulators.
 __device__ __forceinline__ void mma_f16_16816(float (&d)[4], const std::uint32_t (&a)[4],
                                               std::uint32_t b0, std::uint32_t b1,

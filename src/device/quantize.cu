@@ -51,9 +51,11 @@ __device__ __forceinline__ float widen(const RawGroup<kIn>& raw, int i) {
   if constexpr (kIn == InType::kF32) {
     return __uint_as_float(bits[i]);
   } else {
-    const auto half_bits = static_cast<unsigned short>(bits[i / 2] >> (16 * (i % 2)));
-    if constexpr (kIn == InType::kBF16) return __uint_as_float(std::uint32_t{half_bits} << 16);
-    return __half2float(__ushort_as_half(half_bits));
+    if constexpr (kIn == InType::kBF16) {
+      return __uint_as_float(i % 2 == 0 ? bits[i / 2] << 16 : bits[i / 2] & 0xFFFF0000u);
+    }
+    return __half2float(
+        __ushort_as_half(static_cast<unsigned short>(bits[i / 2] >> (16 * (i % 2)))));
   }
 }
 
@@ -101,16 +103,37 @@ __device__ __forceinline__ RawGroup<kIn> load_group(const QuantizeParams& p, Gro
 template <InType kIn, bool kDequantize>
 __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g, bool active,
                                                const RawGroup<kIn>& raw) {
-  float v[kElemsPerThread];
-#pragma unroll
-  for (int i = 0; i < kElemsPerThread; ++i) v[i] = widen<kIn>(raw, i);
-  const mx::BlockExtent block = mx::block_extent_of_four_lanes(v);
+  // The block's largest magnitude as sign-cleared bits (inactive lanes hold zeros).
+  const auto* bits = reinterpret_cast<const std::uint32_t*>(raw.words);
+  std::uint32_t magnitude;
+  if constexpr (kIn == InType::kF32) {
+    magnitude = mx::max_magnitude_bits_32<kElemsPerThread>(bits);
+  } else {
+    magnitude = mx::max_magnitude_bits_16<kElemsPerThread / 2>(bits);
+  }
+  magnitude = mx::max_of_four_lanes(magnitude);
   if (!active) return;
   const std::int64_t row = g.row;
   const int col = g.col;
 
+  float amax;
+  std::uint32_t non_finite_from;  // the smallest Inf/NaN pattern
+  if constexpr (kIn == InType::kF32) {
+    amax = __uint_as_float(magnitude);
+    non_finite_from = 0x7F800000u;
+  } else if constexpr (kIn == InType::kBF16) {
+    amax = __uint_as_float(magnitude << 16);
+    non_finite_from = 0x7F80u;
+  } else {
+    amax = __half2float(__ushort_as_half(static_cast<unsigned short>(magnitude)));
+    non_finite_from = 0x7C00u;
+  }
+  float v[kElemsPerThread];
+#pragma unroll
+  for (int i = 0; i < kElemsPerThread; ++i) v[i] = widen<kIn>(raw, i);
   std::uint32_t words[2];
-  const std::uint8_t scale = mx::quantize_eight(v, block.amax, block.non_finite, p.rule, words);
+  const std::uint8_t scale =
+      mx::quantize_eight(v, amax, magnitude >= non_finite_from, p.rule, words);
   const uint2 packed = make_uint2(words[0], words[1]);
   *reinterpret_cast<uint2*>(p.q + row * p.ld_q + col) = packed;
   if ((col % kBlockSize) == 0) p.scales[row * p.ld_s + col / kBlockSize] = scale;

@@ -146,6 +146,40 @@ TEST(ScaleForAmax, MatchesFrexpOracleOnASweepOfAllNonNegativeFloats) {
   }
 }
 
+// The library derives the RCEIL exponent from amax's bits without dividing while amax / 448 is
+// normal, and divides below that. Checked against the division oracle where a mistake would
+// show: every float whose significand lies near 1.75 (448's) or near a power of two, in every
+// binade; every float of the binades around the switch (2^-117); every bf16 and fp16 value.
+TEST(ScaleForAmax, MatchesDivisionOracleAtEveryBinadesRceilBoundaryAndEvery16BitValue) {
+  int failures = 0;
+  const auto check = [&](float amax) {
+    const std::uint8_t got = e8m0_scale_for_amax(amax, ScaleRule::kRceil);
+    const std::uint8_t want = test::scale_for_amax(amax, ScaleRule::kRceil);
+    if (got != want && ++failures <= 20) {
+      ADD_FAILURE() << "amax " << std::hexfloat << amax << ": got " << std::dec << int{got}
+                    << ", want " << int{want};
+    }
+  };
+  constexpr std::uint32_t kWindow = 1u << 12;
+  for (std::uint32_t biased = 0; biased < 255; ++biased) {
+    for (const std::uint32_t centre : {0x000000u, 0x600000u, 0x7FFFFFu}) {
+      const std::uint32_t lo = centre < kWindow ? 0 : centre - kWindow;
+      const std::uint32_t hi = std::min<std::uint32_t>(centre + kWindow, 0x7FFFFFu);
+      for (std::uint32_t mant = lo; mant <= hi; ++mant)
+        check(test::bits_float(biased << 23 | mant));
+    }
+  }
+  for (std::uint32_t biased = 1; biased <= 20; ++biased) {
+    for (std::uint32_t mant = 0; mant <= 0x7FFFFFu; mant += 3)
+      check(test::bits_float(biased << 23 | mant));
+  }
+  for (std::uint32_t h = 0; h < 0x8000u; ++h) {
+    if (h < 0x7F80u) check(test::bits_float(h << 16));                                    // bf16
+    if (h < 0x7C00u) check(static_cast<float>(test::format_value(test::kF16Format, h)));  // fp16
+  }
+  EXPECT_EQ(failures, 0);
+}
+
 // RCEIL picks the smallest b with amax * 2^(127-b) <= 448 (when no clamp applies); FLOOR puts
 // the amax's binade on 2^8: 2^8 <= amax * 2^(127-b) < 2^9. Both checked on random amax over the
 // whole normal range, from the definition of ceil/floor rather than from frexp.
