@@ -263,7 +263,7 @@ __device__ __forceinline__ void quantize_activations(const std::uint8_t* tile16,
     const mx::BlockExtent block = mx::block_extent_of_four_lanes(v);
     std::uint32_t words[2];
     const std::uint8_t scale =
-        mx::quantize_eight(v, block.amax, block.non_finite, ScaleRule::kRceil, words);
+        mx::quantize_values(v, block.amax, block.non_finite, ScaleRule::kRceil, words);
     store_widened<Tile>(wide, token, 2 * group, words[0]);
     store_widened<Tile>(wide, token, 2 * group + 1, words[1]);
     if ((group & 3) == 0)

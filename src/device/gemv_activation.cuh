@@ -59,7 +59,7 @@ __device__ __forceinline__ void copy_activations(const GemmParams& p, int t0,
 
 // Quantizes the CTA's tokens from p.x (bf16 or fp16, 16-byte aligned rows) into shared memory
 // with RCEIL, through the quantize kernel's helpers (block extent over four lanes,
-// mx::quantize_eight): the same bytes. Four lanes per MX block, 8 values each, so the weights
+// mx::quantize_values): the same bytes. Four lanes per MX block, 8 values each, so the weights
 // already in flight keep their registers.
 template <int kThreads>
 __device__ __forceinline__ void quantize_activations(const GemmParams& p, int t0,
@@ -81,7 +81,7 @@ __device__ __forceinline__ void quantize_activations(const GemmParams& p, int t0
     const mx::BlockExtent extent = mx::block_extent_of_four_lanes(v);
     std::uint32_t bytes[2];
     const std::uint8_t scale =
-        mx::quantize_eight(v, extent.amax, extent.non_finite, ScaleRule::kRceil, bytes);
+        mx::quantize_values(v, extent.amax, extent.non_finite, ScaleRule::kRceil, bytes);
     if (valid) {
       *reinterpret_cast<uint2*>(s.values + t * s.stride + kBlockSize * b + 8 * q) =
           make_uint2(bytes[0], bytes[1]);

@@ -1,5 +1,7 @@
-// Activation quantization: 4 threads per MX block, 8 elements per thread, so the block's amax and
-// its "any non-finite" flag are two shuffles away and every thread stores 8 bytes at once.
+// Activation quantization: 2 threads per MX block, 16 elements per thread, so the block's amax
+// and its "any non-finite" flag are one shuffle away and every thread stores 16 bytes at once.
+// The kernel is bound by instructions issued as much as by memory: per-group work (the walk, the
+// scale, the shuffle, the addresses) is paid once per 16 elements (v7 paid it per 8).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -13,7 +15,8 @@
 namespace mxlinear::device {
 namespace {
 
-constexpr int kElemsPerThread = 8;
+constexpr int kElemsPerThread = 16;
+static_assert(kBlockSize / kElemsPerThread == 2, "a block's lanes combine by mx::max_of_lane_pair");
 constexpr int kThreadsPerBlock = 256;
 
 template <InType kIn>
@@ -31,13 +34,13 @@ struct InputTraits<InType::kF32> {
   using T = float;
 };
 
-// A group: 8 consecutive elements of a row, starting at element `col` (a multiple of 8).
+// A group: 16 consecutive elements of a row, starting at element `col` (a multiple of 16).
 struct Group {
   int row, col;
 };
 
-// A group's elements as loaded, widened to fp32 only when quantized: a 16-bit group is one
-// 16-byte register quad, so a thread keeps several loads in flight in few registers.
+// A group's elements as loaded, widened to fp32 only when quantized: a 16-bit group is two
+// 16-byte register quads, so a thread keeps several loads in flight in few registers.
 template <InType kIn>
 struct RawGroup {
   static constexpr int kBytes = kElemsPerThread * sizeof(typename InputTraits<kIn>::T);
@@ -96,10 +99,11 @@ __device__ __forceinline__ RawGroup<kIn> load_group(const QuantizeParams& p, Gro
   return raw;
 }
 
-// Quantizes one group: the 4 lanes of its MX block share amax and the non-finite flag by two
-// shuffles (every lane of the warp takes part), then each active lane stores its 8 bytes and
-// the block's first lane its scale; with kDequantize also the group's bf16 dequantized values
-// where the activation pre-pass puts them (the same conversion, so the same bits).
+// Quantizes one group: the 2 lanes of its MX block share amax and the non-finite flag by one
+// shuffle, then each active lane stores its 16 bytes and the block's first lane its scale; with
+// kDequantize also the group's bf16 dequantized values where the activation pre-pass puts them
+// (the same conversion, so the same bits). Every lane of the warp runs it to the end (shuffles);
+// inactive lanes (rows past M) hold zeros and store nothing.
 template <InType kIn, bool kDequantize>
 __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g, bool active,
                                                const RawGroup<kIn>& raw) {
@@ -111,8 +115,7 @@ __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g,
   } else {
     magnitude = mx::max_magnitude_bits_16<kElemsPerThread / 2>(bits);
   }
-  magnitude = mx::max_of_four_lanes(magnitude);
-  if (!active) return;
+  magnitude = mx::max_of_lane_pair(magnitude);
   const std::int64_t row = g.row;
   const int col = g.col;
 
@@ -131,27 +134,51 @@ __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g,
   float v[kElemsPerThread];
 #pragma unroll
   for (int i = 0; i < kElemsPerThread; ++i) v[i] = widen<kIn>(raw, i);
-  std::uint32_t words[2];
+  std::uint32_t words[kElemsPerThread / 4];
   const std::uint8_t scale =
-      mx::quantize_eight(v, amax, magnitude >= non_finite_from, p.rule, words);
-  const uint2 packed = make_uint2(words[0], words[1]);
-  *reinterpret_cast<uint2*>(p.q + row * p.ld_q + col) = packed;
-  if ((col % kBlockSize) == 0) p.scales[row * p.ld_s + col / kBlockSize] = scale;
+      mx::quantize_values(v, amax, magnitude >= non_finite_from, p.rule, words);
+  const auto block = static_cast<unsigned>(col) / kBlockSize;
+  const bool upper = (static_cast<unsigned>(col) % kBlockSize) != 0;  // the block's second half
+  if (active) {
+    // Rows of q are 16-byte aligned (the API requires it of its output and of the workspace).
+    *reinterpret_cast<uint4*>(p.q + row * p.ld_q + col) =
+        make_uint4(words[0], words[1], words[2], words[3]);
+    if (!upper) p.scales[row * p.ld_s + block] = scale;
+  }
   if constexpr (kDequantize) {
-    // Bytes 8t..8t+7 of a block become bf16 pairs at positions 2t, 8 + 2t, 16 + 2t, 24 + 2t.
+    // Bytes 8t..8t+7 of a block become bf16 pairs at positions 2t, 8 + 2t, 16 + 2t, 24 + 2t,
+    // so this lane (t = 2h, 2h + 1 for its half h) holds 4 bf16 at 8i + 4h of each 8-element
+    // stripe i = 0..3. The lane pair swaps half of them so that each lane stores stripes h and
+    // 2 + h whole (16 bytes; its partner the other 16 of the same 32-byte sector in the same
+    // instruction): stored as they are, the pieces put 4 partial writes on every sector, and the
+    // L2's write operations, not DRAM, then bound the pass (v8's first version ran 2x slower).
     const float s = mx::scale_from_byte(scale);
-    std::uint32_t out[4];
-    mx::e4m3x4_scaled_to_bf16x2x2(packed.x, s, out[0], out[1]);
-    mx::e4m3x4_scaled_to_bf16x2x2(packed.y, s, out[2], out[3]);
-    const int block = col / kBlockSize, t = (col % kBlockSize) / kElemsPerThread;
-    auto* dst =
-        static_cast<std::uint16_t*>(p.dequantized) + row * p.ld_dq + kBlockSize * block + 2 * t;
+    uint2 piece[4];  // piece[i]: stripe i's positions 4h .. 4h + 3
+    {
+      std::uint32_t lo[4], hi[4];
+      mx::e4m3x4_scaled_to_bf16x2x2(words[0], s, lo[0], lo[1]);
+      mx::e4m3x4_scaled_to_bf16x2x2(words[1], s, lo[2], lo[3]);
+      mx::e4m3x4_scaled_to_bf16x2x2(words[2], s, hi[0], hi[1]);
+      mx::e4m3x4_scaled_to_bf16x2x2(words[3], s, hi[2], hi[3]);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) *reinterpret_cast<std::uint32_t*>(dst + 8 * i) = out[i];
+      for (int i = 0; i < 4; ++i) piece[i] = make_uint2(lo[i], hi[i]);
+    }
+    auto* dst = static_cast<std::uint16_t*>(p.dequantized) + row * p.ld_dq + kBlockSize * block;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      // This lane stores stripe 2r + h and sends its piece of stripe 2r + (1 - h).
+      const uint2 mine = upper ? piece[2 * r + 1] : piece[2 * r];
+      const uint2 send = upper ? piece[2 * r] : piece[2 * r + 1];
+      const uint2 got = make_uint2(__shfl_xor_sync(0xFFFFFFFFu, send.x, 1),
+                                   __shfl_xor_sync(0xFFFFFFFFu, send.y, 1));
+      const uint4 stripe = upper ? make_uint4(got.x, got.y, mine.x, mine.y)
+                                 : make_uint4(mine.x, mine.y, got.x, got.y);
+      if (active) *reinterpret_cast<uint4*>(dst + 8 * (2 * r + (upper ? 1 : 0))) = stripe;
+    }
   }
 }
 
-// A grid of one resident wave walks the groups (4 per MX block) in row-major order: a warp
+// A grid of one resident wave walks the groups (2 per MX block) in row-major order: a warp
 // takes kWalks runs of 32 consecutive groups, a grid-stride apart, and loads the next kWalks
 // groups before it quantizes the current ones, so 64 bytes of loads per thread stay in flight
 // across iterations (v3 kept 32 and streamed at 70% of the read ceiling counting the bytes
@@ -233,6 +260,14 @@ cudaError_t launch_typed(const QuantizeParams& p, bool vector, cudaStream_t stre
 cudaError_t launch_quantize(const QuantizeParams& p, cudaStream_t stream) {
   if (p.m == 0) return cudaSuccess;
   const std::size_t elem = p.in_type == InType::kF32 ? 4 : 2;
+  // Stores are 16 bytes wide: the caller guarantees 16-byte aligned output rows.
+  const auto aligned_rows = [&](const void* ptr, std::int64_t ld_bytes) {
+    return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0 && (p.m == 1 || ld_bytes % 16 == 0);
+  };
+  if (!aligned_rows(p.q, p.ld_q) ||
+      (p.dequantized != nullptr && !aligned_rows(p.dequantized, p.ld_dq * 2))) {
+    return cudaErrorInvalidValue;
+  }
   // 16-byte loads need 16-byte aligned rows; anything else takes the element-wise path.
   const bool vector = reinterpret_cast<std::uintptr_t>(p.x) % 16 == 0 &&
                       (static_cast<std::size_t>(p.ld_x) * elem) % 16 == 0;

@@ -220,6 +220,46 @@ TEST(QuantizeGpu, DequantizingPassEqualsQuantizeThenPrePass) {
   }
 }
 
+// The kernel stores 16 bytes at a time: outputs it cannot store that way are refused before
+// anything is written, not written misaligned.
+TEST(QuantizeGpu, LaunchRefusesOutputRowsThatAreNotSixteenByteAligned) {
+  MXL_REQUIRE_GPU();
+  const std::int64_t rows = 4, k = 64;
+  const auto count = static_cast<std::size_t>(rows * k);
+  const DeviceBuffer x =
+      DeviceBuffer::from(encode_as(std::vector<float>(count, 1.5f), DType::kBF16));
+  DeviceBuffer q(count + 64), s(count), dq(count * 2 + 64);
+  for (DeviceBuffer* b : {&q, &s, &dq}) b->poison();
+  const auto q_before = q.download<std::uint8_t>(count + 64);
+  const auto dq_before = dq.download<std::uint8_t>(count * 2 + 64);
+  device::QuantizeParams p;
+  p.x = x.get();
+  p.ld_x = k;
+  p.ld_s = k / 32;
+  p.m = static_cast<int>(rows);
+  p.k = static_cast<int>(k);
+  p.scales = s.bytes();
+  p.q = q.bytes() + 8;  // misaligned start
+  p.ld_q = k;
+  EXPECT_EQ(device::launch_quantize(p, nullptr), cudaErrorInvalidValue);
+  p.q = q.bytes();
+  p.ld_q = k + 8;  // misaligned rows
+  EXPECT_EQ(device::launch_quantize(p, nullptr), cudaErrorInvalidValue);
+  p.ld_q = k;
+  p.dequantized = dq.bytes() + 4;  // misaligned dequantized start
+  p.ld_dq = k;
+  EXPECT_EQ(device::launch_quantize(p, nullptr), cudaErrorInvalidValue);
+  p.dequantized = dq.get();
+  p.ld_dq = k + 4;  // 8-byte rows of the dequantized copy
+  EXPECT_EQ(device::launch_quantize(p, nullptr), cudaErrorInvalidValue);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(q.download<std::uint8_t>(count + 64), q_before);
+  EXPECT_EQ(dq.download<std::uint8_t>(count * 2 + 64), dq_before);
+  p.ld_dq = k;  // all aligned: runs
+  EXPECT_EQ(device::launch_quantize(p, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 TEST(QuantizeGpu, ZeroRowsIsANoOp) {
   MXL_REQUIRE_GPU();
   DeviceBuffer q(64);
