@@ -58,9 +58,9 @@ __device__ __forceinline__ void copy_activations(const GemmParams& p, int t0,
 }
 
 // Quantizes the CTA's tokens from p.x (bf16 or fp16, 16-byte aligned rows) into shared memory
-// with RCEIL, through the quantize kernel's helpers (block extent over four lanes,
-// mx::quantize_values): the same bytes. Four lanes per MX block, 8 values each, so the weights
-// already in flight keep their registers.
+// with RCEIL through mx::quantize_values, as the quantize kernel does: the same bytes. Four
+// lanes per MX block, 8 values each (mx::block_extent_of_four_lanes), so the weights already in
+// flight keep their registers.
 template <int kThreads>
 __device__ __forceinline__ void quantize_activations(const GemmParams& p, int t0,
                                                      const StagedActivation& s) {
