@@ -25,7 +25,9 @@ namespace {
 // tile both consumer warpgroups convert a stage's weights at the same time while the tensor
 // pipe idles, and its producer is only one stage ahead (ncu: tensor pipe 75%); and the 128 x 256
 // tile with stages of 64 K, four of them, with and without one stage's wgmma in flight: the
-// same bytes of ring, the producer three half stages ahead instead of one whole one.
+// same bytes of ring, the producer three half stages ahead instead of one whole one. And the
+// 64 x 32 and 64 x 64 tiles with two warpgroups taking alternate stages of an 8-stage ring (four
+// stages ahead for each).
 using Tile4 = PrefillTile<4>;
 using Tile3 = PrefillTile<3>;
 using Tile4Overlap = PrefillTile<4, true>;
@@ -38,22 +40,31 @@ using Tile128x192 = PrefillTile<3, false, 2, 192>;
 using Tile128x192Overlap = PrefillTile<3, true, 2, 192>;
 using Tile128x256k64 = PrefillTile<4, false, 2, 256, 64>;
 using Tile128x256k64Overlap = PrefillTile<4, true, 2, 256, 64>;
+using Tile64x32Alternating = PrefillTile<8, true, 2, 32, 128, true>;
+using Tile64x64Alternating = PrefillTile<8, true, 2, 64, 128, true>;
 
 constexpr int kMaxSmemBytes = 227 * 1024;
 
 template <class Tile>
 constexpr PrefillInstanceInfo info() {
-  return {Tile::kRows,    Tile::kTokens,         Tile::kStages,
-          Tile::kOverlap, Tile::kFixedSmemBytes, Tile::kBK};
+  return {Tile::kRows,           Tile::kTokens, Tile::kStages,     Tile::kOverlap,
+          Tile::kFixedSmemBytes, Tile::kBK,     Tile::kAlternating};
 }
 
-constexpr std::array<PrefillInstanceInfo, 12> kInstances = {
-    info<Tile4>(),          info<Tile3>(),
-    info<Tile4Overlap>(),   info<Tile3Overlap>(),
-    info<Tile64x32>(),      info<Tile64x64>(),
-    info<Tile128x256>(),    info<Tile128x64>(),
-    info<Tile128x192>(),    info<Tile128x192Overlap>(),
-    info<Tile128x256k64>(), info<Tile128x256k64Overlap>()};
+constexpr std::array<PrefillInstanceInfo, 14> kInstances = {info<Tile4>(),
+                                                            info<Tile3>(),
+                                                            info<Tile4Overlap>(),
+                                                            info<Tile3Overlap>(),
+                                                            info<Tile64x32>(),
+                                                            info<Tile64x64>(),
+                                                            info<Tile128x256>(),
+                                                            info<Tile128x64>(),
+                                                            info<Tile128x192>(),
+                                                            info<Tile128x192Overlap>(),
+                                                            info<Tile128x256k64>(),
+                                                            info<Tile128x256k64Overlap>(),
+                                                            info<Tile64x32Alternating>(),
+                                                            info<Tile64x64Alternating>()};
 
 int chunks_per_cta(int k, int splits) { return (k / 128 + splits - 1) / splits; }
 
@@ -115,12 +126,20 @@ cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::in
   }
   using Launcher = cudaError_t (*)(const GemmParams&, const void*, std::int64_t, int, cudaStream_t);
   // In kInstances' order.
-  constexpr Launcher kLaunchers[] = {launch<Tile4>,          launch<Tile3>,
-                                     launch<Tile4Overlap>,   launch<Tile3Overlap>,
-                                     launch<Tile64x32>,      launch<Tile64x64>,
-                                     launch<Tile128x256>,    launch<Tile128x64>,
-                                     launch<Tile128x192>,    launch<Tile128x192Overlap>,
-                                     launch<Tile128x256k64>, launch<Tile128x256k64Overlap>};
+  constexpr Launcher kLaunchers[] = {launch<Tile4>,
+                                     launch<Tile3>,
+                                     launch<Tile4Overlap>,
+                                     launch<Tile3Overlap>,
+                                     launch<Tile64x32>,
+                                     launch<Tile64x64>,
+                                     launch<Tile128x256>,
+                                     launch<Tile128x64>,
+                                     launch<Tile128x192>,
+                                     launch<Tile128x192Overlap>,
+                                     launch<Tile128x256k64>,
+                                     launch<Tile128x256k64Overlap>,
+                                     launch<Tile64x32Alternating>,
+                                     launch<Tile64x64Alternating>};
   static_assert(std::size(kLaunchers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
     return cudaErrorInvalidValue;

@@ -40,14 +40,23 @@ namespace mxlinear::device {
 // kBK: K per stage, 128 (4 MX blocks; weight rows of one 128-byte swizzle atom) or 64 (2 blocks,
 // 64-byte swizzled weight rows, one activation atom): half the bytes per stage, so twice the
 // stages in the same shared memory (the 128 x 256 tile holds 2 stages of 128 or 4 of 64).
+// kAlternating: the two consumer warpgroups share the same 64 weight rows and take alternate
+// stages (even, odd), adding their accumulators at the end. At M = 32 a 64 x 32 CTA's
+// warpgroup spent its time in one dependent chain (ncu: 1.1 instructions a cycle per SM, one
+// warp per scheduler); two chains per CTA keep twice the warps issuing, where a K split over a
+// cluster would pay a reduction through distributed shared memory.
 template <int kStages_, bool kOverlap_ = false, int kConsumerGroups_ = 2, int kTokens_ = 128,
-          int kBK_ = 128>
+          int kBK_ = 128, bool kAlternating_ = false>
 struct PrefillTile {
   static constexpr int kStages = kStages_;
   static constexpr bool kOverlap = kOverlap_;
   static constexpr int kConsumerGroups = kConsumerGroups_;
-  static constexpr int kRows = 64 * kConsumerGroups;  // weight rows per CTA
-  static constexpr int kTokens = kTokens_;            // wgmma N
+  static constexpr bool kAlternating = kAlternating_;
+  static constexpr int kRowGroups = kAlternating ? 1 : kConsumerGroups;  // 64-row groups
+  static constexpr int kRows = 64 * kRowGroups;                          // weight rows per CTA
+  // A warpgroup's stages: first = its index (alternating) or 0, then every kStageStep-th.
+  static constexpr int kStageStep = kAlternating ? kConsumerGroups : 1;
+  static constexpr int kTokens = kTokens_;  // wgmma N
   static constexpr int kBK = kBK_;
   static constexpr int kBlocksPerStage = kBK / 32;
   static constexpr int kStagesPerChunk = 128 / kBK;  // splits and scale words go by 128-K chunks
@@ -90,6 +99,9 @@ struct PrefillTile {
                 "the reduction tile reuses the ring");
   static_assert(!kMovesRegisters || kConsumerGroups == 2,
                 "the register split assumes 2 + 1 groups");
+  static_assert(!kAlternating || (kConsumerGroups == 2 && kBK == 128 && kOverlap &&
+                                  !kMovesRegisters && kStages % 2 == 0),
+                "alternating stages: two overlapped warpgroups, 128-K stages, an even ring");
 };
 
 namespace prefill_detail {
@@ -151,32 +163,37 @@ __device__ __forceinline__ void release_stage(std::uint32_t empty, int s, int la
 }
 
 // The weight scale bytes of the CTA's rows and K range go to shared memory ([row][4 * chunks])
-// by cp.async, each warp fetching the words of the 16 rows it reads, so no CTA barrier: chunks
-// 0 and 1 in a first group that stage 0 waits for, the rest in a second group that chunk 2
-// waits for, in flight while the first two chunks compute. Copying them all before the main
-// loop cost every CTA 3-4 us at K = 6144 (timeline, session 8); loading each thread's words
-// into registers two chunks ahead of use left the 64-row tiles waiting on them.
+// by cp.async, each warp fetching the words of the 16 rows it reads, so no CTA barrier: the
+// warpgroup's first two chunks in a first group that its first stage waits for, the rest in a
+// second group that its third chunk waits for, in flight while the first two compute. Copying them
+// all before the main loop cost every CTA 3-4 us at K = 6144 (timeline, session 8); loading each
+// thread's words into registers two chunks ahead of use left the 64-row tiles waiting on them.
+template <class Tile>
 __device__ __forceinline__ void stage_scales(const GemmParams& p, std::uint32_t scale_smem, int n0,
                                              int c_begin, int chunks, int group) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int row = 64 * group + 16 * ((static_cast<int>(threadIdx.x) % 128) >> 5) + (lane & 15);
+  const int row_group = Tile::kAlternating ? 0 : group;
+  const int row = 64 * row_group + 16 * ((static_cast<int>(threadIdx.x) % 128) >> 5) + (lane & 15);
   const bool valid = n0 + row < p.n;  // rows past N get 0 (a finite scale for TMA's zero rows)
   const std::uint8_t* src = p.w_scales + (valid ? (n0 + row) * p.ld_w_scales : 0) +
                             4 * static_cast<std::int64_t>(c_begin);
   const std::uint32_t dst = scale_smem + static_cast<std::uint32_t>(row * 4 * chunks);
   const int src_bytes = valid ? 4 : 0;
-  int chunk = lane >> 4;
+  // This warpgroup's chunks (kBK = 128 when alternating: one stage per chunk).
+  const int first = Tile::kAlternating ? group : 0;
+  constexpr int kStep = Tile::kStageStep;
+  int chunk = first + kStep * (lane >> 4);
   if (chunk < chunks) ptx::cp_async_4(dst + 4 * chunk, src + 4 * chunk, src_bytes);
   ptx::cp_async_commit();
-  for (chunk += 2; chunk < chunks; chunk += 2) {
+  for (chunk += 2 * kStep; chunk < chunks; chunk += 2 * kStep) {
     ptx::cp_async_4(dst + 4 * chunk, src + 4 * chunk, src_bytes);
   }
   ptx::cp_async_commit();
 }
 
-// One consumer warpgroup: rows 64g..64g+63 of the CTA's weight tile times all its tokens,
-// accumulated over the CTA's K range (`chunks` 128-K chunks in stages of kBK; scale bytes
-// [row][4 * chunks] from stage_scales).
+// One consumer warpgroup: rows 64g..64g+63 of the CTA's weight tile (rows 0..63 when
+// alternating) times all its tokens, accumulated over its stages of the CTA's K range (`chunks`
+// 128-K chunks in stages of kBK; scale bytes [row][4 * chunks] from stage_scales).
 template <class Tile>
 __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint32_t smem,
                                         const std::uint8_t* smem_ptr, std::uint32_t full,
@@ -184,10 +201,14 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
   using Mma = hopper::WgmmaBF16RS<Tile::kTokens>;
   const int tid = static_cast<int>(threadIdx.x) % 128;
   const int warp = tid >> 5, lane = tid & 31, t = lane & 3;
-  const int row0 = 64 * group + 16 * warp + (lane >> 2);  // and row0 + 8
+  const int row0 = 64 * (Tile::kAlternating ? 0 : group) + 16 * warp + (lane >> 2);  // and + 8
   const std::uint8_t* scale_bytes = smem_ptr + Tile::kScaleOffset;
   const int blocks_per_row = 4 * chunks;
   const int stages = chunks * Tile::kStagesPerChunk;
+  // This warpgroup's stages: stage_of(i) for i < count.
+  const int first = Tile::kAlternating ? group : 0;
+  const int count = (stages - first + Tile::kStageStep - 1) / Tile::kStageStep;
+  auto stage_of = [&](int i) { return first + i * Tile::kStageStep; };
   constexpr int kRow8 = 8 * Tile::kBK;  // row0 + 8: the same swizzle phase, 8 rows on
   int fragment_offsets[Tile::kBlocksPerStage];
 #pragma unroll
@@ -198,11 +219,12 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
   ptx::cp_async_wait<1>();  // this warp's scales of chunks 0 and 1
   __syncwarp();
 
-  // Waits for stage c, widens its weight fragments into `a` and issues its wgmma as one group.
-  // wgmma reads its register operand asynchronously: `a` stays untouched until a wait covers
-  // the group.
-  auto issue_stage = [&](int c, std::uint32_t(&a)[Tile::kBlocksPerStage][2][4]) {
-    if (c == 2 * Tile::kStagesPerChunk) {  // the rest of this warp's scales
+  // Waits for stage c (this warpgroup's i-th), widens its weight fragments into `a` and issues
+  // its wgmma as one group. wgmma reads its register operand asynchronously: `a` stays
+  // untouched until a wait covers the group.
+  auto issue_stage = [&](int i, std::uint32_t(&a)[Tile::kBlocksPerStage][2][4]) {
+    const int c = stage_of(i);
+    if (i == 2 * Tile::kStagesPerChunk) {  // the rest of this warp's scales
       ptx::cp_async_wait<0>();
       __syncwarp();
     }
@@ -240,29 +262,29 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
     // after issuing stage c, waiting until one group is pending finishes stage c - 1, whose
     // ring slot and fragment set are then free.
     std::uint32_t even[Tile::kBlocksPerStage][2][4], odd[Tile::kBlocksPerStage][2][4];
-    int c = 0;
-    for (; c + 1 < stages; c += 2) {
-      issue_stage(c, even);
+    int i = 0;
+    for (; i + 1 < count; i += 2) {
+      issue_stage(i, even);
       hopper::wgmma_wait<1>();
-      if (c > 0) release_stage(empty, (c - 1) % Tile::kStages, lane);
-      issue_stage(c + 1, odd);
+      if (i > 0) release_stage(empty, stage_of(i - 1) % Tile::kStages, lane);
+      issue_stage(i + 1, odd);
       hopper::wgmma_wait<1>();
-      release_stage(empty, c % Tile::kStages, lane);
+      release_stage(empty, stage_of(i) % Tile::kStages, lane);
     }
-    if (c < stages) {  // an odd stage count
-      issue_stage(c, even);
+    if (i < count) {  // an odd stage count
+      issue_stage(i, even);
       hopper::wgmma_wait<1>();
-      if (c > 0) release_stage(empty, (c - 1) % Tile::kStages, lane);
+      if (i > 0) release_stage(empty, stage_of(i - 1) % Tile::kStages, lane);
     }
     hopper::wgmma_wait<0>();
     hopper::pin(acc);
   } else {
     std::uint32_t a[Tile::kBlocksPerStage][2][4];
-    for (int c = 0; c < stages; ++c) {
-      issue_stage(c, a);
+    for (int i = 0; i < count; ++i) {
+      issue_stage(i, a);
       hopper::wgmma_wait<0>();
       hopper::pin(acc);
-      release_stage(empty, c % Tile::kStages, lane);
+      release_stage(empty, stage_of(i) % Tile::kStages, lane);
     }
   }
 }
@@ -300,8 +322,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const auto [n0, t0, split, splits, c_begin, chunks] = split_tile<Tile::kRows, Tile::kTokens>(p.k);
   const int tid = static_cast<int>(threadIdx.x);
 
-  // Full: the producer's expect_tx arrival; empty: one arrival per consumer warp.
-  if (tid == 0) hopper::init_ring(full, empty, Tile::kStages, 1, 4 * Tile::kConsumerGroups);
+  // Full: the producer's expect_tx arrival; empty: one arrival per warp that consumes a stage.
+  if (tid == 0) hopper::init_ring(full, empty, Tile::kStages, 1, 4 * Tile::kRowGroups);
   __syncthreads();
   hopper::allow_dependent_launch();
 
@@ -329,7 +351,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     float acc[Tile::kAccRegs];
 #pragma unroll
     for (int i = 0; i < Tile::kAccRegs; ++i) acc[i] = 0.0f;
-    stage_scales(p, smem + Tile::kScaleOffset, n0, c_begin, chunks, warpgroup);
+    stage_scales<Tile>(p, smem + Tile::kScaleOffset, n0, c_begin, chunks, warpgroup);
     stamps.mark(timeline::kPrologue);
     consume<Tile>(acc, smem, smem_ptr, full, empty, chunks, warpgroup);
     stamps.mark(timeline::kMainLoop);
@@ -341,7 +363,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // it is stored row-contiguous, or met by the other splits.
     auto* tile = reinterpret_cast<float*>(smem_ptr + Tile::kReduceOffset);
     hopper::named_barrier_sync(1, Tile::kConsumerThreads);
-    write_accumulator_shares(tile, acc, 64 * warpgroup, typename Tile::Shares(splits));
+    if constexpr (Tile::kAlternating) {
+      // The odd stages' sum first, then the even ones' added to it: the same order every run.
+      if (warpgroup == 1) write_accumulator_shares(tile, acc, 0, typename Tile::Shares(splits));
+      hopper::named_barrier_sync(1, Tile::kConsumerThreads);
+      if (warpgroup == 0) add_accumulator_shares(tile, acc, 0, typename Tile::Shares(splits));
+    } else {
+      write_accumulator_shares(tile, acc, 64 * warpgroup, typename Tile::Shares(splits));
+    }
     if (splits == 1) {
       hopper::named_barrier_sync(1, Tile::kConsumerThreads);
       stamps.mark(timeline::kReduced);

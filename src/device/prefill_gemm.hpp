@@ -12,12 +12,13 @@
 namespace mxlinear::device {
 
 struct PrefillInstanceInfo {
-  int rows;    // weight rows per CTA (64 per consumer warpgroup)
+  int rows;    // weight rows per CTA (64 per consumer warpgroup, or per pair when alternating)
   int tokens;  // activation rows per CTA (wgmma N)
   int stages;
   bool overlap;  // one stage's wgmma kept in flight while the next stage's weights convert
   int fixed_smem_bytes;
-  int bk;  // K per stage: 128, or 64 (twice the stages in the same ring)
+  int bk;            // K per stage: 128, or 64 (twice the stages in the same ring)
+  bool alternating;  // two warpgroups on the same rows, taking alternate stages
 };
 
 // K splits run as a thread-block cluster of this many CTAs at most.

@@ -24,6 +24,19 @@ __device__ __forceinline__ void write_accumulator_shares(
   }
 }
 
+// Adds one warpgroup's accumulator into a tile another warpgroup wrote with
+// write_accumulator_shares (after a barrier between the two).
+template <int kRows, int kTokens>
+__device__ __forceinline__ void add_accumulator_shares(float* tile, const float (&acc)[kTokens / 2],
+                                                       int row_base,
+                                                       const ShareLayout<kRows, kTokens>& layout) {
+#pragma unroll
+  for (int i = 0; i < kTokens / 2; ++i) {
+    const AccumulatorPosition at = accumulator_position(i, row_base);
+    tile[layout.index(at.row, at.token)] += acc[i];
+  }
+}
+
 // After a cluster barrier that follows every CTA's write_accumulator_shares: split r adds share
 // r of every split's tile (at `tile_address` in each CTA), in split order, 4 outputs (16 bytes
 // of each split) per step with every split's load in flight, adds the bias, rounds once and

@@ -150,8 +150,9 @@ TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
                            {"w128_t128_st4", "w128_t128_st3", "w128_t128_st4_overlap",
                             "w64_t32_st4_overlap", "w64_t64_st4_overlap_split8", "w128_t256_st2",
                             "w128_t64_st4_overlap", "w128_t192_st3", "w128_t192_st3_overlap",
-                            "w128_t256_st4_k64", "w128_t256_st4_k64_overlap_split2"}));
-  EXPECT_EQ(configs.size(), 48u);  // 12 compiled instances x splits 1, 2, 4, 8
+                            "w128_t256_st4_k64", "w128_t256_st4_k64_overlap_split2",
+                            "w64_t32_st8_overlap_alt", "w64_t64_st8_overlap_alt_split2"}));
+  EXPECT_EQ(configs.size(), 56u);  // 14 compiled instances x splits 1, 2, 4, 8
   EXPECT_THAT(configs, ::testing::Contains(k.default_config(8192)));
   LayerDescription layer;
   layer.n = 6144;

@@ -266,7 +266,7 @@ std::string config_name(const ::testing::TestParamInfo<std::tuple<int, int>>& in
   std::ostringstream name;  // the registry's config name
   name << "w" << instance.rows << "_t" << instance.tokens << "_st" << instance.stages
        << (instance.bk == 128 ? "" : "_k" + std::to_string(instance.bk))
-       << (instance.overlap ? "_overlap" : "");
+       << (instance.overlap ? "_overlap" : "") << (instance.alternating ? "_alt" : "");
   if (std::get<1>(info.param) > 1) name << "_split" << std::get<1>(info.param);
   return name.str();
 }

@@ -1,8 +1,9 @@
 // The Hopper prefill kernel in the registry: a tuned kernel (it claims only the (N, K) its
 // tuned rows name) for large M. Each call runs the bf16 activation pre-pass into the call's
 // scratch, then the GEMM. Config names: "w128_t128_st4" = 128 weight rows x 128 tokens per
-// CTA, a 4-stage ring; "_overlap" = one stage's wgmma kept in flight per warpgroup; "_split2"
-// = K split over a cluster of 2 CTAs (no suffix: one).
+// CTA, a 4-stage ring; "_overlap" = one stage's wgmma kept in flight per warpgroup; "_alt" =
+// two warpgroups on the same rows taking alternate stages; "_split2" = K split over a cluster of
+// 2 CTAs (no suffix: one).
 #include <fmt/format.h>
 
 #include <string>
@@ -29,9 +30,9 @@ struct PrefillConfig {
 };
 
 std::string config_name(const device::PrefillInstanceInfo& i, int splits) {
-  return fmt::format("w{}_t{}_st{}{}{}{}", i.rows, i.tokens, i.stages,
+  return fmt::format("w{}_t{}_st{}{}{}{}{}", i.rows, i.tokens, i.stages,
                      i.bk == 128 ? std::string() : fmt::format("_k{}", i.bk),
-                     i.overlap ? "_overlap" : "",
+                     i.overlap ? "_overlap" : "", i.alternating ? "_alt" : "",
                      splits > 1 ? fmt::format("_split{}", splits) : std::string());
 }
 
