@@ -41,10 +41,10 @@ namespace mxlinear::device {
 // 64-byte swizzled weight rows, one activation atom): half the bytes per stage, so twice the
 // stages in the same shared memory (the 128 x 256 tile holds 2 stages of 128 or 4 of 64).
 // kAlternating: the two consumer warpgroups share the same 64 weight rows and take alternate
-// stages (even, odd), adding their accumulators at the end. At M = 32 a 64 x 32 CTA's
-// warpgroup spent its time in one dependent chain (ncu: 1.1 instructions a cycle per SM, one
-// warp per scheduler); two chains per CTA keep twice the warps issuing, where a K split over a
-// cluster would pay a reduction through distributed shared memory.
+// stages (even, odd), adding their accumulators at the end. A CTA then covers a longer K range
+// as fast, so at M = 32 a layer runs with fewer K splits, and less cluster reduction, than with
+// one warpgroup (7 of 8 seed shapes 4-16% faster, docs/PERF.md session 11). It was meant to
+// shorten each stage with a second consumer chain, which it did not.
 template <int kStages_, bool kOverlap_ = false, int kConsumerGroups_ = 2, int kTokens_ = 128,
           int kBK_ = 128, bool kAlternating_ = false>
 struct PrefillTile {
