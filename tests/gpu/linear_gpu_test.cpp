@@ -2,13 +2,16 @@
 #include <cuda_bf16.h>
 #include <gmock/gmock.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "gpu/gemm_checks.hpp"
 #include "gpu/gpu_support.hpp"
@@ -216,6 +219,110 @@ TEST(LinearGpu, GraphReplayMatchesEagerWithACallerWorkspace) {
     cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
   }
+}
+
+// Three seed-shaped layers chained on one stream, each reading the previous one's output, one
+// workspace shared by all. Every kernel is a programmatic dependent launch that lets the next
+// one start early, so only the griddepcontrol.wait chain orders a layer's reads after the
+// previous layer's writes, and a quantize pass's workspace writes after the previous GEMM's
+// reads. Run back to back (eagerly, three times, and as a replayed graph) the chain must give
+// the bits it gives with the stream synchronized after every call. Intermediate outputs are
+// poisoned with NaN first, so a layer that reads too early shows (a quantize kernel without its
+// wait failed every round on the H200, session 12).
+TEST(LinearGpu, ChainedLayersMatchTheSameLayersRunOneAtATime) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  struct Weights {
+    std::int64_t n, k;
+    MxOperand host;
+    DeviceMx device;
+    MxWeight view() const { return {device.data_view(), device.scales_view()}; }
+  };
+  std::vector<Weights> layers;
+  for (auto [n, k] :
+       {std::pair<std::int64_t, std::int64_t>{6144, 2048}, {6144, 6144}, {2560, 6144}}) {
+    Weights w{n, k, random_operand(n, k, rng), {}};
+    w.device = upload(w.host);
+    layers.push_back(std::move(w));
+  }
+  // (ASSERT_* cannot return from the lambdas below; an exception fails the test as well.)
+  auto cuda_ok = [](cudaError_t e, const char* what) {
+    if (e != cudaSuccess)
+      throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+  };
+  cudaStream_t stream;
+  MXL_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (std::int64_t m : {1, 32, 128, 512}) {
+    SCOPED_TRACE("M=" + std::to_string(m));
+    const DeviceBuffer x = DeviceBuffer::from(random_bf16(static_cast<std::size_t>(m * 2048), rng));
+    std::array<DeviceBuffer, 3> out;
+    for (int i = 0; i < 3; ++i)
+      out[i] = DeviceBuffer(static_cast<std::size_t>(m * layers[i].n) * 2);
+    DeviceBuffer q(static_cast<std::size_t>(m * 6144)), s(static_cast<std::size_t>(m * 6144 / 32));
+    DeviceBuffer ws(linear_workspace_bytes(m, 6144));
+    const Workspace w{ws.get(), ws.size()};
+    auto bf16 = [&](const void* p, std::int64_t cols) {
+      return TensorView::contiguous(const_cast<void*>(p), {m, cols}, DType::kBF16,
+                                    Location::kDevice);
+    };
+    const TensorView qv =
+        TensorView::contiguous(q.get(), {m, 6144}, DType::kE4M3, Location::kDevice);
+    const TensorView sv =
+        TensorView::contiguous(s.get(), {m, 6144 / 32}, DType::kE8M0, Location::kDevice);
+    // Layer 1 and 3 through the bf16 entry point, layer 2 through the quantized one.
+    auto run_chain = [&](bool synchronize_each) {
+      for (auto& o : out) cuda_ok(cudaMemsetAsync(o.get(), 0xFF, o.size(), stream), "poison");
+      cuda_ok(cudaMemsetAsync(q.get(), 0xFF, q.size(), stream), "poison");
+      auto step = [&] {
+        if (synchronize_each) cuda_ok(cudaStreamSynchronize(stream), "synchronize");
+      };
+      linear(bf16(x.get(), 2048), layers[0].view(), std::nullopt, bf16(out[0].get(), 6144), stream,
+             w);
+      step();
+      quantize(bf16(out[0].get(), 6144), qv, sv, stream);
+      step();
+      linear(QuantizedActivation{qv, sv, DType::kBF16}, layers[1].view(), std::nullopt,
+             bf16(out[1].get(), 6144), stream, w);
+      step();
+      linear(bf16(out[1].get(), 6144), layers[2].view(), std::nullopt, bf16(out[2].get(), 2560),
+             stream, w);
+      step();
+    };
+    auto outputs = [&] {
+      cuda_ok(cudaStreamSynchronize(stream), "synchronize");
+      std::array<std::vector<std::uint16_t>, 3> got;
+      for (int i = 0; i < 3; ++i) {
+        got[i] = out[i].download<std::uint16_t>(static_cast<std::size_t>(m * layers[i].n));
+      }
+      return got;
+    };
+    run_chain(true);
+    const auto expected = outputs();
+    // The one-at-a-time answer itself must be a real one: finite, so NaN poison read too early
+    // cannot agree with it.
+    for (int i = 0; i < 3; ++i) {
+      const auto finite = std::count_if(expected[i].begin(), expected[i].end(),
+                                        [](std::uint16_t b) { return (b & 0x7F80) != 0x7F80; });
+      ASSERT_EQ(finite, static_cast<std::ptrdiff_t>(expected[i].size())) << "layer " << i + 1;
+    }
+    for (int round = 0; round < 3; ++round) {
+      run_chain(false);
+      EXPECT_EQ(outputs(), expected) << "eager round " << round;
+    }
+    cudaGraph_t graph;
+    MXL_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    run_chain(false);
+    MXL_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t exec;
+    MXL_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 2; ++replay) {
+      MXL_CUDA_OK(cudaGraphLaunch(exec, stream));
+      EXPECT_EQ(outputs(), expected) << "graph replay " << replay;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(stream);
 }
 
 // Seed shapes on the GPU the shipped table was tuned on: linear() hands each M to a tuned kernel
