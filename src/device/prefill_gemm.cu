@@ -47,8 +47,8 @@ constexpr int kMaxSmemBytes = 227 * 1024;
 
 template <class Tile>
 constexpr PrefillInstanceInfo info() {
-  return {Tile::kRows,           Tile::kTokens, Tile::kStages,     Tile::kOverlap,
-          Tile::kFixedSmemBytes, Tile::kBK,     Tile::kAlternating};
+  return {Tile::kRows,           Tile::kTokens, Tile::kStages,      Tile::kOverlap,
+          Tile::kFixedSmemBytes, Tile::kBK,     Tile::kAlternating, Tile::kBarrierOffset};
 }
 
 constexpr std::array<PrefillInstanceInfo, 14> kInstances = {info<Tile4>(),
@@ -115,10 +115,18 @@ std::string_view prefill_gemm_unsupported(const GemmParams& p) {
   return {};
 }
 
+bool prefill_gemm_splits_fit(int instance, int splits) {
+  if (instance < 0 || instance >= static_cast<int>(kInstances.size()) || splits < 1 ||
+      splits > kPrefillMaxSplits) {
+    return false;
+  }
+  const PrefillInstanceInfo& i = kInstances[static_cast<std::size_t>(instance)];
+  return share_tile_bytes(i.rows, i.tokens, splits) <= i.ring_bytes;
+}
+
 cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf16,
                                 int instance, int splits, cudaStream_t stream) {
-  // The output tile's shares (share_tile.cuh) take a power-of-two split count.
-  if (splits < 1 || splits > kPrefillMaxSplits || splits > p.k / 128 || (splits & (splits - 1))) {
+  if (!prefill_gemm_splits_fit(instance, splits) || splits > p.k / 128) {
     return cudaErrorInvalidValue;
   }
   if (reinterpret_cast<std::uintptr_t>(a_bf16) % 16 != 0 || (p.m > 1 && ld_a_bf16 % 8 != 0)) {

@@ -95,7 +95,9 @@ struct PrefillTile {
   static_assert(kTokens == 32 || kTokens == 64 || kTokens == 128 || kTokens == 192 ||
                     kTokens == 256,
                 "compiled wgmma widths");
-  static_assert(Shares::bytes(kMaxClusterSplits) <= kBarrierOffset,
+  // Other split counts' tiles can be larger (launch checks them: prefill_gemm_splits_fit).
+  static_assert(Shares::bytes(1) <= kBarrierOffset && Shares::bytes(2) <= kBarrierOffset &&
+                    Shares::bytes(4) <= kBarrierOffset && Shares::bytes(8) <= kBarrierOffset,
                 "the reduction tile reuses the ring");
   static_assert(!kMovesRegisters || kConsumerGroups == 2,
                 "the register split assumes 2 + 1 groups");

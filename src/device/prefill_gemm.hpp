@@ -19,6 +19,7 @@ struct PrefillInstanceInfo {
   int fixed_smem_bytes;
   int bk;            // K per stage: 128, or 64 (twice the stages in the same ring)
   bool alternating;  // two warpgroups on the same rows, taking alternate stages
+  int ring_bytes;    // the ring, which holds the fp32 output tile after the main loop
 };
 
 // K splits run as a thread-block cluster of this many CTAs at most.
@@ -29,6 +30,10 @@ std::span<const PrefillInstanceInfo> prefill_gemm_instances();
 // Shared memory of one CTA of `instance` at K split `splits` ways (the ring plus the weight
 // scale bytes of the CTA's K range).
 int prefill_gemm_smem_bytes(int instance, int k, int splits);
+
+// Whether the output tile of `instance` cut into shares for `splits` K splits (1..
+// kPrefillMaxSplits) fits its ring: always for 1, 2, 4 and 8; not for 6 with 128 x 256 tiles.
+bool prefill_gemm_splits_fit(int instance, int splits);
 
 // Empty when p suits the prefill kernel (K % 128 == 0, 16-byte aligned weight rows, the
 // driver's TMA encoder), else what is wrong. The activation operand is checked by the launcher.

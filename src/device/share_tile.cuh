@@ -17,10 +17,12 @@ template <int kRows, int kTokens>
 __device__ __forceinline__ void write_accumulator_shares(
     float* tile, const float (&acc)[kTokens / 2], int row_base,
     const ShareLayout<kRows, kTokens>& layout) {
+  const int row = accumulator_position(0, row_base).row;
+  const int offsets[2] = {layout.row_offset(row), layout.row_offset(row + 8)};
 #pragma unroll
   for (int i = 0; i < kTokens / 2; ++i) {
     const AccumulatorPosition at = accumulator_position(i, row_base);
-    tile[layout.index(at.row, at.token)] = acc[i];
+    tile[offsets[(i >> 1) & 1] + at.token * layout.stride] = acc[i];
   }
 }
 
@@ -30,10 +32,12 @@ template <int kRows, int kTokens>
 __device__ __forceinline__ void add_accumulator_shares(float* tile, const float (&acc)[kTokens / 2],
                                                        int row_base,
                                                        const ShareLayout<kRows, kTokens>& layout) {
+  const int row = accumulator_position(0, row_base).row;
+  const int offsets[2] = {layout.row_offset(row), layout.row_offset(row + 8)};
 #pragma unroll
   for (int i = 0; i < kTokens / 2; ++i) {
     const AccumulatorPosition at = accumulator_position(i, row_base);
-    tile[layout.index(at.row, at.token)] += acc[i];
+    tile[offsets[(i >> 1) & 1] + at.token * layout.stride] += acc[i];
   }
 }
 
@@ -48,15 +52,19 @@ __device__ __forceinline__ void reduce_shares_and_store(const GemmParams& p,
                                                         int split, int splits,
                                                         const ShareLayout<kRows, kTokens>& layout,
                                                         int worker, int workers) {
-  const int quad_shift = layout.shift - 2;  // 16-byte quads per token in a share: 2 or more
-  const int quads = 1 << quad_shift;
-  const int row_begin = split << layout.shift;
+  // 16-byte quads per token in this split's share: 2 or more, or none past the last share. Step
+  // e takes quad e % 2^quad_shift of token e >> quad_shift, 2^quad_shift the power of two >=
+  // quads (no division in the loop); the steps past a token's quads do nothing.
+  const int quads = layout.rows_of_share(split) / 4;
+  const int quad_shift = quads > 1 ? 32 - __clz(quads - 1) : 0;
+  const int row_begin = split * layout.rows;
   const std::uint32_t share =
       tile_address + 4u * static_cast<std::uint32_t>(split * layout.share_floats);
   const bool vector_aligned = epilogue::rows_16_byte_aligned(p);
-  for (int e = worker; e < quads * kTokens; e += workers) {
+  for (int e = worker; e < (quads > 0 ? kTokens << quad_shift : 0); e += workers) {
     const int token = e >> quad_shift;
-    const int quad = e & (quads - 1);
+    const int quad = e & ((1 << quad_shift) - 1);
+    if (quad >= quads) continue;
     const int n = n0 + row_begin + 4 * quad, m = t0 + token;
     if (n >= p.n || m >= p.m) continue;
     const std::uint32_t local =

@@ -1,6 +1,6 @@
 // The prefill kernel's split-share-major output tile (device/share_layout.hpp), checked on the
-// CPU for every tile the kernel compiles and every split count: every (row, token) has its own
-// float inside the bytes the kernel reserves, each split's share is one contiguous run, the
+// CPU for every tile the kernel compiles and every split count up to 8: every (row, token) has its
+// own float inside the bytes the kernel reserves, each split's share is one contiguous run, the
 // accumulator writes of a warp hit 32 different banks, and a warp's 16-byte reads of a share
 // stay within one short contiguous span.
 #include <gtest/gtest.h>
@@ -17,9 +17,23 @@ namespace {
 template <int kRows, int kTokens>
 void check_layout(int splits) {
   SCOPED_TRACE(testing::Message() << kRows << " x " << kTokens << ", " << splits << " splits");
-  const ShareLayout<kRows, kTokens> layout(splits);
-  const int share = kRows / splits;
-  const int floats = ShareLayout<kRows, kTokens>::bytes(splits) / 4;
+  using Layout = ShareLayout<kRows, kTokens>;
+  const Layout layout(splits);
+  const int share = layout.rows;
+  EXPECT_EQ(share % 8, 0);
+  EXPECT_GE(share * splits, kRows);  // every row has a split that adds it
+  if (kRows % (8 * splits) == 0) {
+    EXPECT_EQ(share, kRows / splits);
+  }
+  const int floats = Layout::bytes(splits) / 4;
+  EXPECT_EQ(Layout::bytes(splits), share_tile_bytes(kRows, kTokens, splits));
+  // The shares' rows add up to the tile's, in order.
+  int rows_seen = 0;
+  for (int r = 0; r < splits; ++r) {
+    EXPECT_EQ(layout.rows_of_share(r), std::clamp(kRows - r * share, 0, share)) << "share " << r;
+    rows_seen += layout.rows_of_share(r);
+  }
+  EXPECT_EQ(rows_seen, kRows);
   std::vector<int> owner(static_cast<std::size_t>(floats), -1);
   for (int row = 0; row < kRows; ++row) {
     for (int token = 0; token < kTokens; ++token) {
@@ -50,27 +64,32 @@ void check_layout(int splits) {
       }
     }
   }
-  // The reduction: step e of split r reads 4 floats at (token e / quads, quad e % quads) of its
-  // share; a warp's 32 steps read 512 bytes, spread over the token rows they cover and their
-  // pads only.
-  const int quads = share / 4;
+  // The reduction: step e of split r reads 4 floats at (token e >> shift, quad e % 2^shift) of
+  // its share, 2^shift the power of two >= its quads (steps past the quads read nothing); a
+  // warp's 32 steps read at most 512 bytes, spread over the token rows they cover and their pads
+  // only.
   for (int r = 0; r < splits; ++r) {
-    for (int first = 0; first < quads * kTokens; first += 32) {
+    const int quads = layout.rows_of_share(r) / 4;
+    if (quads == 0) continue;
+    int padded = 1;
+    while (padded < quads) padded *= 2;
+    for (int first = 0; first < padded * kTokens; first += 32) {
       int lo = floats, hi = 0;
-      for (int e = first; e < std::min(first + 32, quads * kTokens); ++e) {
-        const int at = layout.index(r * share + 4 * (e % quads), e / quads);
+      for (int e = first; e < std::min(first + 32, padded * kTokens); ++e) {
+        if (e % padded >= quads) continue;
+        const int at = layout.index(r * share + 4 * (e % padded), e / padded);
         EXPECT_EQ(at % 4, 0);  // 16-byte aligned
         lo = std::min(lo, at);
         hi = std::max(hi, at + 4);
       }
-      const int tokens_covered = (32 + quads - 1) / quads + 1;
+      const int tokens_covered = (32 + padded - 1) / padded + 1;
       EXPECT_LE(hi - lo, tokens_covered * layout.stride) << "split " << r << " step " << first;
     }
   }
 }
 
 TEST(ShareLayout, EveryTileAndSplitCount) {
-  for (int splits : {1, 2, 4, 8}) {
+  for (int splits = 1; splits <= 8; ++splits) {
     check_layout<64, 32>(splits);
     check_layout<64, 64>(splits);
     check_layout<128, 64>(splits);

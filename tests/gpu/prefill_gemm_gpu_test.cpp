@@ -271,12 +271,21 @@ std::string config_name(const ::testing::TestParamInfo<std::tuple<int, int>>& in
   return name.str();
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    EveryConfig, PrefillGemmInstance,
-    ::testing::Combine(::testing::Range(0,
-                                        static_cast<int>(device::prefill_gemm_instances().size())),
-                       ::testing::Values(1, 2, 4, 8)),
-    config_name);
+// Every (instance, split count) whose output tile fits the instance's ring: the registry's
+// configs.
+std::vector<std::tuple<int, int>> every_config() {
+  std::vector<std::tuple<int, int>> configs;
+  for (int instance = 0; instance < static_cast<int>(device::prefill_gemm_instances().size());
+       ++instance) {
+    for (int splits = 1; splits <= device::kPrefillMaxSplits; ++splits) {
+      if (device::prefill_gemm_splits_fit(instance, splits)) configs.emplace_back(instance, splits);
+    }
+  }
+  return configs;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryConfig, PrefillGemmInstance, ::testing::ValuesIn(every_config()),
+                         config_name);
 
 }  // namespace
 }  // namespace mxlinear::test

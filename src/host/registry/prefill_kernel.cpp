@@ -6,6 +6,7 @@
 // 2 CTAs (no suffix: one).
 #include <fmt/format.h>
 
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,10 @@ namespace {
 
 constexpr std::int64_t kMaxGridZ = 65535;
 constexpr std::size_t kScratchAlign = 256;
-constexpr int kSplitCounts[] = {1, 2, 4, 8};
-static_assert(kSplitCounts[3] == device::kPrefillMaxSplits);
+// 3, 5 and 6 fill the SMs where powers of two leave a third idle or spill into a second wave
+// (40 row tiles x 3 = 120 CTAs, 24 x 5 = 120, 20 x 6 = 120); 7 fills none of the seed shapes.
+constexpr int kSplitCounts[] = {1, 2, 3, 4, 5, 6, 8};
+static_assert(kSplitCounts[std::size(kSplitCounts) - 1] == device::kPrefillMaxSplits);
 
 struct PrefillConfig {
   int instance = -1;
@@ -40,7 +43,10 @@ PrefillConfig find_config(std::string_view config) {
   const auto instances = device::prefill_gemm_instances();
   for (std::size_t i = 0; i < instances.size(); ++i) {
     for (const int splits : kSplitCounts) {
-      if (config == config_name(instances[i], splits)) return {static_cast<int>(i), splits};
+      if (config == config_name(instances[i], splits) &&
+          device::prefill_gemm_splits_fit(static_cast<int>(i), splits)) {
+        return {static_cast<int>(i), splits};
+      }
     }
   }
   return {};
@@ -52,8 +58,13 @@ class PrefillKernel final : public Kernel {
 
   std::vector<std::string> configs() const override {
     std::vector<std::string> names;
-    for (const auto& i : device::prefill_gemm_instances()) {
-      for (const int splits : kSplitCounts) names.push_back(config_name(i, splits));
+    const auto instances = device::prefill_gemm_instances();
+    for (std::size_t i = 0; i < instances.size(); ++i) {
+      for (const int splits : kSplitCounts) {
+        if (device::prefill_gemm_splits_fit(static_cast<int>(i), splits)) {
+          names.push_back(config_name(instances[i], splits));
+        }
+      }
     }
     return names;
   }
