@@ -22,6 +22,11 @@
 #               `git diff BASE > ab.patch`) reversed, built in /tmp/ab-base; bench-base.json,
 #               bench-base.txt and timeline-base.txt. Same machine, same call: the only fair
 #               comparison (machines differ by up to ~10%)
+#   variant     the same bench ($BENCH_ARGS) and timelines ($TIMELINE_TARGETS, when set) on this
+#               tree built with $VARIANT_FLAGS added to the CUDA flags (a measurement-only
+#               switch, e.g. -DMXLINEAR_PREFETCH_ALL), in build-variant and
+#               build-variant-timeline: bench-variant.json, bench-variant.txt and
+#               timeline-variant.txt. Next to `bench` in the same call, like `ab`
 # Extra bench arguments go in $BENCH_ARGS; $SANITIZE_TESTS (names of GPU test binaries) narrows
 # the sanitizer step and $SANITIZE_FILTER (a gtest filter, default: all but the seed-sized
 # stress tests) the tests it runs. To spend less device time on one kernel: $BUILD_TARGETS
@@ -248,5 +253,25 @@ if [[ " $steps " == *" ab "* ]]; then
   done
   "$base/build-plain/tools/mxlinear" bench ${BENCH_ARGS:-} --json "$OUT/bench-base.json" 2>&1 |
     tee "$OUT/bench-base.txt"
+fi
+if [[ " $steps " == *" variant "* ]]; then
+  [ -n "${VARIANT_FLAGS:-}" ] || { echo "VARIANT: set VARIANT_FLAGS (e.g. -DMXLINEAR_PREFETCH_ALL)"; exit 1; }
+  for flavour in plain timeline; do
+    [ "$flavour" = timeline ] && [ -z "${TIMELINE_TARGETS:-}" ] && continue
+    dir=build-variant
+    flags=(-DMXLINEAR_BUILD_TESTS=OFF "-DCMAKE_CUDA_FLAGS=$VARIANT_FLAGS")
+    [ "$flavour" = timeline ] && dir=build-variant-timeline && flags+=(-DMXLINEAR_TIMELINE=ON)
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${flags[@]}" >"$OUT/variant-build.log" 2>&1 &&
+      cmake --build "$dir" -j "$(nproc)" --target mxlinear_cli >>"$OUT/variant-build.log" 2>&1 ||
+      { echo "VARIANT BUILD FAILED"; tail -20 "$OUT/variant-build.log"; exit 1; }
+  done
+  rm -f "$OUT/variant-build.log"
+  for target in ${TIMELINE_TARGETS:-}; do
+    IFS=: read -r kernel config m n k <<<"$target"
+    build-variant-timeline/tools/mxlinear timeline --kernel "$kernel" --config "$config" --m "$m" \
+      --n "$n" --k "$k" 2>&1 | tee -a "$OUT/timeline-variant.txt" || status=1
+  done
+  build-variant/tools/mxlinear bench ${BENCH_ARGS:-} --json "$OUT/bench-variant.json" 2>&1 |
+    tee "$OUT/bench-variant.txt"
 fi
 exit $status
