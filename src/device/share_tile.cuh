@@ -12,33 +12,38 @@
 
 namespace mxlinear::device {
 
-// Writes one warpgroup's accumulator (64 rows from row_base x kTokens) into the tile.
-template <int kRows, int kTokens>
-__device__ __forceinline__ void write_accumulator_shares(
-    float* tile, const float (&acc)[kTokens / 2], int row_base,
-    const ShareLayout<kRows, kTokens>& layout) {
-  const int row = accumulator_position(0, row_base).row;
-  const int offsets[2] = {layout.row_offset(row), layout.row_offset(row + 8)};
-#pragma unroll
-  for (int i = 0; i < kTokens / 2; ++i) {
-    const AccumulatorPosition at = accumulator_position(i, row_base);
-    tile[offsets[(i >> 1) & 1] + at.token * layout.stride] = acc[i];
-  }
-}
-
-// Adds one warpgroup's accumulator into a tile another warpgroup wrote with
-// write_accumulator_shares (after a barrier between the two).
-template <int kRows, int kTokens>
-__device__ __forceinline__ void add_accumulator_shares(float* tile, const float (&acc)[kTokens / 2],
+// Writes one warpgroup's accumulator (64 rows from row_base x kTokens) into the tile, or with
+// kAdd adds it to what another warpgroup wrote there (after a barrier between the two).
+template <bool kAdd, int kRows, int kTokens>
+__device__ __forceinline__ void put_accumulator_shares(float* tile, const float (&acc)[kTokens / 2],
                                                        int row_base,
                                                        const ShareLayout<kRows, kTokens>& layout) {
   const int row = accumulator_position(0, row_base).row;
   const int offsets[2] = {layout.row_offset(row), layout.row_offset(row + 8)};
 #pragma unroll
   for (int i = 0; i < kTokens / 2; ++i) {
-    const AccumulatorPosition at = accumulator_position(i, row_base);
-    tile[offsets[(i >> 1) & 1] + at.token * layout.stride] += acc[i];
+    float& slot =
+        tile[offsets[(i >> 1) & 1] + accumulator_position(i, row_base).token * layout.stride];
+    if constexpr (kAdd) {
+      slot += acc[i];
+    } else {
+      slot = acc[i];
+    }
   }
+}
+
+template <int kRows, int kTokens>
+__device__ __forceinline__ void write_accumulator_shares(
+    float* tile, const float (&acc)[kTokens / 2], int row_base,
+    const ShareLayout<kRows, kTokens>& layout) {
+  put_accumulator_shares<false>(tile, acc, row_base, layout);
+}
+
+template <int kRows, int kTokens>
+__device__ __forceinline__ void add_accumulator_shares(float* tile, const float (&acc)[kTokens / 2],
+                                                       int row_base,
+                                                       const ShareLayout<kRows, kTokens>& layout) {
+  put_accumulator_shares<true>(tile, acc, row_base, layout);
 }
 
 // After a cluster barrier that follows every CTA's write_accumulator_shares: split r adds share
