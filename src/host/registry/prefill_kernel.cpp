@@ -39,15 +39,31 @@ std::string config_name(const device::PrefillInstanceInfo& i, int splits) {
                      splits > 1 ? fmt::format("_split{}", splits) : std::string());
 }
 
-PrefillConfig find_config(std::string_view config) {
-  const auto instances = device::prefill_gemm_instances();
-  for (std::size_t i = 0; i < instances.size(); ++i) {
-    for (const int splits : kSplitCounts) {
-      if (config == config_name(instances[i], splits) &&
-          device::prefill_gemm_splits_fit(static_cast<int>(i), splits)) {
-        return {static_cast<int>(i), splits};
+struct NamedConfig {
+  std::string name;
+  PrefillConfig config;
+};
+
+// Every config the kernel offers, named once: linear() looks its config up on every call.
+const std::vector<NamedConfig>& named_configs() {
+  static const std::vector<NamedConfig> all = [] {
+    std::vector<NamedConfig> named;
+    const auto instances = device::prefill_gemm_instances();
+    for (std::size_t i = 0; i < instances.size(); ++i) {
+      for (const int splits : kSplitCounts) {
+        if (device::prefill_gemm_splits_fit(static_cast<int>(i), splits)) {
+          named.push_back({config_name(instances[i], splits), {static_cast<int>(i), splits}});
+        }
       }
     }
+    return named;
+  }();
+  return all;
+}
+
+PrefillConfig find_config(std::string_view config) {
+  for (const NamedConfig& c : named_configs()) {
+    if (c.name == config) return c.config;
   }
   return {};
 }
@@ -58,14 +74,7 @@ class PrefillKernel final : public Kernel {
 
   std::vector<std::string> configs() const override {
     std::vector<std::string> names;
-    const auto instances = device::prefill_gemm_instances();
-    for (std::size_t i = 0; i < instances.size(); ++i) {
-      for (const int splits : kSplitCounts) {
-        if (device::prefill_gemm_splits_fit(static_cast<int>(i), splits)) {
-          names.push_back(config_name(instances[i], splits));
-        }
-      }
-    }
+    for (const NamedConfig& c : named_configs()) names.push_back(c.name);
     return names;
   }
 
