@@ -32,8 +32,11 @@
 # stress tests) the tests it runs. To spend less device time on one kernel: $BUILD_TARGETS
 # (CMake targets, default: every GPU test binary and the CLI) and $TEST_REGEX (ctest -R);
 # SKIP_BUILD=1 runs on build-device as it is.
+# Throughout, "A && B || C" means C on either failure, and $BENCH_ARGS / $BUILD_TARGETS are word
+# lists split on purpose:
+# shellcheck disable=SC2015,SC2086
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT="${OUT:-$PWD/device-out}"
 mkdir -p "$OUT"
 steps="${*:-test sanitize sass select bench}"
@@ -53,7 +56,6 @@ t0=$(date +%s)
 # SKIP_BUILD=1: use build-device as it is (two invocations side by side, after one that built).
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 &&
-    # shellcheck disable=SC2086
     cmake --build build-device -j "$(nproc)" --target ${BUILD_TARGETS:-quantize_gpu_test \
       generic_gemm_gpu_test gemv_gemm_gpu_test decode_gemm_gpu_test prefill_gemm_gpu_test \
       linear_gpu_test mxlinear_cli} >>"$OUT/build.log" 2>&1 ||
@@ -170,7 +172,6 @@ if [[ " $steps " == *" stress "* ]]; then
   done
   if [ -n "$first_failure" ]; then
     echo "== racecheck on: $first_failure" >>"$log"
-    # shellcheck disable=SC2086
     timeout 240 compute-sanitizer --tool racecheck build-device/tools/mxlinear check \
       $first_failure --out-dtype fp32 --repeat 1 --seed 7 >>"$log" 2>&1
     grep -E "RACECHECK SUMMARY|Race reported" "$log" | head -5

@@ -27,6 +27,15 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 
+# Optional: the scripts' lint test (ctest `shellcheck`) skips visibly without it, so a machine
+# that cannot install it (the offline GPU image) still builds and tests.
+if ! have_cmd shellcheck && have_cmd apt-get; then
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
+    shellcheck >/dev/null 2>&1 || echo "setup-deps: shellcheck not installed (optional)"
+fi
+
 if ! have_cmd nvcc; then
   if [ -x /usr/local/cuda/bin/nvcc ]; then
     echo "setup-deps: nvcc is in /usr/local/cuda/bin; add it to PATH" >&2
