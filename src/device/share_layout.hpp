@@ -12,8 +12,8 @@
 //
 // Split counts that do not divide kRows into multiples of 8 (3, 5, 6, 7) round the share up to
 // the next multiple of 8: the last share is shorter, and the splits past the last share add
-// nothing (5 splits of 64 rows: four shares of 16). Such counts exist to fill the SMs (40 row
-// tiles x 3 splits = 120 CTAs), not for the reduction, which is small either way.
+// nothing (5 splits of 64 rows: four shares of 16). Such counts exist to fill the SMs (36 row
+// tiles x 3 splits = 108 CTAs), not for the reduction, which is small either way.
 #pragma once
 
 #include "mxlinear/config.hpp"

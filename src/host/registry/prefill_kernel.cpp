@@ -22,8 +22,9 @@ namespace {
 
 constexpr std::int64_t kMaxGridZ = 65535;
 constexpr std::size_t kScratchAlign = 256;
-// 3, 5 and 6 fill the SMs where powers of two leave a third idle or spill into a second wave
-// (40 row tiles x 3 = 120 CTAs, 24 x 5 = 120, 20 x 6 = 120); 7 fills none of the seed shapes.
+// 3, 5 and 6 let more SMs stream where powers of two leave many idle (draft qkv at M = 32: 36 row
+// tiles x 3 = 108 CTAs against 72). Not every such grid runs in one wave: a cluster's CTAs share
+// a GPC, and 40 clusters of 3 did not (session 12); the sweep decides. 7 helps no seed shape.
 constexpr int kSplitCounts[] = {1, 2, 3, 4, 5, 6, 8};
 static_assert(kSplitCounts[std::size(kSplitCounts) - 1] == device::kPrefillMaxSplits);
 
