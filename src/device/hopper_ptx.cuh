@@ -79,6 +79,14 @@ __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap
       : "memory");
 }
 
+// Starts moving the box at (c0, c1) of a 2-D tensor map into L2, with no destination and no
+// barrier: a later tma_load_2d of the same box then reads L2.
+__device__ __forceinline__ void tma_prefetch_l2_2d(const CUtensorMap* map, int c0, int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(map),
+               "r"(c0), "r"(c1)
+               : "memory");
+}
+
 // The dynamic shared-memory window aligned up to 1024 bytes (the 128-byte swizzle atom, which
 // TMA tiles and wgmma descriptors with base offset 0 need); the launch reserves 1024 bytes of
 // slack for it.
