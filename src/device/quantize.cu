@@ -139,7 +139,7 @@ __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g,
       mx::quantize_values(v, amax, magnitude >= non_finite_from, p.rule, words);
   const auto block = static_cast<unsigned>(col) / kBlockSize;
   const bool upper = (static_cast<unsigned>(col) % kBlockSize) != 0;  // the block's second half
-  if (active) {
+  if (active && p.q != nullptr) {
     // Rows of q are 16-byte aligned (the API requires it of its output and of the workspace).
     *reinterpret_cast<uint4*>(p.q + row * p.ld_q + col) =
         make_uint4(words[0], words[1], words[2], words[3]);
@@ -264,7 +264,12 @@ cudaError_t launch_quantize(const QuantizeParams& p, cudaStream_t stream) {
   const auto aligned_rows = [&](const void* ptr, std::int64_t ld_bytes) {
     return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0 && (p.m == 1 || ld_bytes % 16 == 0);
   };
-  if (!aligned_rows(p.q, p.ld_q) ||
+  // No e4m3 output (q and scales both null) only where the bf16 values are the output.
+  const bool quantized_out = p.q != nullptr;
+  if (quantized_out != (p.scales != nullptr) || (!quantized_out && p.dequantized == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  if ((quantized_out && !aligned_rows(p.q, p.ld_q)) ||
       (p.dequantized != nullptr && !aligned_rows(p.dequantized, p.ld_dq * 2))) {
     return cudaErrorInvalidValue;
   }

@@ -15,7 +15,9 @@ enum class InType : std::uint8_t { kBF16, kF16, kF32 };
 // [M, K/32] e8m0 (row stride ld_s), byte-identical to the CPU reference. With `dequantized`
 // set, the same pass also writes what the prefill kernel's activation pre-pass would make of
 // them (activation_bf16.hpp: exact bf16, K permuted inside blocks; row stride ld_dq elements,
-// 16-byte aligned rows), saving that pass and its launch.
+// 16-byte aligned rows), saving that pass and its launch. With `dequantized` set, q and scales
+// may both be null: then only the bf16 values are written (the prefill kernel reads nothing
+// else), a third fewer bytes written.
 struct QuantizeParams {
   const void* x = nullptr;
   std::uint8_t* q = nullptr;

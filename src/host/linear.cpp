@@ -166,14 +166,15 @@ void run_dispatched(std::string_view op, const Dispatch& d, const KernelCall& ca
 }
 
 // Quantizes x into data and scales; with `dequantized` (bf16 [M, K], contiguous) it also writes
-// the activation as the prefill kernel's pre-pass would.
+// the activation as the prefill kernel's pre-pass would, and then only that if the kernel reads
+// nothing else (`dequantized_only`).
 void launch_quantize(std::string_view op, const TensorView& x, const TensorView& data,
                      const TensorView& scales, ScaleRule rule, cudaStream_t stream,
-                     void* dequantized = nullptr) {
+                     void* dequantized = nullptr, bool dequantized_only = false) {
   device::QuantizeParams p;
   p.x = x.data;
-  p.q = static_cast<std::uint8_t*>(data.data);
-  p.scales = static_cast<std::uint8_t*>(scales.data);
+  p.q = dequantized_only ? nullptr : static_cast<std::uint8_t*>(data.data);
+  p.scales = dequantized_only ? nullptr : static_cast<std::uint8_t*>(scales.data);
   p.dequantized = dequantized;
   p.ld_x = x.row_stride();
   p.ld_q = data.row_stride();
@@ -271,7 +272,8 @@ void linear_from_16bit(std::string_view op, const TensorView& x, const MxWeight&
       // itself (the workspace's scratch holds M * K bf16 values): one pass and one launch fewer.
       call.x_dequantized_in_workspace = d.kernel->takes_dequantized_activation(d.config);
       launch_quantize(op, x, q, s, ScaleRule::kRceil, stream,
-                      call.x_dequantized_in_workspace ? scratch.data : nullptr);
+                      call.x_dequantized_in_workspace ? scratch.data : nullptr,
+                      call.x_dequantized_in_workspace);
     }
     run_dispatched(op, d, call);
   } catch (...) {

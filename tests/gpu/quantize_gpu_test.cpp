@@ -212,10 +212,18 @@ TEST(QuantizeGpu, DequantizingPassEqualsQuantizeThenPrePass) {
       a.m = static_cast<int>(rows);
       a.k = static_cast<int>(k);
       ASSERT_EQ(device::launch_activation_bf16(a, nullptr), cudaSuccess);
+      // Only the bf16 values (what linear() asks for when the prefill kernel runs).
+      DeviceBuffer dq_only(count * 2);
+      dq_only.poison();
+      p.q = nullptr;
+      p.scales = nullptr;
+      p.dequantized = dq_only.get();
+      ASSERT_EQ(device::launch_quantize(p, nullptr), cudaSuccess);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       EXPECT_EQ(q.download<std::uint8_t>(count), q_plain.download<std::uint8_t>(count));
       EXPECT_EQ(s.download<std::uint8_t>(count / 32), s_plain.download<std::uint8_t>(count / 32));
       EXPECT_EQ(dq.download<std::uint16_t>(count), prepass.download<std::uint16_t>(count));
+      EXPECT_EQ(dq_only.download<std::uint16_t>(count), prepass.download<std::uint16_t>(count));
     }
   }
 }
@@ -252,6 +260,16 @@ TEST(QuantizeGpu, LaunchRefusesOutputRowsThatAreNotSixteenByteAligned) {
   p.dequantized = dq.get();
   p.ld_dq = k + 4;  // 8-byte rows of the dequantized copy
   EXPECT_EQ(device::launch_quantize(p, nullptr), cudaErrorInvalidValue);
+  p.ld_dq = k;
+  p.q = nullptr;  // e4m3 data without its scales
+  EXPECT_EQ(device::launch_quantize(p, nullptr), cudaErrorInvalidValue);
+  p.scales = nullptr;
+  p.dequantized = nullptr;  // no output at all
+  EXPECT_EQ(device::launch_quantize(p, nullptr), cudaErrorInvalidValue);
+  p.q = q.bytes();
+  p.scales = s.bytes();
+  p.dequantized = dq.get();
+  p.ld_dq = k + 4;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(q.download<std::uint8_t>(count + 64), q_before);
   EXPECT_EQ(dq.download<std::uint8_t>(count * 2 + 64), dq_before);
