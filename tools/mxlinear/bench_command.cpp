@@ -10,7 +10,9 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -47,7 +49,21 @@ struct BenchOptions {
   bool step = false;
   bool all_configs = false;
   std::vector<std::string> sweep_kernels;  // empty: every GPU kernel
+  std::string sweep_configs;               // a regex; empty: every config
   int replays = 10;
+};
+
+// Which configs --all-configs times: kernels by name, configs by a regex searched in the name.
+struct SweepFilter {
+  bool all_configs = false;
+  std::vector<std::string> kernels;  // empty: every GPU kernel
+  std::optional<std::regex> configs;
+
+  bool takes(std::string_view kernel, const std::string& config) const {
+    return (kernels.empty() ||
+            std::find(kernels.begin(), kernels.end(), kernel) != kernels.end()) &&
+           (!configs || std::regex_search(config, *configs));
+  }
 };
 
 void cuda(cudaError_t e, const char* what) { cuda_or_throw(e, what); }
@@ -252,8 +268,7 @@ std::string dispatch_name(std::int64_t n, std::int64_t k, std::int64_t m) {
 // Times one (layer, M): our linear (full and GEMM only) and the two anchors.
 json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m,
                   bench::Anchors& anchors, const Ceilings& ceil, double tri_mx, int replays,
-                  bool all_configs, const std::vector<std::string>& sweep_kernels,
-                  cudaStream_t stream) {
+                  const SweepFilter& sweep, cudaStream_t stream) {
   const std::int64_t n = w.n, k = w.k, mp = bench::pad16(m);
   DeviceMemory x(static_cast<std::size_t>(mp * k) * 2), xq(static_cast<std::size_t>(mp * k)),
       xs(static_cast<std::size_t>(mp * k / 32)), out(static_cast<std::size_t>(mp * n) * 2),
@@ -351,7 +366,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     row["fp8_block_error"] = e.what();
     (void)cudaGetLastError();
   }
-  if (all_configs && ok) {
+  if (sweep.all_configs && ok) {
     // Every config of every GPU kernel that can run this layer: the tuner's sweep. Each config
     // is timed GEMM only (on the pre-quantized activation) and as the full linear from bf16
     // (linear_with: quantization included, or skipped where the config quantizes x itself).
@@ -363,13 +378,11 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     layer.k = k;
     for (const auto& kernel : Registry::global().kernels()) {
       if (!kernel->is_supported(device).ok() || !kernel->can_implement(layer).ok() ||
-          kernel->name() == "reference" ||
-          (!sweep_kernels.empty() && std::find(sweep_kernels.begin(), sweep_kernels.end(),
-                                               kernel->name()) == sweep_kernels.end())) {
+          kernel->name() == "reference") {
         continue;
       }
       for (const std::string& config : kernel->configs()) {
-        if (!kernel->worth_sweeping(m, config)) continue;
+        if (!sweep.takes(kernel->name(), config) || !kernel->worth_sweeping(m, config)) continue;
         const auto call = [&](int i) {
           kernel->run(KernelCall{xa, w.view(i), std::nullopt, ov, LinearShape{m, n, k}, stream,
                                  Workspace{ws.ptr, linear_workspace_bytes(m, k)}},
@@ -487,6 +500,16 @@ json bench_step(const std::vector<ModelLayer>& layers, std::int64_t m, bench::An
 }
 
 int run_bench(const BenchOptions& o) {
+  SweepFilter sweep{o.all_configs, o.sweep_kernels, std::nullopt};
+  if (!o.sweep_configs.empty()) {
+    try {
+      sweep.configs.emplace(o.sweep_configs, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      fmt::print(stderr, "mxlinear bench: --sweep-configs is '{}', not a valid regex: {}\n",
+                 o.sweep_configs, e.what());
+      return 2;
+    }
+  }
   if (!gpu_available()) {
     fmt::print(stderr, "mxlinear bench: SKIPPED: no sm_90 GPU; nothing to time\n");
     return kExitSkipped;
@@ -542,9 +565,8 @@ int run_bench(const BenchOptions& o) {
       LayerWeights w(n, k, l2, seed++, stream);
       for (std::int64_t m : o.ms) {
         const auto it = tri_mx.find({n, k, m});
-        json row =
-            bench_figure(names[{n, k}], w, m, anchors, ceil, it == tri_mx.end() ? NAN : it->second,
-                         o.replays, o.all_configs, o.sweep_kernels, stream);
+        json row = bench_figure(names[{n, k}], w, m, anchors, ceil,
+                                it == tri_mx.end() ? NAN : it->second, o.replays, sweep, stream);
         const double g = bench::value_or_nan(row, "gemm_us");
         fmt::print(
             "{:<28} {:>10} {:>5} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>8.1f} {:>7.2f} {:>7.2f} "
@@ -650,6 +672,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--sweep-kernels", o->sweep_kernels,
                   "with --all-configs: only these kernels' configs (e.g. decode)")
       ->delimiter(',');
+  cmd->add_option("--sweep-configs", o->sweep_configs,
+                  "with --all-configs: only the configs whose name this regex matches "
+                  "(e.g. 't160|t192')");
   cmd->add_flag("--all-configs", o->all_configs,
                 "also time every config of every GPU kernel per figure (the tuner's sweep)");
   cmd->add_flag("--ceilings", o->ceilings_only, "only measure read bandwidth and bf16/FP8 peaks");
