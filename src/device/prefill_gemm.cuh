@@ -4,7 +4,7 @@
 //
 // Design (docs/plans/prefill-kernel.md):
 // - Swap A and B: weight rows on wgmma's M side, one or two consumer warpgroups of 64 rows
-//   each; tokens on the N side (32, 64, 128, 192 or 256 per CTA).
+//   each; tokens on the N side (32, 64, 128, 160, 192 or 256 per CTA).
 // - Weights stay e4m3 in memory (half of bf16's bytes). Each consumer thread loads its fragment
 //   bytes from the TMA tile (one 8-byte load per row and MX block), and widens them exactly to
 //   bf16 times the block's scale into wgmma's register A operand.
@@ -92,8 +92,8 @@ struct PrefillTile {
   static_assert(kStages >= 2, "a ring needs two stages");
   static_assert(kBK == 128 || kBK == 64, "one or half a 128-byte weight atom per stage");
   static_assert(kConsumerGroups == 1 || kConsumerGroups == 2, "one or two consumer warpgroups");
-  static_assert(kTokens == 32 || kTokens == 64 || kTokens == 128 || kTokens == 192 ||
-                    kTokens == 256,
+  static_assert(kTokens == 32 || kTokens == 64 || kTokens == 128 || kTokens == 160 ||
+                    kTokens == 192 || kTokens == 256,
                 "compiled wgmma widths");
   // Other split counts' tiles can be larger (launch checks them: prefill_gemm_splits_fit).
   static_assert(Shares::bytes(1) <= kBarrierOffset && Shares::bytes(2) <= kBarrierOffset &&

@@ -413,9 +413,9 @@ TEST(Registry, ShippedTableLendsTheNearestSeedShapesRowsToAnUntunedLayer) {
   EXPECT_THAT(text, HasSubstr("M=1 gemv/t8_w8_r4~"));
   EXPECT_THAT(text, HasSubstr("M=1 gemv/t8_w8_r4*"));
   EXPECT_THAT(report_json(rows, kH200), HasSubstr("\"borrowed_from\": [\n"));
-  // 2560 x 12288 borrows 2560 x 6144's rows, but the 128 x 192 tile of its M = 2048 row cannot
-  // hold the scale bytes of K = 12288: the generic kernel keeps that call.
-  const LayerSelection long_k = r.select(layer(2560, 12288), kH200);
+  // 2560 x 16384 borrows 2560 x 6144's rows, but the 128 x 160 tile of its M = 2048 row cannot
+  // hold the scale bytes of K = 16384: the generic kernel keeps that call.
+  const LayerSelection long_k = r.select(layer(2560, 16384), kH200);
   EXPECT_EQ(r.dispatch(long_k, kH200, 2048).kernel->name(), "generic");
   EXPECT_EQ(r.dispatch(long_k, kH200, 512).kernel->name(), "prefill");
 }
