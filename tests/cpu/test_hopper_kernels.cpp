@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <set>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -20,6 +22,7 @@ namespace mxlinear::test {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const Kernel& builtin(std::string_view name) {
   static const auto kernels = builtin_kernels();
@@ -184,6 +187,21 @@ TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
     EXPECT_GE(linear_workspace_bytes(m, kk),
               static_cast<std::size_t>(m * kk) + k.workspace_bytes(LinearShape{m, 64, kk}, ""))
         << "M = " << m << ", K = " << kk;
+  }
+}
+
+// Every name a kernel lists is one it recognises (the lookup and the list are built from one
+// table), and a name it does not list is refused as such.
+TEST(HopperKernels, EveryListedConfigIsRecognisedAndNoOtherIs) {
+  for (const Kernel* k : {&prefill_kernel(), &decode_kernel(), &gemv_kernel()}) {
+    const std::vector<std::string> configs = k->configs();
+    ASSERT_FALSE(configs.empty()) << k->name();
+    EXPECT_EQ(std::set<std::string>(configs.begin(), configs.end()).size(), configs.size())
+        << k->name() << ": a name listed twice";
+    for (const std::string& config : configs) {
+      EXPECT_THAT(k->can_run(16, 768, config).reason, Not(HasSubstr("not a"))) << config;
+    }
+    EXPECT_THAT(k->can_run(16, 768, configs.front() + "x").reason, HasSubstr("not a")) << k->name();
   }
 }
 

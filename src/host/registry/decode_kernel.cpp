@@ -4,15 +4,16 @@
 // consumer warpgroups taking alternate stages.
 #include <fmt/format.h>
 
-#include <charconv>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "device/decode_gemm.hpp"
 #include "host/cuda_check.hpp"
 #include "host/registry/decode_kernel.hpp"
 #include "host/registry/kernel_params.hpp"
+#include "host/registry/named_configs.hpp"
 #include "host/validate.hpp"
 
 namespace mxlinear {
@@ -32,27 +33,31 @@ struct ParsedConfig {
   int splits = 0;
 };
 
-ParsedConfig parse_config(std::string_view config) {
-  const auto instances = device::decode_gemm_instances();
-  for (std::size_t i = 0; i < instances.size(); ++i) {
-    for (int splits : kSplitChoices) {
-      if (config == config_name(instances[i], splits)) return {static_cast<int>(i), splits};
+const detail::NamedConfigs<ParsedConfig>& named_configs() {
+  static const detail::NamedConfigs<ParsedConfig> all = [] {
+    std::vector<std::pair<std::string, ParsedConfig>> named;
+    const auto instances = device::decode_gemm_instances();
+    for (std::size_t i = 0; i < instances.size(); ++i) {
+      for (const int splits : kSplitChoices) {
+        named.emplace_back(config_name(instances[i], splits),
+                           ParsedConfig{static_cast<int>(i), splits});
+      }
     }
-  }
-  return {};
+    return detail::NamedConfigs<ParsedConfig>(std::move(named));
+  }();
+  return all;
+}
+
+ParsedConfig parse_config(std::string_view config) {
+  const ParsedConfig* found = named_configs().find(config);
+  return found != nullptr ? *found : ParsedConfig{};
 }
 
 class DecodeKernel final : public Kernel {
  public:
   std::string_view name() const override { return "decode"; }
 
-  std::vector<std::string> configs() const override {
-    std::vector<std::string> names;
-    for (const auto& i : device::decode_gemm_instances()) {
-      for (int splits : kSplitChoices) names.push_back(config_name(i, splits));
-    }
-    return names;
-  }
+  std::vector<std::string> configs() const override { return named_configs().names(); }
 
   Verdict is_supported(const DeviceDescription& device) const override {
     return detail::needs_sm90a(device);

@@ -5,12 +5,14 @@
 #include <fmt/format.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "device/gemv_gemm.hpp"
 #include "host/cuda_check.hpp"
 #include "host/registry/gemv_kernel.hpp"
 #include "host/registry/kernel_params.hpp"
+#include "host/registry/named_configs.hpp"
 #include "host/validate.hpp"
 
 namespace mxlinear {
@@ -23,23 +25,29 @@ std::string config_name(const device::GemvInstanceInfo& i) {
                        : fmt::format("t{}_w{}_r{}", i.tokens, i.warps, i.stages);
 }
 
+// Config name -> instance index.
+const detail::NamedConfigs<int>& named_configs() {
+  static const detail::NamedConfigs<int> all = [] {
+    std::vector<std::pair<std::string, int>> named;
+    const auto instances = device::gemv_gemm_instances();
+    for (std::size_t i = 0; i < instances.size(); ++i) {
+      named.emplace_back(config_name(instances[i]), static_cast<int>(i));
+    }
+    return detail::NamedConfigs<int>(std::move(named));
+  }();
+  return all;
+}
+
 int find_instance(std::string_view config) {
-  const auto instances = device::gemv_gemm_instances();
-  for (std::size_t i = 0; i < instances.size(); ++i) {
-    if (config == config_name(instances[i])) return static_cast<int>(i);
-  }
-  return -1;
+  const int* found = named_configs().find(config);
+  return found != nullptr ? *found : -1;
 }
 
 class GemvKernel final : public Kernel {
  public:
   std::string_view name() const override { return "gemv"; }
 
-  std::vector<std::string> configs() const override {
-    std::vector<std::string> names;
-    for (const auto& i : device::gemv_gemm_instances()) names.push_back(config_name(i));
-    return names;
-  }
+  std::vector<std::string> configs() const override { return named_configs().names(); }
 
   Verdict is_supported(const DeviceDescription& device) const override {
     return detail::needs_sm90a(device);

@@ -8,12 +8,14 @@
 
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "device/activation_bf16.hpp"
 #include "device/prefill_gemm.hpp"
 #include "host/cuda_check.hpp"
 #include "host/registry/kernel_params.hpp"
+#include "host/registry/named_configs.hpp"
 #include "host/registry/prefill_kernel.hpp"
 #include "host/validate.hpp"
 
@@ -40,44 +42,34 @@ std::string config_name(const device::PrefillInstanceInfo& i, int splits) {
                      splits > 1 ? fmt::format("_split{}", splits) : std::string());
 }
 
-struct NamedConfig {
-  std::string name;
-  PrefillConfig config;
-};
-
-// Every config the kernel offers, named once: linear() looks its config up on every call.
-const std::vector<NamedConfig>& named_configs() {
-  static const std::vector<NamedConfig> all = [] {
-    std::vector<NamedConfig> named;
+// Every config the kernel offers.
+const detail::NamedConfigs<PrefillConfig>& named_configs() {
+  static const detail::NamedConfigs<PrefillConfig> all = [] {
+    std::vector<std::pair<std::string, PrefillConfig>> named;
     const auto instances = device::prefill_gemm_instances();
     for (std::size_t i = 0; i < instances.size(); ++i) {
       for (const int splits : kSplitCounts) {
         if (device::prefill_gemm_splits_fit(static_cast<int>(i), splits)) {
-          named.push_back({config_name(instances[i], splits), {static_cast<int>(i), splits}});
+          named.emplace_back(config_name(instances[i], splits),
+                             PrefillConfig{static_cast<int>(i), splits});
         }
       }
     }
-    return named;
+    return detail::NamedConfigs<PrefillConfig>(std::move(named));
   }();
   return all;
 }
 
 PrefillConfig find_config(std::string_view config) {
-  for (const NamedConfig& c : named_configs()) {
-    if (c.name == config) return c.config;
-  }
-  return {};
+  const PrefillConfig* found = named_configs().find(config);
+  return found != nullptr ? *found : PrefillConfig{};
 }
 
 class PrefillKernel final : public Kernel {
  public:
   std::string_view name() const override { return "prefill"; }
 
-  std::vector<std::string> configs() const override {
-    std::vector<std::string> names;
-    for (const NamedConfig& c : named_configs()) names.push_back(c.name);
-    return names;
-  }
+  std::vector<std::string> configs() const override { return named_configs().names(); }
 
   Verdict is_supported(const DeviceDescription& device) const override {
     return detail::needs_sm90a(device);
