@@ -27,6 +27,8 @@
 #               switch, e.g. -DMXLINEAR_PREFETCH_ALL), in build-variant and
 #               build-variant-timeline: bench-variant.json, bench-variant.txt and
 #               timeline-variant.txt. Next to `bench` in the same call, like `ab`
+# PACK_OUT=1 packs everything the call wrote into $OUT/out.tgz as it ends (a build failure
+# included): the device returns at most 8 files, which a call with several steps outgrows.
 # Extra bench arguments go in $BENCH_ARGS; $SANITIZE_TESTS (names of GPU test binaries) narrows
 # the sanitizer step and $SANITIZE_FILTER (a gtest filter, default: all but the seed-sized
 # stress tests) the tests it runs. To spend less device time on one kernel: $BUILD_TARGETS
@@ -42,6 +44,13 @@ mkdir -p "$OUT"
 steps="${*:-test sanitize sass select bench}"
 export PATH="$PATH:/usr/local/cuda/bin"
 status=0
+if [ "${PACK_OUT:-0}" = 1 ]; then
+  # shellcheck disable=SC2317  # run by the EXIT trap
+  pack_out() {
+    tar -czf /tmp/device-out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/device-out.tgz "$OUT/out.tgz"
+  }
+  trap pack_out EXIT
+fi
 
 {
   date -u
