@@ -1,0 +1,91 @@
+#include "bench_layer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <set>
+
+#include "device_data.hpp"
+#include "harness.hpp"
+#include "mxlinear/reference.hpp"
+
+namespace mxlinear::cli {
+
+LayerWeights::LayerWeights(std::int64_t n_, std::int64_t k_, std::size_t l2, std::uint64_t seed,
+                           cudaStream_t stream)
+    : n(n_),
+      k(k_),
+      copies(bench::rotation_copies(static_cast<std::size_t>(n_ * k_), l2)),
+      data_bytes(static_cast<std::size_t>(n_ * k_)),
+      scale_bytes(data_bytes / 32),
+      data(data_bytes * static_cast<std::size_t>(copies)),
+      scales(scale_bytes * static_cast<std::size_t>(copies)),
+      bf16(data_bytes * 2 * static_cast<std::size_t>(copies)) {
+  bench::fill_e4m3(data.bytes(), data_bytes * static_cast<std::size_t>(copies), seed, stream);
+  bench::fill_scales(scales.bytes(), scale_bytes * static_cast<std::size_t>(copies), seed + 1, 117,
+                     124, stream);
+  bench::fill_bf16(bf16.ptr, data_bytes * static_cast<std::size_t>(copies), seed + 2, stream);
+}
+
+MxWeight LayerWeights::view(int copy) const {
+  const std::size_t c = static_cast<std::size_t>(copy % copies);
+  return {TensorView::contiguous(data.bytes() + c * data_bytes, {n, k}, DType::kE4M3,
+                                 Location::kDevice),
+          TensorView::contiguous(scales.bytes() + c * scale_bytes, {n, k / 32}, DType::kE8M0,
+                                 Location::kDevice)};
+}
+
+const void* LayerWeights::bf16_copy(int copy) const {
+  return bf16.bytes() + static_cast<std::size_t>(copy % copies) * data_bytes * 2;
+}
+
+ReferenceRows reference_rows(const LayerWeights& w, const DeviceMemory& xq, const DeviceMemory& xs,
+                             std::int64_t m) {
+  const std::int64_t n = w.n, k = w.k;
+  std::vector<std::uint8_t> wd(w.data_bytes), ws(w.scale_bytes);
+  cuda_or_throw(cudaMemcpy(wd.data(), w.data.ptr, wd.size(), cudaMemcpyDeviceToHost), "download");
+  cuda_or_throw(cudaMemcpy(ws.data(), w.scales.ptr, ws.size(), cudaMemcpyDeviceToHost), "download");
+  const MxWeight host_w{
+      TensorView::contiguous(wd.data(), {n, k}, DType::kE4M3, Location::kHost),
+      TensorView::contiguous(ws.data(), {n, k / 32}, DType::kE8M0, Location::kHost)};
+  ReferenceRows ref;
+  for (std::int64_t r : std::set<std::int64_t>{0, m - 1, m / 2, m / 3}) {
+    std::vector<std::uint8_t> qd(static_cast<std::size_t>(k)), qs(static_cast<std::size_t>(k / 32));
+    cuda_or_throw(cudaMemcpy(qd.data(), xq.bytes() + r * k, qd.size(), cudaMemcpyDeviceToHost),
+                  "download");
+    cuda_or_throw(cudaMemcpy(qs.data(), xs.bytes() + r * k / 32, qs.size(), cudaMemcpyDeviceToHost),
+                  "download");
+    const QuantizedActivation a{
+        TensorView::contiguous(qd.data(), {1, k}, DType::kE4M3, Location::kHost),
+        TensorView::contiguous(qs.data(), {1, k / 32}, DType::kE8M0, Location::kHost),
+        DType::kBF16};
+    ref.rows.push_back(r);
+    ref.values.emplace_back(static_cast<std::size_t>(n));
+    reference_linear_f64(a, host_w, std::nullopt, ref.values.back().data());
+  }
+  return ref;
+}
+
+double check_rows(const ReferenceRows& ref, const DeviceMemory& out, std::int64_t n) {
+  double worst = 0;
+  std::vector<std::uint16_t> got(static_cast<std::size_t>(n));
+  for (std::size_t j = 0; j < ref.rows.size(); ++j) {
+    cuda_or_throw(cudaMemcpy(got.data(), out.bytes() + ref.rows[j] * n * 2, got.size() * 2,
+                             cudaMemcpyDeviceToHost),
+                  "download");
+    double e2 = 0, r2 = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const std::uint32_t bits = static_cast<std::uint32_t>(got[i]) << 16;
+      float v;
+      std::memcpy(&v, &bits, 4);
+      const double d = static_cast<double>(v) - ref.values[j][i];
+      e2 += std::isnan(d) ? 1e300 : d * d;
+      r2 += ref.values[j][i] * ref.values[j][i];
+    }
+    worst = std::max(worst, std::sqrt(e2 / r2));
+  }
+  return worst;
+}
+
+}  // namespace mxlinear::cli
