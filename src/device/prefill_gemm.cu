@@ -44,6 +44,12 @@ using Tile128x256k64Overlap = PrefillTile<4, true, 2, 256, 64>;
 // 260 CTAs on 132 SMs, where 192 tokens give 220 and 256 give 160). A 4-stage 64-K overlapped
 // twin won no figure (session 13), so it is not compiled.
 using Tile128x160 = PrefillTile<3, false, 2, 160>;
+// 192 x 128 (three consumer warpgroups): the 6144-row layers at M = 512 make 32 x 4 = 128 tiles
+// for 132 SMs, where 128 x 256 leaves 36 SMs idle (96 tiles) and 128 x 192 needs 1.09 waves. Its
+// main loop is ~15% slower per flop than 128 x 256 (weights converted once per 128 tokens, not
+// 256), so it wins only where the fill gains more (o_proj and dense gate_up, session 14). The
+// overlapped and 6-stage 64-K twins won nothing and are not compiled.
+using Tile192x128 = PrefillTile<3, false, 3, 128>;
 using Tile64x32Alternating = PrefillTile<8, true, 2, 32, 128, true>;
 using Tile64x64Alternating = PrefillTile<8, true, 2, 64, 128, true>;
 
@@ -55,7 +61,7 @@ constexpr PrefillInstanceInfo info() {
           Tile::kFixedSmemBytes, Tile::kBK,     Tile::kAlternating, Tile::kBarrierOffset};
 }
 
-constexpr std::array<PrefillInstanceInfo, 15> kInstances = {info<Tile4>(),
+constexpr std::array<PrefillInstanceInfo, 16> kInstances = {info<Tile4>(),
                                                             info<Tile3>(),
                                                             info<Tile4Overlap>(),
                                                             info<Tile3Overlap>(),
@@ -69,7 +75,8 @@ constexpr std::array<PrefillInstanceInfo, 15> kInstances = {info<Tile4>(),
                                                             info<Tile128x256k64Overlap>(),
                                                             info<Tile64x32Alternating>(),
                                                             info<Tile64x64Alternating>(),
-                                                            info<Tile128x160>()};
+                                                            info<Tile128x160>(),
+                                                            info<Tile192x128>()};
 
 int chunks_per_cta(int k, int splits) { return (k / 128 + splits - 1) / splits; }
 
@@ -153,7 +160,8 @@ cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::in
                                      launch<Tile128x256k64Overlap>,
                                      launch<Tile64x32Alternating>,
                                      launch<Tile64x64Alternating>,
-                                     launch<Tile128x160>};
+                                     launch<Tile128x160>,
+                                     launch<Tile192x128>};
   static_assert(std::size(kLaunchers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
     return cudaErrorInvalidValue;

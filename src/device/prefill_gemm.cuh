@@ -91,7 +91,7 @@ struct PrefillTile {
   static_assert(kWTileBytes % 1024 == 0 && kAAtomBytes % 1024 == 0, "swizzle atoms");
   static_assert(kStages >= 2, "a ring needs two stages");
   static_assert(kBK == 128 || kBK == 64, "one or half a 128-byte weight atom per stage");
-  static_assert(kConsumerGroups == 1 || kConsumerGroups == 2, "one or two consumer warpgroups");
+  static_assert(kConsumerGroups >= 1 && kConsumerGroups <= 3, "one to three consumer warpgroups");
   static_assert(kTokens == 32 || kTokens == 64 || kTokens == 128 || kTokens == 160 ||
                     kTokens == 192 || kTokens == 256,
                 "compiled wgmma widths");

@@ -34,13 +34,13 @@ constexpr int share_tile_bytes(int rows, int tokens, int splits) {
 
 template <int kRows, int kTokens>
 struct ShareLayout {
-  static_assert(kRows % 8 == 0 && kRows >= 32 && kRows <= 128, "rows in groups of 8");
+  static_assert(kRows % 8 == 0 && kRows >= 32 && kRows <= 192, "rows in groups of 8");
 
   static constexpr int rows_per_share(int splits) { return share_rows(kRows, splits); }
   static constexpr int bytes(int splits) { return share_tile_bytes(kRows, kTokens, splits); }
 
   int rows;          // rows per share
-  int inverse;       // ceil(2^16 / rows): row / rows = (row * inverse) >> 16 for row, rows <= 128
+  int inverse;       // ceil(2^16 / rows): row / rows = (row * inverse) >> 16 for row, rows <= 192
   int stride;        // floats between a share's tokens
   int share_floats;  // floats per share
 

@@ -96,6 +96,7 @@ TEST(ShareLayout, EveryTileAndSplitCount) {
     check_layout<128, 128>(splits);
     check_layout<128, 192>(splits);
     check_layout<128, 256>(splits);
+    check_layout<192, 128>(splits);
   }
 }
 
