@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include <map>
@@ -255,6 +256,17 @@ void linear_from_16bit(std::string_view op, const TensorView& x, const MxWeight&
         detail::fail(ErrorCode::kUnsupported, op, "kernel",
                      fmt::format("is '{}', which cannot run this {} x {} layer: {}",
                                  d.kernel->name(), shape.n, shape.k, v.reason));
+      }
+      if (const std::vector<std::string> configs = d.kernel->configs();
+          std::find(configs.begin(), configs.end(), d.config) == configs.end()) {
+        detail::fail(ErrorCode::kInvalidArgument, op, "config",
+                     fmt::format("is '{}'; expected one of {}'s: {}", d.config, d.kernel->name(),
+                                 fmt::join(configs, ", ")));
+      }
+      if (const Verdict v = d.kernel->can_run(shape.m, shape.k, d.config); !v.ok()) {
+        detail::fail(ErrorCode::kUnsupported, op, "config",
+                     fmt::format("is '{}/{}', which cannot run M = {}, K = {}: {}",
+                                 d.kernel->name(), d.config, shape.m, shape.k, v.reason));
       }
       const DeviceDescription device = DeviceDescription::current();
       if (const Verdict v = d.kernel->is_supported(device); !v.ok()) {

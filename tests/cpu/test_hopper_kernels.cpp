@@ -350,6 +350,23 @@ TEST(LinearWith, AKernelThatCannotRunTheLayerIsRejectedBeforeAnyLaunch) {
   EXPECT_THAT(e.what(), HasSubstr("K % 128"));
 }
 
+// ... that the config is one of the kernel's ...
+TEST(LinearWith, AnUnknownConfigIsRejectedByName) {
+  const Error e = linear_with_error(prefill_kernel(), "w128_t999", 4, 128);
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(e.argument(), "config");
+  EXPECT_THAT(e.what(), HasSubstr("w128_t999"));
+}
+
+// ... that the config can run this M and K (8 K splits need 8 chunks of 128), before it checks
+// the workspace ...
+TEST(LinearWith, AConfigThatCannotRunThisKIsRejectedBeforeAnyLaunch) {
+  const Error e = linear_with_error(prefill_kernel(), "w128_t128_st4_split8", 9, 256);
+  EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+  EXPECT_EQ(e.argument(), "config");
+  EXPECT_THAT(e.what(), HasSubstr("chunks of 128"));
+}
+
 // ... and that it runs on this machine: without a GPU, a GPU kernel that can implement the layer
 // is still refused.
 TEST(LinearWith, AGpuKernelIsRejectedOnAMachineWithoutOne) {
