@@ -3,7 +3,7 @@
 // Large tiles serve M >= 256; small ones with split-K serve the middle (M = 16..128).
 //
 // Design (docs/plans/prefill-kernel.md):
-// - Swap A and B: weight rows on wgmma's M side, one or two consumer warpgroups of 64 rows
+// - Swap A and B: weight rows on wgmma's M side, one to three consumer warpgroups of 64 rows
 //   each; tokens on the N side (32, 64, 128, 160, 192 or 256 per CTA).
 // - Weights stay e4m3 in memory (half of bf16's bytes). Each consumer thread loads its fragment
 //   bytes from the TMA tile (one 8-byte load per row and MX block), and widens them exactly to
