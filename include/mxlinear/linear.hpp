@@ -18,7 +18,8 @@ namespace mxlinear {
 
 // Bytes of workspace linear() needs for an activation of `rows` rows of `k` features, on either
 // entry point and whichever kernel serves the call: the quantized activation plus the largest
-// scratch of a kernel (the prefill kernel's bf16 activation, 2 bytes per element).
+// scratch of a kernel (the prefill kernel's bf16 activation, 2 bytes per element, and from 256
+// rows its stream-K configs' fp32 partial tiles, about 16.5 MiB whatever the shape).
 std::size_t linear_workspace_bytes(std::int64_t rows, std::int64_t k);
 
 // out = deq(quantize(x)) * deq(weight)^T (+ bias). x: [..., K] bf16 or fp16 (or fp32); weight:

@@ -29,6 +29,10 @@ struct GemmParams {
   const void* x = nullptr;
   std::int64_t ld_x = 0;
   bool x_is_f16 = false;
+  // The prefill kernel's stream-K configs: one fp32 partial tile per CTA and one flag word per
+  // CTA (the launcher zeroes the flags on the stream before the kernel).
+  float* partials = nullptr;
+  std::uint32_t* flags = nullptr;
 };
 
 }  // namespace mxlinear::device

@@ -79,6 +79,17 @@ __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap
       : "memory");
 }
 
+// A word another CTA publishes: st.release at GPU scope after the data it guards, ld.acquire
+// before reading that data.
+__device__ __forceinline__ void store_release_gpu(std::uint32_t* word, std::uint32_t value) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(word), "r"(value) : "memory");
+}
+__device__ __forceinline__ std::uint32_t load_acquire_gpu(const std::uint32_t* word) {
+  std::uint32_t value;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(word) : "memory");
+  return value;
+}
+
 // Starts moving the box at (c0, c1) of a 2-D tensor map into L2, with no destination and no
 // barrier: a later tma_load_2d of the same box then reads L2.
 __device__ __forceinline__ void tma_prefetch_l2_2d(const CUtensorMap* map, int c0, int c1) {

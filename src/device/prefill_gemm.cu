@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <array>
 #include <iterator>
 
@@ -50,6 +51,13 @@ using Tile128x160 = PrefillTile<3, false, 2, 160>;
 // 256), so it wins only where the fill gains more (o_proj and dense gate_up, session 14). The
 // overlapped and 6-stage 64-K twins won nothing and are not compiled.
 using Tile192x128 = PrefillTile<3, false, 3, 128>;
+// Persistent (one CTA per SM walks the output tiles; the next tile's copies overlap this one's
+// epilogue): the 64-K overlapped 128 x 256 tile, which wins shared down at M = 2048 and 8192
+// (session 14). Its 2-stage, 128 x 192 and 128 x 160 twins won no row and are not compiled.
+using Tile128x256k64OverlapPersistent = PrefillTile<4, true, 2, 256, 64, false, true>;
+// Stream-K on the same walk: every SM gets the same share of (tile, 128-K chunk) units whatever
+// the tile count (draft qkv at M = 2048: 144 tiles of 128 x 256 for 132 SMs).
+using Tile128x256k64OverlapStreamK = PrefillTile<4, true, 2, 256, 64, false, true, true>;
 using Tile64x32Alternating = PrefillTile<8, true, 2, 32, 128, true>;
 using Tile64x64Alternating = PrefillTile<8, true, 2, 64, 128, true>;
 
@@ -58,10 +66,11 @@ constexpr int kMaxSmemBytes = 227 * 1024;
 template <class Tile>
 constexpr PrefillInstanceInfo info() {
   return {Tile::kRows,           Tile::kTokens, Tile::kStages,      Tile::kOverlap,
-          Tile::kFixedSmemBytes, Tile::kBK,     Tile::kAlternating, Tile::kBarrierOffset};
+          Tile::kFixedSmemBytes, Tile::kBK,     Tile::kAlternating, Tile::kBarrierOffset,
+          Tile::kPersistent,     Tile::kStreamK};
 }
 
-constexpr std::array<PrefillInstanceInfo, 16> kInstances = {info<Tile4>(),
+constexpr std::array<PrefillInstanceInfo, 18> kInstances = {info<Tile4>(),
                                                             info<Tile3>(),
                                                             info<Tile4Overlap>(),
                                                             info<Tile3Overlap>(),
@@ -76,7 +85,9 @@ constexpr std::array<PrefillInstanceInfo, 16> kInstances = {info<Tile4>(),
                                                             info<Tile64x32Alternating>(),
                                                             info<Tile64x64Alternating>(),
                                                             info<Tile128x160>(),
-                                                            info<Tile192x128>()};
+                                                            info<Tile192x128>(),
+                                                            info<Tile128x256k64OverlapPersistent>(),
+                                                            info<Tile128x256k64OverlapStreamK>()};
 
 int chunks_per_cta(int k, int splits) { return (k / 128 + splits - 1) / splits; }
 
@@ -95,9 +106,34 @@ cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf
                      Tile::kTokens)) {
     return cudaErrorInvalidValue;
   }
-  const dim3 grid((p.n + Tile::kRows - 1) / Tile::kRows, static_cast<unsigned>(splits),
-                  (p.m + Tile::kTokens - 1) / Tile::kTokens);
+  dim3 grid((p.n + Tile::kRows - 1) / Tile::kRows, static_cast<unsigned>(splits),
+            (p.m + Tile::kTokens - 1) / Tile::kTokens);
   if (grid.z > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
+  if constexpr (Tile::kPersistent) {
+    int device = 0, sms = 0;
+    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        e != cudaSuccess) {
+      return e;
+    }
+    const unsigned tiles = grid.x * grid.z;  // both at most 65535 (N and M are int)
+    unsigned ctas = tiles < static_cast<unsigned>(sms) ? tiles : static_cast<unsigned>(sms);
+    if constexpr (Tile::kStreamK) {
+      // Every SM, fewer tiles or not; but at least one unit a CTA (a CTA with none would never
+      // publish), and at most the workspace's CTAs.
+      const unsigned long long units = static_cast<unsigned long long>(tiles) * (p.k / 128);
+      ctas = units < static_cast<unsigned>(sms) ? static_cast<unsigned>(units)
+                                                : static_cast<unsigned>(sms);
+      if (ctas > static_cast<unsigned>(kPrefillMaxStreamKCtas)) ctas = kPrefillMaxStreamKCtas;
+      if (p.partials == nullptr || p.flags == nullptr) return cudaErrorInvalidValue;
+      // Flags are read only after the kernel's wait on the work before it, this memset included.
+      if (cudaError_t e = cudaMemsetAsync(p.flags, 0, ctas * sizeof(std::uint32_t), stream);
+          e != cudaSuccess) {
+        return e;
+      }
+    }
+    grid = dim3(ctas, 1, 1);
+  }
   // Split 1 keeps v0's plain (non-cluster) launch.
   return launch_programmatic(prefill_gemm_kernel<Tile>, grid, dim3(Tile::kThreads),
                              static_cast<std::size_t>(smem), stream,
@@ -107,6 +143,18 @@ cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf
 }  // namespace
 
 std::span<const PrefillInstanceInfo> prefill_gemm_instances() { return kInstances; }
+
+std::size_t prefill_stream_k_bytes() {
+  std::size_t tile_bytes = 0;
+  for (const PrefillInstanceInfo& i : kInstances) {
+    if (i.stream_k) {
+      tile_bytes = std::max(tile_bytes, static_cast<std::size_t>(i.rows) * i.tokens * 4);
+    }
+  }
+  if (tile_bytes == 0) return 0;
+  const std::size_t bytes = (tile_bytes + 4) * kPrefillMaxStreamKCtas;
+  return (bytes + 255) / 256 * 256;
+}
 
 int prefill_gemm_smem_bytes(int instance, int k, int splits) {
   const PrefillInstanceInfo& i = kInstances[static_cast<std::size_t>(instance)];
@@ -133,6 +181,7 @@ bool prefill_gemm_splits_fit(int instance, int splits) {
     return false;
   }
   const PrefillInstanceInfo& i = kInstances[static_cast<std::size_t>(instance)];
+  if (i.persistent) return splits == 1;
   return share_tile_bytes(i.rows, i.tokens, splits) <= i.ring_bytes;
 }
 
@@ -161,7 +210,9 @@ cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::in
                                      launch<Tile64x32Alternating>,
                                      launch<Tile64x64Alternating>,
                                      launch<Tile128x160>,
-                                     launch<Tile192x128>};
+                                     launch<Tile192x128>,
+                                     launch<Tile128x256k64OverlapPersistent>,
+                                     launch<Tile128x256k64OverlapStreamK>};
   static_assert(std::size(kLaunchers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
     return cudaErrorInvalidValue;

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <span>
 #include <string_view>
 
@@ -20,10 +21,22 @@ struct PrefillInstanceInfo {
   int bk;            // K per stage: 128, or 64 (twice the stages in the same ring)
   bool alternating;  // two warpgroups on the same rows, taking alternate stages
   int ring_bytes;    // the ring, which holds the fp32 output tile after the main loop
+  bool persistent;   // one CTA per SM walks the output tiles; K is not split
+  bool stream_k;     // persistent, each CTA an equal run of (tile, 128-K chunk) units
 };
 
 // K splits run as a thread-block cluster of this many CTAs at most.
 inline constexpr int kPrefillMaxSplits = 8;
+
+// A stream-K launch has at most this many CTAs (every sm_90 part has at most 132 SMs): the
+// workspace holds one fp32 partial tile and one flag word for each.
+inline constexpr int kPrefillMaxStreamKCtas = 132;
+
+// The bytes of partial tiles and flags the stream-K configs need (the largest of their tiles),
+// a multiple of 256. linear()'s workspace holds them from this many rows up, where the
+// stream-K configs run.
+std::size_t prefill_stream_k_bytes();
+inline constexpr int kPrefillStreamKMinRows = 256;
 
 std::span<const PrefillInstanceInfo> prefill_gemm_instances();
 
@@ -32,7 +45,8 @@ std::span<const PrefillInstanceInfo> prefill_gemm_instances();
 int prefill_gemm_smem_bytes(int instance, int k, int splits);
 
 // Whether the output tile of `instance` cut into shares for `splits` K splits (1..
-// kPrefillMaxSplits) fits its ring: always for 1, 2, 4 and 8; not for 6 with 128 x 256 tiles.
+// kPrefillMaxSplits) fits its ring: always for 1, 2, 4 and 8; not for 6 with 128 x 256 tiles;
+// a persistent instance only for 1.
 bool prefill_gemm_splits_fit(int instance, int splits);
 
 // Empty when p suits the prefill kernel (K % 128 == 0, 16-byte aligned weight rows, the

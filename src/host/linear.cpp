@@ -9,6 +9,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "device/prefill_gemm.hpp"
 #include "device/quantize.hpp"
 #include "host/cuda_check.hpp"
 #include "host/log.hpp"
@@ -196,8 +197,12 @@ struct WorkspaceLayout {
 
 WorkspaceLayout workspace_layout(std::int64_t rows, std::int64_t k) {
   const auto elements = static_cast<std::size_t>(rows * k);
+  // Scratch: the prefill kernel's bf16 activation, and from the rows its stream-K configs take
+  // their partial tiles and flags.
+  const std::size_t stream_k =
+      rows >= device::kPrefillStreamKMinRows ? device::prefill_stream_k_bytes() : 0;
   return {round_up(elements, kWorkspaceAlign), round_up(elements / kBlockSize, kWorkspaceAlign),
-          round_up(elements * 2, kWorkspaceAlign)};
+          round_up(elements * 2, kWorkspaceAlign) + stream_k};
 }
 
 // A caller's workspace must be empty (allocate on demand) or large and aligned enough.

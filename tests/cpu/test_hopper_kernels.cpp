@@ -156,9 +156,21 @@ TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
                             "w128_t256_st4_k64", "w128_t256_st4_k64_overlap_split2",
                             "w64_t32_st8_overlap_alt", "w64_t64_st8_overlap_alt_split2"}));
   // 16 compiled instances x splits 1, 2, 3, 4, 5, 6, 8, less split 6 of the three 128 x 256
-  // tiles (its output tile does not fit their ring).
-  EXPECT_EQ(configs.size(), 109u);
+  // tiles (its output tile does not fit their ring), and one persistent and one stream-K
+  // instance, never split.
+  EXPECT_EQ(configs.size(), 111u);
   EXPECT_THAT(configs, ::testing::IsSupersetOf({"w192_t128_st3", "w192_t128_st3_split8"}));
+  EXPECT_THAT(configs, ::testing::Contains("w128_t256_st4_k64_overlap_streamk"));
+  // Stream-K configs run where linear()'s workspace holds their partial tiles.
+  EXPECT_THAT(k.can_run(255, 6144, "w128_t256_st4_k64_overlap_streamk").reason,
+              HasSubstr("stream-K configs run from M = 256"));
+  EXPECT_TRUE(k.can_run(256, 6144, "w128_t256_st4_k64_overlap_streamk").ok());
+  EXPECT_GE(linear_workspace_bytes(256, 6144),
+            static_cast<std::size_t>(256 * 6144) +
+                k.workspace_bytes(LinearShape{256, 64, 6144}, "w128_t256_st4_k64_overlap_streamk"));
+  EXPECT_THAT(configs, ::testing::Contains("w128_t256_st4_k64_overlap_persistent"));
+  EXPECT_THAT(configs,
+              ::testing::Not(::testing::Contains("w128_t256_st4_k64_overlap_persistent_split2")));
   EXPECT_THAT(configs, ::testing::IsSupersetOf({"w128_t160_st3", "w128_t160_st3_split6"}));
   EXPECT_THAT(configs, ::testing::IsSupersetOf({"w64_t32_st8_overlap_alt_split3",
                                                 "w64_t64_st4_overlap_split5",
@@ -365,6 +377,15 @@ TEST(LinearWith, AConfigThatCannotRunThisKIsRejectedBeforeAnyLaunch) {
   EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
   EXPECT_EQ(e.argument(), "config");
   EXPECT_THAT(e.what(), HasSubstr("chunks of 128"));
+}
+
+// ... that the config can run this M and K (a stream-K config needs M >= 256, its workspace
+// comes only with such M), before it checks the workspace ...
+TEST(LinearWith, AConfigThatCannotRunThisMIsRejectedBeforeAnyLaunch) {
+  const Error e = linear_with_error(prefill_kernel(), "w128_t256_st4_k64_overlap_streamk", 9, 128);
+  EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+  EXPECT_EQ(e.argument(), "config");
+  EXPECT_THAT(e.what(), HasSubstr("M = 256"));
 }
 
 // ... and that it runs on this machine: without a GPU, a GPU kernel that can implement the layer

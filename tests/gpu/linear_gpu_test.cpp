@@ -467,6 +467,60 @@ TEST(LinearGpu, LinearWithEveryConfigOfEveryGpuKernelMatchesFp64) {
   }
 }
 
+// The stream-K config's flags live in the caller's workspace: the launch must zero them every
+// call, so a workspace of any bytes (here 0xFF, every flag already "published") and replays of a
+// captured graph give the eager answer bit for bit. 16 tiles of 12 chunks on up to 132 CTAs cut
+// every tile into several runs, so most owners add more than one partial.
+TEST(LinearGpu, StreamKThroughAPoisonedWorkspaceMatchesEagerAndGraphReplays) {
+  MXL_REQUIRE_GPU();
+  const Kernel* prefill = nullptr;
+  for (const auto& kernel : Registry::global().kernels()) {
+    if (kernel->name() == "prefill") prefill = kernel.get();
+  }
+  ASSERT_NE(prefill, nullptr);
+  if (!prefill->is_supported(DeviceDescription::current()).ok()) {
+    GTEST_SKIP() << "the prefill kernel does not run on this GPU";
+  }
+  const std::string config = "w128_t256_st4_k64_overlap_streamk";
+  auto rng = make_rng();
+  Layer l = make_layer(1, 300, 1000, 1536, rng);
+  const std::int64_t m = l.b * l.s;
+  DeviceBuffer ws(linear_workspace_bytes(m, l.k));
+  const Workspace w{ws.get(), ws.size()};
+  DeviceBuffer eager(static_cast<std::size_t>(m * l.n) * 2),
+      graphed(static_cast<std::size_t>(m * l.n) * 2);
+  cudaStream_t stream;
+  MXL_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto out_view = [&](DeviceBuffer& b) {
+    return TensorView::contiguous(b.get(), {l.b, l.s, l.n}, DType::kBF16, Location::kDevice);
+  };
+  eager.poison();  // on the legacy stream: synchronized below before ours uses the buffer
+  MXL_CUDA_OK(cudaDeviceSynchronize());
+  MXL_CUDA_OK(cudaMemsetAsync(ws.get(), 0xFF, ws.size(), stream));
+  linear_with(*prefill, config, l.x_view(), l.weight(), std::nullopt, out_view(eager), stream, w);
+  MXL_CUDA_OK(cudaStreamSynchronize(stream));
+  const auto expected = eager.download<std::uint16_t>(static_cast<std::size_t>(m * l.n));
+  expect_close_to_fp64(expected, l);
+  cudaGraph_t graph;
+  MXL_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  linear_with(*prefill, config, l.x_view(), l.weight(), std::nullopt, out_view(graphed), stream, w);
+  MXL_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  MXL_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    graphed.poison();
+    MXL_CUDA_OK(cudaDeviceSynchronize());
+    MXL_CUDA_OK(cudaMemsetAsync(ws.get(), 0xFF, ws.size(), stream));
+    MXL_CUDA_OK(cudaGraphLaunch(exec, stream));
+    MXL_CUDA_OK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(graphed.download<std::uint16_t>(static_cast<std::size_t>(m * l.n)), expected)
+        << "graph replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 // e4m3 rows that are not 16-byte aligned are beyond the generic kernel (cp.async); the registry
 // hands such a layer to the CPU reference kernel, which must still give the right answer.
 TEST(LinearGpu, MisalignedWeightRowsFallBackToTheReferenceKernel) {

@@ -51,6 +51,17 @@ std::vector<std::uint8_t> run_config(Config config, const MxOperand& a, const Mx
   DeviceBuffer out(static_cast<std::size_t>(a.rows * w.rows) * element_size(out_dtype));
   out.poison();
   device::GemmParams p = gemm_params(da, dw, out, out_dtype);
+  // Stream-K partial tiles and flags, poisoned: the launch must zero the flags itself.
+  DeviceBuffer stream_k;
+  if (device::prefill_gemm_instances()[static_cast<std::size_t>(config.instance)].stream_k) {
+    stream_k = DeviceBuffer(device::prefill_stream_k_bytes());
+    stream_k.poison();
+    const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(config.instance)];
+    p.partials = reinterpret_cast<float*>(stream_k.get());
+    p.flags = reinterpret_cast<std::uint32_t*>(
+        stream_k.bytes() +
+        static_cast<std::size_t>(device::kPrefillMaxStreamKCtas) * i.rows * i.tokens * 4);
+  }
   if (bias) {
     p.bias = bias->get();
     p.bias_type = bias_type;
@@ -266,7 +277,8 @@ std::string config_name(const ::testing::TestParamInfo<std::tuple<int, int>>& in
   std::ostringstream name;  // the registry's config name
   name << "w" << instance.rows << "_t" << instance.tokens << "_st" << instance.stages
        << (instance.bk == 128 ? "" : "_k" + std::to_string(instance.bk))
-       << (instance.overlap ? "_overlap" : "") << (instance.alternating ? "_alt" : "");
+       << (instance.overlap ? "_overlap" : "") << (instance.alternating ? "_alt" : "")
+       << (instance.stream_k ? "_streamk" : (instance.persistent ? "_persistent" : ""));
   if (std::get<1>(info.param) > 1) name << "_split" << std::get<1>(info.param);
   return name.str();
 }
@@ -286,6 +298,32 @@ std::vector<std::tuple<int, int>> every_config() {
 
 INSTANTIATE_TEST_SUITE_P(EveryConfig, PrefillGemmInstance, ::testing::ValuesIn(every_config()),
                          config_name);
+
+// The persistent configs on layers of more tiles than an H200 has SMs (1000 x 8200: 260 to 455
+// tiles, so most CTAs walk 2-4 tiles): the ring runs on from tile to tile, through 1 and 3
+// chunks of 128 per tile (the scale copy's second group empty, then not), with N and M tails.
+class PrefillPersistentWalk : public PrefillGemmInstance {};
+
+TEST_P(PrefillPersistentWalk, ManyTilesPerCtaMatchFp64BitForBit) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  const GemmShape walks[] = {{1000, 8200, 128}, {1000, 8200, 384}};
+  check_exact_on_shapes(runner(), walks, rng);
+}
+
+std::vector<std::tuple<int, int>> persistent_configs() {
+  std::vector<std::tuple<int, int>> configs;
+  for (int instance = 0; instance < static_cast<int>(device::prefill_gemm_instances().size());
+       ++instance) {
+    if (device::prefill_gemm_instances()[static_cast<std::size_t>(instance)].persistent) {
+      configs.emplace_back(instance, 1);
+    }
+  }
+  return configs;
+}
+
+INSTANTIATE_TEST_SUITE_P(PersistentConfigs, PrefillPersistentWalk,
+                         ::testing::ValuesIn(persistent_configs()), config_name);
 
 }  // namespace
 }  // namespace mxlinear::test

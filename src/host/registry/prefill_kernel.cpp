@@ -2,8 +2,9 @@
 // tuned rows name) for large M. Each call runs the bf16 activation pre-pass into the call's
 // scratch, then the GEMM. Config names: "w128_t128_st4" = 128 weight rows x 128 tokens per
 // CTA, a 4-stage ring; "_overlap" = one stage's wgmma kept in flight per warpgroup; "_alt" =
-// two warpgroups on the same rows taking alternate stages; "_split2" = K split over a cluster of
-// 2 CTAs (no suffix: one).
+// two warpgroups on the same rows taking alternate stages; "_persistent" = one CTA per SM walks
+// the output tiles; "_streamk" = the same walk over (tile, 128-K chunk) units, cut tiles met in
+// the workspace; "_split2" = K split over a cluster of 2 CTAs (no suffix: one).
 #include <fmt/format.h>
 
 #include <iterator>
@@ -36,9 +37,10 @@ struct PrefillConfig {
 };
 
 std::string config_name(const device::PrefillInstanceInfo& i, int splits) {
-  return fmt::format("w{}_t{}_st{}{}{}{}{}", i.rows, i.tokens, i.stages,
+  return fmt::format("w{}_t{}_st{}{}{}{}{}{}", i.rows, i.tokens, i.stages,
                      i.bk == 128 ? std::string() : fmt::format("_k{}", i.bk),
                      i.overlap ? "_overlap" : "", i.alternating ? "_alt" : "",
+                     i.stream_k ? "_streamk" : (i.persistent ? "_persistent" : ""),
                      splits > 1 ? fmt::format("_split{}", splits) : std::string());
 }
 
@@ -117,16 +119,20 @@ class PrefillKernel final : public Kernel {
   }
   bool prepared_weights_cacheable() const override { return true; }
 
-  std::size_t workspace_bytes(const LinearShape& shape, const std::string&) const override {
-    const auto bytes = static_cast<std::size_t>(shape.m * shape.k) * 2;  // bf16 activation
-    return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+  // The bf16 activation, then for a stream-K config its partial tiles and flags.
+  std::size_t workspace_bytes(const LinearShape& shape, const std::string& config) const override {
+    return activation_bytes(shape) + (is_stream_k(config) ? device::prefill_stream_k_bytes() : 0);
   }
 
   bool takes_dequantized_activation(const std::string&) const override { return true; }
 
-  Verdict can_run(std::int64_t, std::int64_t k, std::string_view config) const override {
+  Verdict can_run(std::int64_t m, std::int64_t k, std::string_view config) const override {
     const PrefillConfig c = find_config(config);
     if (c.instance < 0) return {fmt::format("is '{}', not a prefill config", config)};
+    if (is_stream_k(config) && m < device::kPrefillStreamKMinRows) {
+      return {fmt::format("is '{}'; stream-K configs run from M = {} (M is {})", config,
+                          device::kPrefillStreamKMinRows, m)};
+    }
     if (c.splits > k / 128) {
       return {
           fmt::format("is '{}'; K = {} has only {} chunks of 128 to split", config, k, k / 128)};
@@ -162,7 +168,14 @@ class PrefillKernel final : public Kernel {
                    fmt::format("has {} bytes; the call needs {} (linear() provides them)",
                                call.workspace.bytes, workspace_bytes(shape, config)));
     }
-    const device::GemmParams p = detail::gemm_params(call);
+    device::GemmParams p = detail::gemm_params(call);
+    if (is_stream_k(config)) {
+      const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)];
+      auto* area = static_cast<std::uint8_t*>(call.workspace.data) + activation_bytes(shape);
+      p.partials = reinterpret_cast<float*>(area);
+      p.flags = reinterpret_cast<std::uint32_t*>(
+          area + static_cast<std::size_t>(device::kPrefillMaxStreamKCtas) * i.rows * i.tokens * 4);
+    }
     if (const std::string_view why = device::prefill_gemm_unsupported(p); !why.empty()) {
       detail::fail(ErrorCode::kUnsupported, "prefill kernel", "layer",
                    fmt::format("is {} x {} x {}; {}", shape.m, shape.n, shape.k, why));
@@ -187,6 +200,16 @@ class PrefillKernel final : public Kernel {
 
  private:
   static constexpr int kSmemLimit = 227 * 1024;
+
+  static std::size_t activation_bytes(const LinearShape& shape) {
+    const auto bytes = static_cast<std::size_t>(shape.m * shape.k) * 2;
+    return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+  }
+  static bool is_stream_k(std::string_view config) {
+    const PrefillConfig c = find_config(config);
+    return c.instance >= 0 &&
+           device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)].stream_k;
+  }
 };
 
 }  // namespace
