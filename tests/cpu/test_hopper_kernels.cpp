@@ -354,48 +354,41 @@ Error linear_with_error(const Kernel& kernel, const std::string& config, std::in
   return Error(ErrorCode::kInternal, "", "no error");
 }
 
+// What a refusal must say: its code, the argument it names and a phrase of its reason.
+void expect_refusal(const Error& e, ErrorCode code, const std::string& argument,
+                    const std::string& phrase) {
+  EXPECT_EQ(e.code(), code);
+  EXPECT_EQ(e.argument(), argument);
+  EXPECT_THAT(e.what(), HasSubstr(phrase));
+}
+
 // linear_with checks that the given kernel can run the layer (decode needs K % 128 == 0)...
 TEST(LinearWith, AKernelThatCannotRunTheLayerIsRejectedBeforeAnyLaunch) {
-  const Error e = linear_with_error(decode_kernel(), "t8_st4_split1", 4, 96);
-  EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-  EXPECT_EQ(e.argument(), "kernel");
-  EXPECT_THAT(e.what(), HasSubstr("K % 128"));
+  expect_refusal(linear_with_error(decode_kernel(), "t8_st4_split1", 4, 96),
+                 ErrorCode::kUnsupported, "kernel", "K % 128");
 }
 
 // ... that the config is one of the kernel's ...
 TEST(LinearWith, AnUnknownConfigIsRejectedByName) {
-  const Error e = linear_with_error(prefill_kernel(), "w128_t999", 4, 128);
-  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(e.argument(), "config");
-  EXPECT_THAT(e.what(), HasSubstr("w128_t999"));
+  expect_refusal(linear_with_error(prefill_kernel(), "w128_t999", 4, 128),
+                 ErrorCode::kInvalidArgument, "config", "w128_t999");
 }
 
-// ... that the config can run this M and K (8 K splits need 8 chunks of 128), before it checks
-// the workspace ...
-TEST(LinearWith, AConfigThatCannotRunThisKIsRejectedBeforeAnyLaunch) {
-  const Error e = linear_with_error(prefill_kernel(), "w128_t128_st4_split8", 9, 256);
-  EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-  EXPECT_EQ(e.argument(), "config");
-  EXPECT_THAT(e.what(), HasSubstr("chunks of 128"));
-}
-
-// ... that the config can run this M and K (a stream-K config needs M >= 256, its workspace
-// comes only with such M), before it checks the workspace ...
-TEST(LinearWith, AConfigThatCannotRunThisMIsRejectedBeforeAnyLaunch) {
-  const Error e = linear_with_error(prefill_kernel(), "w128_t256_st4_k64_overlap_streamk", 9, 128);
-  EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-  EXPECT_EQ(e.argument(), "config");
-  EXPECT_THAT(e.what(), HasSubstr("M = 256"));
+// ... that the config can run this M and K, before it checks the workspace: 8 K splits need 8
+// chunks of 128, and a stream-K config needs M >= 256 (its workspace comes only with such M) ...
+TEST(LinearWith, AConfigThatCannotRunThisMOrKIsRejectedBeforeAnyLaunch) {
+  expect_refusal(linear_with_error(prefill_kernel(), "w128_t128_st4_split8", 9, 256),
+                 ErrorCode::kUnsupported, "config", "chunks of 128");
+  expect_refusal(linear_with_error(prefill_kernel(), "w128_t256_st4_k64_overlap_streamk", 9, 128),
+                 ErrorCode::kUnsupported, "config", "M = 256");
 }
 
 // ... and that it runs on this machine: without a GPU, a GPU kernel that can implement the layer
 // is still refused.
 TEST(LinearWith, AGpuKernelIsRejectedOnAMachineWithoutOne) {
   if (gpu_available()) GTEST_SKIP() << "this machine has a GPU (the GPU tests run linear_with)";
-  const Error e = linear_with_error(gemv_kernel(), gemv_kernel().configs().front(), 2, 64);
-  EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-  EXPECT_EQ(e.argument(), "kernel");
-  EXPECT_THAT(e.what(), HasSubstr("does not run on"));
+  expect_refusal(linear_with_error(gemv_kernel(), gemv_kernel().configs().front(), 2, 64),
+                 ErrorCode::kUnsupported, "kernel", "does not run on");
 }
 
 // The K permutation inside an MX block that the bf16 activation pre-pass writes must put each
