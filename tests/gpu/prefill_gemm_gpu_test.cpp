@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <tuple>
 
@@ -11,6 +10,7 @@
 #include "device/prefill_gemm.hpp"
 #include "gpu/gemm_checks.hpp"
 #include "gpu/gpu_support.hpp"
+#include "host/registry/prefill_kernel.hpp"
 #include "mxlinear/format.hpp"
 #include "mxlinear/registry.hpp"
 #include "support/random.hpp"
@@ -272,15 +272,9 @@ TEST_P(PrefillGemmInstance, NaNBiasAndDeterminism) {
 }
 
 std::string config_name(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
-  const auto& instance =
-      device::prefill_gemm_instances()[static_cast<std::size_t>(std::get<0>(info.param))];
-  std::ostringstream name;  // the registry's config name
-  name << "w" << instance.rows << "_t" << instance.tokens << "_st" << instance.stages
-       << (instance.bk == 128 ? "" : "_k" + std::to_string(instance.bk))
-       << (instance.overlap ? "_overlap" : "") << (instance.alternating ? "_alt" : "")
-       << (instance.stream_k ? "_streamk" : (instance.persistent ? "_persistent" : ""));
-  if (std::get<1>(info.param) > 1) name << "_split" << std::get<1>(info.param);
-  return name.str();
+  return prefill_config_name(
+      device::prefill_gemm_instances()[static_cast<std::size_t>(std::get<0>(info.param))],
+      std::get<1>(info.param));
 }
 
 // Every (instance, split count) whose output tile fits the instance's ring: the registry's

@@ -36,13 +36,17 @@ struct PrefillConfig {
   int splits = 1;
 };
 
-std::string config_name(const device::PrefillInstanceInfo& i, int splits) {
+}  // namespace
+
+std::string prefill_config_name(const device::PrefillInstanceInfo& i, int splits) {
   return fmt::format("w{}_t{}_st{}{}{}{}{}{}", i.rows, i.tokens, i.stages,
                      i.bk == 128 ? std::string() : fmt::format("_k{}", i.bk),
                      i.overlap ? "_overlap" : "", i.alternating ? "_alt" : "",
                      i.stream_k ? "_streamk" : (i.persistent ? "_persistent" : ""),
                      splits > 1 ? fmt::format("_split{}", splits) : std::string());
 }
+
+namespace {
 
 // Every config the kernel offers.
 const detail::NamedConfigs<PrefillConfig>& named_configs() {
@@ -52,7 +56,7 @@ const detail::NamedConfigs<PrefillConfig>& named_configs() {
     for (std::size_t i = 0; i < instances.size(); ++i) {
       for (const int splits : kSplitCounts) {
         if (device::prefill_gemm_splits_fit(static_cast<int>(i), splits)) {
-          named.emplace_back(config_name(instances[i], splits),
+          named.emplace_back(prefill_config_name(instances[i], splits),
                              PrefillConfig{static_cast<int>(i), splits});
         }
       }
@@ -110,7 +114,7 @@ class PrefillKernel final : public Kernel {
   }
 
   std::string default_config(std::int64_t) const override {
-    return config_name(device::prefill_gemm_instances()[0], 1);
+    return prefill_config_name(device::prefill_gemm_instances()[0], 1);
   }
 
   void prepare_weights(const MxWeight& in, const MxWeight& out,
