@@ -89,7 +89,7 @@ constexpr std::array<PrefillInstanceInfo, 18> kInstances = {info<Tile4>(),
                                                             info<Tile128x256k64OverlapPersistent>(),
                                                             info<Tile128x256k64OverlapStreamK>()};
 
-int chunks_per_cta(int k, int splits) { return (k / 128 + splits - 1) / splits; }
+int chunks_per_cta(int k, int splits) { return ((k + 127) / 128 + splits - 1) / splits; }
 
 template <class Tile>
 cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf16, int splits,
@@ -121,7 +121,7 @@ cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf
     if constexpr (Tile::kStreamK) {
       // Every SM, fewer tiles or not; but at least one unit a CTA (a CTA with none would never
       // publish), and at most the workspace's CTAs.
-      const unsigned long long units = static_cast<unsigned long long>(tiles) * (p.k / 128);
+      const unsigned long long units = static_cast<unsigned long long>(tiles) * ((p.k + 127) / 128);
       ctas = units < static_cast<unsigned>(sms) ? static_cast<unsigned>(units)
                                                 : static_cast<unsigned>(sms);
       if (ctas > static_cast<unsigned>(kPrefillMaxStreamKCtas)) ctas = kPrefillMaxStreamKCtas;
@@ -162,14 +162,11 @@ int prefill_gemm_smem_bytes(int instance, int k, int splits) {
 }
 
 std::string_view prefill_gemm_unsupported(const GemmParams& p) {
-  if (p.k % 128 != 0) return "K must be a multiple of 128";
+  // A last 128-K chunk of 32, 64 or 96 is zero-filled by TMA past K; its scales are copied byte
+  // by byte (stage_scales), as are scale rows that are not 4-byte aligned.
+  if (p.k % 32 != 0) return "K must be a multiple of 32";
   if (reinterpret_cast<std::uintptr_t>(p.w) % 16 != 0 || (p.n > 1 && p.ld_w % 16 != 0)) {
     return "e4m3 weight rows must be 16-byte aligned";
-  }
-  // The kernel copies weight scales in 4-byte words (4 MX blocks: one 128-K chunk).
-  if (reinterpret_cast<std::uintptr_t>(p.w_scales) % 4 != 0 ||
-      (p.n > 1 && p.ld_w_scales % 4 != 0)) {
-    return "weight scale rows must be 4-byte aligned";
   }
   if (!tma_available()) return "the driver has no cuTensorMapEncodeTiled";
   return {};
@@ -187,7 +184,7 @@ bool prefill_gemm_splits_fit(int instance, int splits) {
 
 cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf16,
                                 int instance, int splits, cudaStream_t stream) {
-  if (!prefill_gemm_splits_fit(instance, splits) || splits > p.k / 128) {
+  if (!prefill_gemm_splits_fit(instance, splits) || splits > (p.k + 127) / 128) {
     return cudaErrorInvalidValue;
   }
   if (reinterpret_cast<std::uintptr_t>(a_bf16) % 16 != 0 || (p.m > 1 && ld_a_bf16 % 8 != 0)) {

@@ -49,13 +49,13 @@ int prefill_gemm_smem_bytes(int instance, int k, int splits);
 // a persistent instance only for 1.
 bool prefill_gemm_splits_fit(int instance, int splits);
 
-// Empty when p suits the prefill kernel (K % 128 == 0, 16-byte aligned weight rows, the
+// Empty when p suits the prefill kernel (K % 32 == 0, 16-byte aligned weight rows, the
 // driver's TMA encoder), else what is wrong. The activation operand is checked by the launcher.
 std::string_view prefill_gemm_unsupported(const GemmParams& p);
 
 // out = deq(a) deq(w)^T (+ bias) for p.m > 0, with a_bf16 = the permuted bf16 activation
 // [p.m, p.k] (row stride ld_a_bf16 elements, 16-byte aligned rows), K split `splits` ways
-// (1..kPrefillMaxSplits, at most K / 128), launched as a programmatic dependent of the
+// (1..kPrefillMaxSplits, at most ceil(K / 128)), launched as a programmatic dependent of the
 // pre-pass. Returns the launch error, if any.
 cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf16,
                                 int instance, int splits, cudaStream_t stream);

@@ -196,12 +196,21 @@ __device__ __forceinline__ void release_stage(std::uint32_t empty, int s, int la
   if (lane == 0) hopper::mbarrier_arrive(empty + 8 * s);
 }
 
+// Whether the weight scales can be copied a 128-K chunk's 4-byte word at a time.
+__device__ __forceinline__ bool scale_words_copyable(const GemmParams& p) {
+  return p.k % 128 == 0 && reinterpret_cast<std::uintptr_t>(p.w_scales) % 4 == 0 &&
+         (p.n <= 1 || p.ld_w_scales % 4 == 0);
+}
+
 // The weight scale bytes of the CTA's rows and K range go to shared memory ([row][4 * chunks])
 // by cp.async, each warp fetching the words of the 16 rows it reads, so no CTA barrier: the
 // warpgroup's first two chunks in a first group that its first stage waits for, the rest in a
 // second group that its third chunk waits for, in flight while the first two compute. Copying them
 // all before the main loop cost every CTA 3-4 us at K = 6144 (timeline, session 8); loading each
 // thread's words into registers two chunks ahead of use left the 64-row tiles waiting on them.
+// Where K % 128 != 0 or the scale rows are not 4-byte aligned, the words are assembled byte by
+// byte with plain loads instead (0, a finite 2^-127, for blocks past K, whose data TMA
+// zero-filled): the same layout, only slower to copy.
 template <class Tile>
 __device__ __forceinline__ void stage_scales(const GemmParams& p, std::uint32_t scale_smem, int n0,
                                              int c_begin, int chunks, int group) {
@@ -216,6 +225,23 @@ __device__ __forceinline__ void stage_scales(const GemmParams& p, std::uint32_t 
   // This warpgroup's chunks (kBK = 128 when alternating: one stage per chunk).
   const int first = Tile::kAlternating ? group : 0;
   constexpr int kStep = Tile::kStageStep;
+  if (!scale_words_copyable(p)) {
+    const int blocks = p.k / 32;  // of a whole row; the chunk's blocks past it get 0
+    for (int chunk = first + kStep * (lane >> 4); chunk < chunks; chunk += 2 * kStep) {
+      std::uint32_t word = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int block = 4 * (c_begin + chunk) + j;
+        if (valid && block < blocks)
+          word |= static_cast<std::uint32_t>(src[4 * chunk + j]) << 8 * j;
+      }
+      ptx::st_shared_u32(dst + 4 * chunk, word);
+    }
+    ptx::cp_async_commit();  // the two (empty) groups consume() waits for
+    ptx::cp_async_commit();
+    __syncwarp();
+    return;
+  }
   int chunk = first + kStep * (lane >> 4);
   if (chunk < chunks) ptx::cp_async_4(dst + 4 * chunk, src + 4 * chunk, src_bytes);
   ptx::cp_async_commit();

@@ -195,7 +195,7 @@ __device__ __forceinline__ void walk_tiles(const CUtensorMap* w_map, const CUten
                                            timeline::Stamps& stamps) {
   const int row_tiles = (p.n + Tile::kRows - 1) / Tile::kRows;
   const int tiles = row_tiles * ((p.m + Tile::kTokens - 1) / Tile::kTokens);
-  const int chunks = p.k / 128;
+  const int chunks = (p.k + 127) / 128;  // the last one zero-filled past K
   auto row_of = [&](int tile) { return (tile % row_tiles) * Tile::kRows; };
   auto token_of = [&](int tile) { return (tile / row_tiles) * Tile::kTokens; };
   StretchWalk<Tile> walk(tiles, chunks);

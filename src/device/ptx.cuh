@@ -23,6 +23,11 @@ __device__ __forceinline__ void cp_async_4(std::uint32_t dst, const void* src, i
                : "memory");
 }
 
+// A 4-byte store to a shared-memory address in the form cp.async takes its destinations.
+__device__ __forceinline__ void st_shared_u32(std::uint32_t dst, std::uint32_t value) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst), "r"(value) : "memory");
+}
+
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

@@ -18,7 +18,7 @@ inline constexpr int kMaxClusterSplits = 8;
 
 // Where a CTA of a split-K wgmma kernel works. Grid: x = kRows-row weight tiles, y = K splits
 // (= the cluster size), z = token tiles; split r takes 128-K chunks [c_begin, c_begin + chunks)
-// of the K / 128, spread as evenly as the division allows.
+// of the ceil(K / 128), spread as evenly as the division allows.
 struct SplitTile {
   int n0, t0;           // first weight row and first token
   int split, splits;    // this CTA's split and the cluster's
@@ -32,7 +32,7 @@ __device__ __forceinline__ SplitTile split_tile(int k) {
   t.split = static_cast<int>(blockIdx.y);
   t.splits = static_cast<int>(gridDim.y);
   t.t0 = static_cast<int>(blockIdx.z) * kTokens;
-  const ChunkRange range = split_chunks(t.split, t.splits, k / 128);
+  const ChunkRange range = split_chunks(t.split, t.splits, (k + 127) / 128);
   t.c_begin = range.begin;
   t.chunks = range.count;
   return t;

@@ -389,7 +389,7 @@ TEST(Registry, EveryDispatchOnRandomLayersNamesAConfigThatCanRunTheCall) {
 }
 
 // A layer nobody tuned, near the seed's qkv projection, borrows its rows on an H200; where a
-// row's kernel cannot take the layer (the prefill kernel needs K % 128 == 0), the generic
+// row's kernel cannot take the layer (the decode kernel needs K % 128 == 0), the generic
 // kernel keeps the call.
 TEST(Registry, ShippedTableLendsTheNearestSeedShapesRowsToAnUntunedLayer) {
   const Registry& r = Registry::global();
@@ -402,10 +402,11 @@ TEST(Registry, ShippedTableLendsTheNearestSeedShapesRowsToAnUntunedLayer) {
   EXPECT_EQ(r.dispatch(near, kH200, 512).kernel->name(), "prefill");
   const LayerSelection k_tail = r.select(layer(3000, 4096 - 32), kH200);
   EXPECT_EQ(r.dispatch(k_tail, kH200, 1).kernel->name(), "gemv");
-  const Dispatch tail512 = r.dispatch(k_tail, kH200, 512);
-  EXPECT_EQ(tail512.kernel->name(), "generic");
-  EXPECT_EQ(tail512.why, "default config");
-  EXPECT_EQ(tail512.borrowed_n, 0);
+  EXPECT_EQ(r.dispatch(k_tail, kH200, 512).kernel->name(), "prefill");  // any K % 32 == 0
+  const Dispatch tail8 = r.dispatch(k_tail, kH200, 8);
+  EXPECT_EQ(tail8.kernel->name(), "generic");
+  EXPECT_EQ(tail8.why, "default config");
+  EXPECT_EQ(tail8.borrowed_n, 0);
   // The report marks borrowed rows apart from a shape's own.
   const auto rows =
       r.report({{"near_qkv", 3000, 4096, 1}, {"qkv", 2560, 6144, 1}}, kH200, DType::kBF16);

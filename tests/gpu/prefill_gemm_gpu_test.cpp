@@ -85,18 +85,20 @@ double round_bf16(double x) {
 // K chunks (of 128) that the splits do not divide evenly (10). Output rows 16-byte aligned or
 // not (N = 200 and 196 take the epilogue's vector stores, 196 in fp32 with a last group of 4).
 // Shapes with fewer chunks than a config's splits are skipped for it (the launcher rejects them).
-const GemmShape kShapes[] = {{1, 1, 128},      {7, 33, 256},    {300, 257, 512},
-                             {130, 129, 1024}, {70, 200, 1280}, {40, 196, 256}};
+// K = 544 and 96 end in a part chunk (32 and 96 of 128 K): TMA zero-fills the rest, and their
+// scale rows (17 and 3 bytes) are not 4-byte aligned, so the scales are copied byte by byte.
+const GemmShape kShapes[] = {{1, 1, 128},     {7, 33, 256},   {300, 257, 512}, {130, 129, 1024},
+                             {70, 200, 1280}, {40, 196, 256}, {37, 90, 544},   {5, 70, 96}};
 
 // (instance, K splits): every config the registry entry offers.
 class PrefillGemmInstance : public ::testing::TestWithParam<std::tuple<int, int>> {
  protected:
   Config config() const { return {std::get<0>(GetParam()), std::get<1>(GetParam())}; }
-  // The shapes with at least as many 128-K chunks as the config has splits.
+  // The shapes with at least as many 128-K chunks (a part chunk counts) as the config has splits.
   std::vector<GemmShape> shapes() const {
     std::vector<GemmShape> fitting;
     for (const GemmShape& c : kShapes) {
-      if (c.k / 128 >= config().splits) fitting.push_back(c);
+      if ((c.k + 127) / 128 >= config().splits) fitting.push_back(c);
     }
     return fitting;
   }

@@ -82,14 +82,10 @@ class PrefillKernel final : public Kernel {
   }
 
   Verdict can_implement(const LayerDescription& layer) const override {
-    if (layer.k % 128 != 0) return {fmt::format("needs K % 128 == 0; K is {}", layer.k)};
+    if (layer.k % 32 != 0) return {fmt::format("needs K % 32 == 0; K is {}", layer.k)};
     if (layer.alignment < 16) {
       return {fmt::format("needs 16-byte aligned e4m3 rows; the layer's are {}-byte aligned",
                           layer.alignment)};
-    }
-    if (layer.scale_alignment < 4) {
-      return {fmt::format("needs 4-byte aligned scale rows; the layer's are {}-byte aligned",
-                          layer.scale_alignment)};
     }
     for (std::size_t i = 0; i < device::prefill_gemm_instances().size(); ++i) {
       if (device::prefill_gemm_smem_bytes(static_cast<int>(i), static_cast<int>(layer.k), 1) <=
@@ -137,9 +133,8 @@ class PrefillKernel final : public Kernel {
       return {fmt::format("is '{}'; stream-K configs run from M = {} (M is {})", config,
                           device::kPrefillStreamKMinRows, m)};
     }
-    if (c.splits > k / 128) {
-      return {
-          fmt::format("is '{}'; K = {} has only {} chunks of 128 to split", config, k, k / 128)};
+    if (const std::int64_t chunks = (k + 127) / 128; c.splits > chunks) {
+      return {fmt::format("is '{}'; K = {} has only {} chunks of 128 to split", config, k, chunks)};
     }
     if (const int smem = device::prefill_gemm_smem_bytes(c.instance, static_cast<int>(k), c.splits);
         smem > kSmemLimit) {
