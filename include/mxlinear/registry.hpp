@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -45,6 +46,12 @@ struct LayerDescription {
   int scale_alignment = 4;  // bytes: the same for the scale matrices
 };
 
+// A run of 32-bit words in a kernel's scratch (KernelCall::workspace): byte offset and count.
+struct ScratchWords {
+  std::size_t offset = 0;
+  std::size_t count = 0;
+};
+
 // Ok, or the reason not.
 struct Verdict {
   std::string reason;
@@ -61,8 +68,9 @@ struct KernelCall {
   LinearShape shape;
   cudaStream_t stream = nullptr;
   Workspace workspace;  // at least the kernel's workspace_bytes() for this call
-  // The workspace already starts with x dequantized to bf16 in the prefill kernel's layout
-  // (set by the linear's quantization for kernels that take_dequantized_activation()).
+  // The workspace already starts with x dequantized to bf16 in the prefill kernel's layout, and
+  // its scratch_words_to_zero() are zero (both done by the linear's quantization pass for
+  // kernels that take_dequantized_activation()).
   bool x_dequantized_in_workspace = false;
   // The caller's bf16/fp16 activation, for a kernel that quantizes it itself
   // (quantizes_activation()); x then holds no data (the linear skipped its quantization).
@@ -108,6 +116,15 @@ class Kernel {
     (void)shape;
     (void)config;
     return 0;
+  }
+  // Words of the scratch this config needs zeroed before it runs (the prefill kernel's stream-K
+  // flags). The pass that writes its dequantized activation zeroes them; run() zeroes them itself
+  // otherwise. None by default.
+  virtual ScratchWords scratch_words_to_zero(const LinearShape& shape,
+                                             const std::string& config) const {
+    (void)shape;
+    (void)config;
+    return {};
   }
   // Whether this config reads the activation dequantized to bf16 (activation_bf16.hpp's layout)
   // from the start of its workspace: the linear's bf16 entry point then writes it in the same

@@ -33,6 +33,7 @@ __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const Activat
   // activation, or the previous layer's GEMM, which may still read the scratch written here)
   // must finish first; only the launch and the CTAs' start overlap its tail.
   hopper::wait_prerequisite_grids();
+  p.zero_for_next.zero();
   // The prefill GEMM launched next (a programmatic dependent) may start its prologue now.
   hopper::allow_dependent_launch();
   const int stride = static_cast<int>(gridDim.x) * kThreads;

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "device/zeroed_words.hpp"
+
 namespace mxlinear::device {
 
 struct ActivationBf16Params {
@@ -16,7 +18,8 @@ struct ActivationBf16Params {
   std::int64_t ld_q = 0, ld_scales = 0;  // bytes
   void* out = nullptr;                   // [M, K] bf16, permuted, row stride ld_out elements
   std::int64_t ld_out = 0;
-  int m = 0, k = 0;  // k % 32 == 0
+  int m = 0, k = 0;           // k % 32 == 0
+  ZeroedWords zero_for_next;  // the prefill GEMM's stream-K flags, when it runs one
 };
 
 // The logical position of physical element e (0..31) of a block.

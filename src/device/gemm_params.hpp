@@ -30,7 +30,7 @@ struct GemmParams {
   std::int64_t ld_x = 0;
   bool x_is_f16 = false;
   // The prefill kernel's stream-K configs: one fp32 partial tile per CTA and one flag word per
-  // CTA (the launcher zeroes the flags on the stream before the kernel).
+  // CTA, zero when the kernel starts (the pass before it zeroes them: ZeroedWords).
   float* partials = nullptr;
   std::uint32_t* flags = nullptr;
 };

@@ -125,12 +125,9 @@ cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf
       ctas = units < static_cast<unsigned>(sms) ? static_cast<unsigned>(units)
                                                 : static_cast<unsigned>(sms);
       if (ctas > static_cast<unsigned>(kPrefillMaxStreamKCtas)) ctas = kPrefillMaxStreamKCtas;
+      // The flags must be zero: the pass before zeroes them (GemmParams::flags), and the
+      // kernel reads them only after its wait on that pass.
       if (p.partials == nullptr || p.flags == nullptr) return cudaErrorInvalidValue;
-      // Flags are read only after the kernel's wait on the work before it, this memset included.
-      if (cudaError_t e = cudaMemsetAsync(p.flags, 0, ctas * sizeof(std::uint32_t), stream);
-          e != cudaSuccess) {
-        return e;
-      }
     }
     grid = dim3(ctas, 1, 1);
   }

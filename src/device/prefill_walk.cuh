@@ -239,8 +239,8 @@ __device__ __forceinline__ void walk_tiles(const CUtensorMap* w_map, const CUten
                              after.c_hi - after.c_lo, warpgroup);
         }
         if (ring_base == 0) {
-          // The output (and, stream-K, the flags the launch zeroed) may still be in use by the
-          // kernels before us.
+          // The output may still be in use by the kernels before us, and (stream-K) the flags are
+          // zeroed by the pass just before.
           hopper::wait_prerequisite_grids();
           stamps.mark(timeline::kWaited);
         }

@@ -196,6 +196,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, kMinResidentCtas)
   // GEMM, which may still read the workspace this kernel writes, or the producer of x) must
   // finish first; only the launch and the CTAs' start overlap its tail.
   hopper::wait_prerequisite_grids();
+  p.zero_for_next.zero();
   // A GEMM launched next as a programmatic dependent may start now: it prefetches static
   // weights and reads what this kernel writes only after griddepcontrol.wait.
   hopper::allow_dependent_launch();

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "device/zeroed_words.hpp"
 #include "mxlinear/format.hpp"
 
 namespace mxlinear::device {
@@ -27,6 +28,7 @@ struct QuantizeParams {
   int m = 0, k = 0;
   InType in_type = InType::kBF16;
   ScaleRule rule = ScaleRule::kRceil;
+  ZeroedWords zero_for_next;  // with `dequantized`: the prefill GEMM's stream-K flags
 };
 
 cudaError_t launch_quantize(const QuantizeParams& p, cudaStream_t stream);

@@ -172,7 +172,8 @@ void run_dispatched(std::string_view op, const Dispatch& d, const KernelCall& ca
 // nothing else (`dequantized_only`).
 void launch_quantize(std::string_view op, const TensorView& x, const TensorView& data,
                      const TensorView& scales, ScaleRule rule, cudaStream_t stream,
-                     void* dequantized = nullptr, bool dequantized_only = false) {
+                     void* dequantized = nullptr, bool dequantized_only = false,
+                     device::ZeroedWords zero_for_next = {}) {
   device::QuantizeParams p;
   p.x = x.data;
   p.q = dequantized_only ? nullptr : static_cast<std::uint8_t*>(data.data);
@@ -186,6 +187,7 @@ void launch_quantize(std::string_view op, const TensorView& x, const TensorView&
   p.k = static_cast<int>(x.cols());
   p.in_type = in_type(x.dtype);
   p.rule = rule;
+  p.zero_for_next = zero_for_next;
   detail::check_cuda(device::launch_quantize(p, stream),
                      fmt::format("{}: launching activation quantization", op));
 }
@@ -288,9 +290,16 @@ void linear_from_16bit(std::string_view op, const TensorView& x, const MxWeight&
       // A kernel that reads the activation dequantized gets it from the quantization pass
       // itself (the workspace's scratch holds M * K bf16 values): one pass and one launch fewer.
       call.x_dequantized_in_workspace = d.kernel->takes_dequantized_activation(d.config);
+      device::ZeroedWords zero;
+      if (call.x_dequantized_in_workspace) {
+        const ScratchWords words = d.kernel->scratch_words_to_zero(shape, d.config);
+        zero = {reinterpret_cast<std::uint32_t*>(static_cast<std::uint8_t*>(scratch.data) +
+                                                 words.offset),
+                static_cast<int>(words.count)};
+      }
       launch_quantize(op, x, q, s, ScaleRule::kRceil, stream,
                       call.x_dequantized_in_workspace ? scratch.data : nullptr,
-                      call.x_dequantized_in_workspace);
+                      call.x_dequantized_in_workspace, zero);
     }
     run_dispatched(op, d, call);
   } catch (...) {

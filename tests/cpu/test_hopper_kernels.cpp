@@ -168,6 +168,17 @@ TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
   EXPECT_GE(linear_workspace_bytes(256, 6144),
             static_cast<std::size_t>(256 * 6144) +
                 k.workspace_bytes(LinearShape{256, 64, 6144}, "w128_t256_st4_k64_overlap_streamk"));
+  // Its flags, which the pass before it zeroes, lie after the bf16 activation and the partial
+  // tiles and inside its scratch; no other config asks for zeroed words.
+  const LinearShape shape{512, 6144, 6144};
+  const ScratchWords flags = k.scratch_words_to_zero(shape, "w128_t256_st4_k64_overlap_streamk");
+  EXPECT_EQ(flags.count, 132u);
+  EXPECT_GE(flags.offset, static_cast<std::size_t>(512 * 6144 * 2 + 132 * 128 * 256 * 4));
+  EXPECT_LE(flags.offset + 4 * flags.count,
+            k.workspace_bytes(shape, "w128_t256_st4_k64_overlap_streamk"));
+  EXPECT_EQ(flags.offset % 4, 0u);
+  EXPECT_EQ(k.scratch_words_to_zero(shape, "w128_t256_st4_k64_overlap_persistent").count, 0u);
+  EXPECT_EQ(k.scratch_words_to_zero(shape, "w128_t256_st2").count, 0u);
   EXPECT_THAT(configs, ::testing::Contains("w128_t256_st4_k64_overlap_persistent"));
   EXPECT_THAT(configs,
               ::testing::Not(::testing::Contains("w128_t256_st4_k64_overlap_persistent_split2")));

@@ -467,10 +467,11 @@ TEST(LinearGpu, LinearWithEveryConfigOfEveryGpuKernelMatchesFp64) {
   }
 }
 
-// The stream-K config's flags live in the caller's workspace: the launch must zero them every
-// call, so a workspace of any bytes (here 0xFF, every flag already "published") and replays of a
-// captured graph give the eager answer bit for bit. 16 tiles of 12 chunks on up to 132 CTAs cut
-// every tile into several runs, so most owners add more than one partial.
+// The stream-K config's flags live in the caller's workspace: the pass before the GEMM must zero
+// them every call (the quantize pass on the bf16 path, the kernel's own pre-pass on the quantized
+// one), so a workspace of any bytes (here 0xFF, every flag already "published") and replays of a
+// captured graph give the eager answer bit for bit on both paths. 16 tiles of 12 chunks on up to
+// 132 CTAs cut every tile into several runs, so most owners add more than one partial.
 TEST(LinearGpu, StreamKThroughAPoisonedWorkspaceMatchesEagerAndGraphReplays) {
   MXL_REQUIRE_GPU();
   const Kernel* prefill = nullptr;
@@ -515,6 +516,37 @@ TEST(LinearGpu, StreamKThroughAPoisonedWorkspaceMatchesEagerAndGraphReplays) {
     MXL_CUDA_OK(cudaStreamSynchronize(stream));
     EXPECT_EQ(graphed.download<std::uint16_t>(static_cast<std::size_t>(m * l.n)), expected)
         << "graph replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  // The quantized entry's path: the kernel runs its own pre-pass, which must zero the flags.
+  DeviceBuffer q(static_cast<std::size_t>(m * l.k)), s(static_cast<std::size_t>(m * l.k / 32));
+  const TensorView qv = TensorView::contiguous(q.get(), {m, l.k}, DType::kE4M3, Location::kDevice);
+  const TensorView sv =
+      TensorView::contiguous(s.get(), {m, l.k / 32}, DType::kE8M0, Location::kDevice);
+  quantize(TensorView::contiguous(l.dx.get(), {m, l.k}, DType::kBF16, Location::kDevice), qv, sv,
+           stream);
+  MXL_CUDA_OK(cudaStreamSynchronize(stream));
+  const KernelCall call{
+      QuantizedActivation{qv, sv, DType::kBF16},
+      l.weight(),
+      std::nullopt,
+      TensorView::contiguous(graphed.get(), {m, l.n}, DType::kBF16, Location::kDevice),
+      LinearShape{m, l.n, l.k},
+      stream,
+      w};
+  MXL_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  prefill->run(call, config);
+  MXL_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  MXL_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    graphed.poison();
+    MXL_CUDA_OK(cudaDeviceSynchronize());
+    MXL_CUDA_OK(cudaMemsetAsync(ws.get(), 0xFF, ws.size(), stream));
+    MXL_CUDA_OK(cudaGraphLaunch(exec, stream));
+    MXL_CUDA_OK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(graphed.download<std::uint16_t>(static_cast<std::size_t>(m * l.n)), expected)
+        << "quantized path, graph replay " << replay;
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);

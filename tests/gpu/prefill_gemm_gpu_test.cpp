@@ -19,8 +19,9 @@ namespace mxlinear::test {
 namespace {
 
 // Runs the pre-pass on e4m3 rows `ld_q` bytes apart from `q` into a bf16 buffer; returns it
-// (row stride k elements).
-DeviceBuffer activation_bf16(const std::uint8_t* q, std::int64_t ld_q, const DeviceMx& a) {
+// (row stride k elements). It also zeroes `zero_for_next` (a stream-K GEMM's flags).
+DeviceBuffer activation_bf16(const std::uint8_t* q, std::int64_t ld_q, const DeviceMx& a,
+                             device::ZeroedWords zero_for_next = {}) {
   DeviceBuffer out(static_cast<std::size_t>(a.rows * a.k) * 2);
   out.poison();
   device::ActivationBf16Params p;
@@ -32,11 +33,10 @@ DeviceBuffer activation_bf16(const std::uint8_t* q, std::int64_t ld_q, const Dev
   p.ld_out = a.k;
   p.m = static_cast<int>(a.rows);
   p.k = static_cast<int>(a.k);
+  p.zero_for_next = zero_for_next;
   EXPECT_EQ(device::launch_activation_bf16(p, nullptr), cudaSuccess);
   return out;
 }
-
-DeviceBuffer activation_bf16(const DeviceMx& a) { return activation_bf16(a.data.bytes(), a.k, a); }
 
 struct Config {
   int instance, splits;
@@ -47,11 +47,10 @@ std::vector<std::uint8_t> run_config(Config config, const MxOperand& a, const Mx
                                      device::BiasType bias_type) {
   DeviceMx da = upload(a);
   DeviceMx dw = upload(w);
-  const DeviceBuffer a16 = activation_bf16(da);
   DeviceBuffer out(static_cast<std::size_t>(a.rows * w.rows) * element_size(out_dtype));
   out.poison();
   device::GemmParams p = gemm_params(da, dw, out, out_dtype);
-  // Stream-K partial tiles and flags, poisoned: the launch must zero the flags itself.
+  // Stream-K partial tiles and flags, poisoned: the pre-pass must zero the flags.
   DeviceBuffer stream_k;
   if (device::prefill_gemm_instances()[static_cast<std::size_t>(config.instance)].stream_k) {
     stream_k = DeviceBuffer(device::prefill_stream_k_bytes());
@@ -62,6 +61,8 @@ std::vector<std::uint8_t> run_config(Config config, const MxOperand& a, const Mx
         stream_k.bytes() +
         static_cast<std::size_t>(device::kPrefillMaxStreamKCtas) * i.rows * i.tokens * 4);
   }
+  const DeviceBuffer a16 = activation_bf16(da.data.bytes(), a.k, da,
+                                           {p.flags, p.flags ? device::kPrefillMaxStreamKCtas : 0});
   if (bias) {
     p.bias = bias->get();
     p.bias_type = bias_type;

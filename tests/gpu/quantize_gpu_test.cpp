@@ -2,6 +2,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -225,6 +226,56 @@ TEST(QuantizeGpu, DequantizingPassEqualsQuantizeThenPrePass) {
       EXPECT_EQ(dq.download<std::uint16_t>(count), prepass.download<std::uint16_t>(count));
       EXPECT_EQ(dq_only.download<std::uint16_t>(count), prepass.download<std::uint16_t>(count));
     }
+  }
+}
+
+// Both passes that run before the prefill GEMM zero the words it asks for (its stream-K
+// flags), and only those: 300 words, more than one block's threads, between two poisoned guards.
+TEST(QuantizeGpu, BothPassesZeroTheWordsTheNextKernelAsksFor) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  const std::int64_t rows = 3, k = 64;
+  const auto count = static_cast<std::size_t>(rows * k);
+  const DeviceBuffer x = DeviceBuffer::from(encode_as(random_values(rows, k, rng), DType::kBF16));
+  DeviceBuffer q(count), s(count / 32), dq(count * 2);
+  constexpr int kWords = 300;
+  for (const bool prepass : {false, true}) {
+    SCOPED_TRACE(prepass ? "activation pre-pass" : "quantize pass");
+    DeviceBuffer words((kWords + 2) * 4);
+    words.poison();
+    const device::ZeroedWords zero{reinterpret_cast<std::uint32_t*>(words.bytes()) + 1, kWords};
+    if (prepass) {
+      device::ActivationBf16Params a;
+      a.q = q.bytes();
+      a.scales = s.bytes();
+      a.ld_q = k;
+      a.ld_scales = k / 32;
+      a.out = dq.get();
+      a.ld_out = k;
+      a.m = static_cast<int>(rows);
+      a.k = static_cast<int>(k);
+      a.zero_for_next = zero;
+      ASSERT_EQ(device::launch_activation_bf16(a, nullptr), cudaSuccess);
+    } else {
+      device::QuantizeParams p;
+      p.x = x.get();
+      p.ld_x = k;
+      p.ld_q = k;
+      p.ld_s = k / 32;
+      p.m = static_cast<int>(rows);
+      p.k = static_cast<int>(k);
+      p.q = q.bytes();
+      p.scales = s.bytes();
+      p.dequantized = dq.get();
+      p.ld_dq = k;
+      p.zero_for_next = zero;
+      ASSERT_EQ(device::launch_quantize(p, nullptr), cudaSuccess);
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto got = words.download<std::uint32_t>(kWords + 2);
+    EXPECT_EQ(got.front(), 0xFFFFFFFFu);
+    EXPECT_EQ(got.back(), 0xFFFFFFFFu);
+    EXPECT_EQ(std::count(got.begin() + 1, got.end() - 1, 0u), kWords);
   }
 }
 

@@ -124,6 +124,21 @@ class PrefillKernel final : public Kernel {
     return activation_bytes(shape) + (is_stream_k(config) ? device::prefill_stream_k_bytes() : 0);
   }
 
+  // A stream-K config's flags, after its partial tiles: zero when it starts, which the pass that
+  // writes its bf16 activation sees to (that pass runs before it on the stream in either case).
+  ScratchWords scratch_words_to_zero(const LinearShape& shape,
+                                     const std::string& config) const override {
+    const PrefillConfig c = find_config(config);
+    if (c.instance < 0 ||
+        !device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)].stream_k) {
+      return {};
+    }
+    const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)];
+    return {activation_bytes(shape) +
+                static_cast<std::size_t>(device::kPrefillMaxStreamKCtas) * i.rows * i.tokens * 4,
+            static_cast<std::size_t>(device::kPrefillMaxStreamKCtas)};
+  }
+
   bool takes_dequantized_activation(const std::string&) const override { return true; }
 
   Verdict can_run(std::int64_t m, std::int64_t k, std::string_view config) const override {
@@ -168,12 +183,11 @@ class PrefillKernel final : public Kernel {
                                call.workspace.bytes, workspace_bytes(shape, config)));
     }
     device::GemmParams p = detail::gemm_params(call);
-    if (is_stream_k(config)) {
-      const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)];
-      auto* area = static_cast<std::uint8_t*>(call.workspace.data) + activation_bytes(shape);
-      p.partials = reinterpret_cast<float*>(area);
-      p.flags = reinterpret_cast<std::uint32_t*>(
-          area + static_cast<std::size_t>(device::kPrefillMaxStreamKCtas) * i.rows * i.tokens * 4);
+    const ScratchWords flags = scratch_words_to_zero(shape, config);
+    if (flags.count > 0) {
+      auto* scratch = static_cast<std::uint8_t*>(call.workspace.data);
+      p.partials = reinterpret_cast<float*>(scratch + activation_bytes(shape));
+      p.flags = reinterpret_cast<std::uint32_t*>(scratch + flags.offset);
     }
     if (const std::string_view why = device::prefill_gemm_unsupported(p); !why.empty()) {
       detail::fail(ErrorCode::kUnsupported, "prefill kernel", "layer",
@@ -189,6 +203,7 @@ class PrefillKernel final : public Kernel {
       a.ld_out = shape.k;
       a.m = p.m;
       a.k = p.k;
+      a.zero_for_next = {p.flags, static_cast<int>(flags.count)};
       detail::check_cuda(device::launch_activation_bf16(a, call.stream),
                          "linear: launching the prefill activation pre-pass");
     }
