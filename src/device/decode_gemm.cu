@@ -72,7 +72,7 @@ cudaError_t launch(const GemmParams& p, int splits, cudaStream_t stream) {
   const dim3 grid((p.n + Tile::kRows - 1) / Tile::kRows, static_cast<unsigned>(splits),
                   (p.m + Tile::kTokens - 1) / Tile::kTokens);
   if (grid.z > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
-  const int chunks_per_cta = (p.k / 128 + splits - 1) / splits;
+  const int chunks_per_cta = ((p.k + 127) / 128 + splits - 1) / splits;
   const auto smem = static_cast<std::size_t>(Tile::smem_bytes(chunks_per_cta));
   if (smem > kMaxSmemBytes) return cudaErrorInvalidValue;
   return launch_programmatic(decode_gemm_kernel<Tile>, grid, dim3(Tile::kThreads), smem, stream,
@@ -88,17 +88,15 @@ std::string_view decode_gemm_unsupported(const GemmParams& p) {
     return reinterpret_cast<std::uintptr_t>(base) % a == 0 &&
            (rows <= 1 || static_cast<std::uintptr_t>(ld) % a == 0);
   };
-  if (p.k % 128 != 0) return "K must be a multiple of 128";
+  if (p.k % 32 != 0) return "K must be a multiple of 32";
   if (p.x != nullptr) {
     if (!aligned(p.x, p.ld_x * 2, p.m, 16)) {
       return "bf16/fp16 activation rows must be 16-byte aligned";
     }
-  } else if (!aligned(p.a, p.ld_a, p.m, 16) || !aligned(p.a_scales, p.ld_a_scales, p.m, 4)) {
-    return "activation e4m3 rows must be 16-byte aligned and its scale rows 4-byte aligned";
+  } else if (!aligned(p.a, p.ld_a, p.m, 16)) {
+    return "activation e4m3 rows must be 16-byte aligned";
   }
-  if (!aligned(p.w, p.ld_w, p.n, 16) || !aligned(p.w_scales, p.ld_w_scales, p.n, 4)) {
-    return "weight e4m3 rows must be 16-byte aligned and its scale rows 4-byte aligned";
-  }
+  if (!aligned(p.w, p.ld_w, p.n, 16)) return "weight e4m3 rows must be 16-byte aligned";
   if (!tma_available()) return "the driver has no cuTensorMapEncodeTiled";
   return {};
 }
@@ -106,11 +104,13 @@ std::string_view decode_gemm_unsupported(const GemmParams& p) {
 int decode_gemm_smem_bytes(int instance, int k, int splits, bool quantizing) {
   const DecodeInstanceInfo& i = kInstances[static_cast<std::size_t>(instance)];
   return (quantizing ? i.quantizing_fixed_smem_bytes : i.fixed_smem_bytes) +
-         (k / 128 + splits - 1) / splits * i.scale_bytes_per_chunk;
+         ((k + 127) / 128 + splits - 1) / splits * i.scale_bytes_per_chunk;
 }
 
 cudaError_t launch_decode_gemm(const GemmParams& p, int instance, int splits, cudaStream_t stream) {
-  if (splits < 1 || splits > kDecodeMaxSplits || splits > p.k / 128) return cudaErrorInvalidValue;
+  if (splits < 1 || splits > kDecodeMaxSplits || splits > (p.k + 127) / 128) {
+    return cudaErrorInvalidValue;
+  }
   if (p.x != nullptr) {
     switch (instance) {
       case 0:

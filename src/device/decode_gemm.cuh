@@ -164,13 +164,20 @@ __device__ __forceinline__ void produce_first_activations(const CUtensorMap* a_m
 // [*, K/32] scale matrix into shared memory as fp32 [chunk][block][row]; rows past `limit` get
 // 2^-127 (a finite scale for the zero rows TMA fills in).
 // One 4-byte word (a chunk's 4 blocks) per load, 4 loads in flight per thread: a plain loop
-// would pay a memory round trip per word before the first wgmma.
+// would pay a memory round trip per word before the first wgmma. Where K % 128 != 0 or the rows
+// are not 4-byte aligned, the words are assembled byte by byte (0 past K: the same layout).
 __device__ __forceinline__ void load_scales(const std::uint8_t* scales, std::int64_t ld, int r0,
-                                            int rows, int limit, int c_begin, int chunks,
+                                            int rows, int limit, int c_begin, int chunks, int k,
                                             float* dst, int tid, int threads) {
+  const bool words = k % 128 == 0 && reinterpret_cast<std::uintptr_t>(scales) % 4 == 0 &&
+                     (limit <= 1 || ld % 4 == 0);
+  const int blocks = k / kBlockSize;
   copy_in_batches<4>(
       rows, chunks, tid, threads,
-      [&](int row, int c) { return mx::scale_word(scales, ld, r0 + row, limit, c_begin + c); },
+      [&](int row, int c) {
+        return words ? mx::scale_word(scales, ld, r0 + row, limit, c_begin + c)
+                     : mx::scale_word_bytewise(scales, ld, r0 + row, limit, c_begin + c, blocks);
+      },
       [&](int row, int c, std::uint32_t word) {
 #pragma unroll
         for (int block = 0; block < 4; ++block) {
@@ -406,7 +413,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // Every scale byte of the CTA's K range, by plain loads while the first tiles are in flight:
   // the weights' before the wait on the previous kernel, the activation's after it.
   auto* scales = reinterpret_cast<float*>(smem_ptr + Tile::kScaleOffset);
-  load_scales(p.w_scales, p.ld_w_scales, n0, Tile::kRows, p.n, c_begin, chunks, scales, tid,
+  load_scales(p.w_scales, p.ld_w_scales, n0, Tile::kRows, p.n, c_begin, chunks, p.k, scales, tid,
               Tile::kThreads);
   hopper::wait_prerequisite_grids();
   stamps.mark(timeline::kWaited);
@@ -414,7 +421,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     produce_first_activations<Tile>(&a_map, smem, full, c_begin, chunks, t0);
   }
   if constexpr (!Tile::kQuantizes) {
-    load_scales(p.a_scales, p.ld_a_scales, t0, Tile::kTokens, p.m, c_begin, chunks,
+    load_scales(p.a_scales, p.ld_a_scales, t0, Tile::kTokens, p.m, c_begin, chunks, p.k,
                 scales + chunks * 4 * Tile::kRows, tid, Tile::kThreads);
   }
   __syncthreads();

@@ -36,14 +36,14 @@ std::span<const DecodeInstanceInfo> decode_gemm_instances();
 // The largest split count (= thread-block cluster size) a launch may ask for.
 inline constexpr int kDecodeMaxSplits = 8;
 
-// Whether p suits the decode kernel: K % 128 == 0, 16-byte aligned e4m3 rows, 4-byte aligned
-// scale rows; with p.x set (the instance's quantizing twin; decode_gemm_instances() says which
-// have one), 16-byte aligned bf16/fp16 activation rows instead of the e4m3 activation. Returns an
-// empty view when it does, else what is wrong.
+// Whether p suits the decode kernel: K % 32 == 0 (a last 128-K chunk may be partial), 16-byte
+// aligned e4m3 rows, scale rows of any alignment; with p.x set (the instance's quantizing twin;
+// decode_gemm_instances() says which have one), 16-byte aligned bf16/fp16 activation rows instead
+// of the e4m3 activation. Returns an empty view when it does, else what is wrong.
 std::string_view decode_gemm_unsupported(const GemmParams& p);
 
 // Launches instance `instance` (its quantizing twin when p.x is set) with `splits` K splits
-// (1..8, at most K / 128) for p.m > 0, as a programmatic dependent launch. Returns the launch
+// (1..8, at most ceil(K / 128)) for p.m > 0, as a programmatic dependent launch. Returns the launch
 // error, if any (cudaErrorInvalidValue for p.x on an instance without a twin).
 cudaError_t launch_decode_gemm(const GemmParams& p, int instance, int splits, cudaStream_t stream);
 

@@ -26,6 +26,21 @@ __device__ __forceinline__ std::uint32_t scale_word(const std::uint8_t* scales, 
   return row < rows ? *reinterpret_cast<const std::uint32_t*>(scales + row * ld + 4 * chunk) : 0u;
 }
 
+// scale_word for rows of any alignment and a K that may end inside the chunk: the bytes one by
+// one, 0 (finite 2^-127) for blocks at or past `blocks` = K / 32, whose data TMA zero-filled.
+__device__ __forceinline__ std::uint32_t scale_word_bytewise(const std::uint8_t* scales,
+                                                             std::int64_t ld, int row, int rows,
+                                                             int chunk, int blocks) {
+  std::uint32_t word = 0;
+  if (row >= rows) return word;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int block = 4 * chunk + j;
+    if (block < blocks) word |= std::uint32_t{scales[row * ld + block]} << (8 * j);
+  }
+  return word;
+}
+
 // Four e4m3 bytes times a power-of-two scale as two bf16x2 (bytes 0,1 -> lo; 2,3 -> hi; the
 // lower byte in the lower half). Exact while the scaled value stays in bf16's normal range;
 // below 2^-126 it rounds to bf16's subnormal grid (steps of 2^-133), above ~2^128 it is Inf.

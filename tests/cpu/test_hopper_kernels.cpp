@@ -86,14 +86,19 @@ TEST(DecodeKernel, ClaimsOnlyWhatItCanRun) {
   layer.k = 6144;
   EXPECT_TRUE(decode_kernel().can_implement(layer).ok());
   EXPECT_TRUE(decode_kernel().needs_tuned_rows());
-  layer.k = 6144 - 32;
-  EXPECT_THAT(decode_kernel().can_implement(layer).reason, HasSubstr("K % 128"));
+  layer.k = 6144 - 32;  // a last chunk of 96: zero-filled by TMA, its scales copied bytewise
+  EXPECT_TRUE(decode_kernel().can_implement(layer).ok());
+  layer.k = 6144 + 16;
+  EXPECT_THAT(decode_kernel().can_implement(layer).reason, HasSubstr("K % 32"));
   layer.k = 6144;
   layer.alignment = 8;
   EXPECT_THAT(decode_kernel().can_implement(layer).reason, HasSubstr("16-byte"));
   layer.alignment = 16;
-  layer.scale_alignment = 2;
-  EXPECT_THAT(decode_kernel().can_implement(layer).reason, HasSubstr("4-byte"));
+  layer.scale_alignment = 1;  // copied bytewise where not 4-byte aligned
+  EXPECT_TRUE(decode_kernel().can_implement(layer).ok());
+  const std::string split8 = "t8_st4_split8";
+  EXPECT_TRUE(decode_kernel().can_run(1, 544, "t8_st4_split4").ok());  // 5 chunks, the last part
+  EXPECT_THAT(decode_kernel().can_run(1, 544, split8).reason, HasSubstr("only 5 chunks"));
   EXPECT_TRUE(decode_kernel().worth_sweeping(128, decode_kernel().configs().front()));
   EXPECT_FALSE(decode_kernel().worth_sweeping(8192, decode_kernel().configs().front()));
   EXPECT_THAT(decode_kernel().is_supported(DeviceDescription::parse("cpu")).reason,
@@ -350,7 +355,7 @@ Error linear_with_error(const Kernel& kernel, const std::string& config, std::in
   std::vector<std::uint8_t> x(static_cast<std::size_t>(m * k * 2)),
       w(static_cast<std::size_t>(n * k)), ws(static_cast<std::size_t>(n * k / 32)),
       out(static_cast<std::size_t>(m * n * 2));
-  alignas(256) static std::uint8_t workspace[1 << 16];
+  alignas(256) static std::uint8_t workspace[1 << 20];
   EXPECT_LE(linear_workspace_bytes(m, k), sizeof(workspace));
   const MxWeight weight{
       TensorView::contiguous(w.data(), {n, k}, DType::kE4M3, Location::kDevice),
@@ -376,10 +381,11 @@ void expect_refusal(const Error& e, ErrorCode code, const std::string& argument,
   EXPECT_THAT(e.what(), HasSubstr(phrase));
 }
 
-// linear_with checks that the given kernel can run the layer (decode needs K % 128 == 0)...
+// linear_with checks that the given kernel can run the layer (the gemv holds a token's K in
+// shared memory)...
 TEST(LinearWith, AKernelThatCannotRunTheLayerIsRejectedBeforeAnyLaunch) {
-  expect_refusal(linear_with_error(decode_kernel(), "t8_st4_split1", 4, 96),
-                 ErrorCode::kUnsupported, "kernel", "K % 128");
+  expect_refusal(linear_with_error(gemv_kernel(), gemv_kernel().configs().front(), 1, 1 << 18),
+                 ErrorCode::kUnsupported, "kernel", "does not fit");
 }
 
 // ... that the config is one of the kernel's ...

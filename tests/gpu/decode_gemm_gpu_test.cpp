@@ -18,8 +18,23 @@ namespace {
 const GemmShape kShapes[] = {{1, 1, 1024},    {7, 33, 1152},   {100, 257, 1024},
                              {130, 64, 1280}, {16, 200, 2048}, {300, 100, 1024}};
 
+// K = 544, 96 and 32 end in a part chunk (32, 96 and 32 of 128 K): TMA zero-fills the rest, and
+// their scale rows (17, 3 and 1 bytes; 193 for 6176) are not 4-byte aligned, so the scales are
+// copied byte by byte.
+const GemmShape kPartChunkShapes[] = {{37, 90, 544}, {5, 70, 96}, {1, 33, 32}, {9, 64, 6144 + 32}};
+
 class DecodeGemmConfig : public ::testing::TestWithParam<std::tuple<int, int>> {
  protected:
+  // The shapes with at least as many 128-K chunks (a part chunk counts) as the config has splits:
+  // the launcher rejects the others.
+  template <std::size_t kCount>
+  std::vector<GemmShape> splittable(const GemmShape (&shapes)[kCount]) const {
+    std::vector<GemmShape> fitting;
+    for (const GemmShape& c : shapes) {
+      if ((c.k + 127) / 128 >= std::get<1>(GetParam())) fitting.push_back(c);
+    }
+    return fitting;
+  }
   GemmLauncher launcher() const {
     return [instance = std::get<0>(GetParam()), splits = std::get<1>(GetParam())](
                const device::GemmParams& p, cudaStream_t stream) {
@@ -45,6 +60,15 @@ TEST_P(DecodeGemmConfig, RandomInputsWithinDerivedTolerance) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
   check_random_on_shapes(runner(), kShapes, 1, rng);
+}
+
+TEST_P(DecodeGemmConfig, PartChunksAndUnalignedScaleRowsMatchFp64) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  const std::vector<GemmShape> shapes = splittable(kPartChunkShapes);
+  ASSERT_FALSE(shapes.empty());
+  check_exact_on_shapes(runner(), shapes, rng);
+  check_random_on_shapes(runner(), shapes, 1, rng);
 }
 
 TEST_P(DecodeGemmConfig, ExtremeScaleBytesAreExact) {
@@ -82,8 +106,9 @@ class DecodeQuantizingTwin : public DecodeGemmConfig {};
 TEST_P(DecodeQuantizingTwin, QuantizingInsideEqualsTheQuantizeKernelFirst) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  const GemmShape shapes[] = {{1, 70, 1024}, {9, 64, 1152}, {3, 130, 2048}};
-  check_quantizing_inside(launcher(), shapes, rng);
+  const GemmShape shapes[] = {
+      {1, 70, 1024}, {9, 64, 1152}, {3, 130, 2048}, {3, 70, 544}, {1, 33, 96}};
+  check_quantizing_inside(launcher(), splittable(shapes), rng);
 }
 
 std::vector<std::tuple<int, int>> configs_with_quantizing_twins() {

@@ -424,7 +424,10 @@ TEST_P(LinearGpuUntunedShape, BorrowsTheNearestTunedShapesKernelAndMatchesFp64) 
 INSTANTIATE_TEST_SUITE_P(NearSeedShapes, LinearGpuUntunedShape,
                          ::testing::Values(TunedCase{1, 3000, 4096}, TunedCase{5, 3000, 4096},
                                            TunedCase{40, 3000, 4096}, TunedCase{300, 1001, 2048},
-                                           TunedCase{1100, 5000, 1024}),
+                                           TunedCase{1100, 5000, 1024},
+                                           // K % 128 != 0: a part chunk, unaligned scale rows
+                                           TunedCase{5, 3000, 4064}, TunedCase{40, 3000, 4064},
+                                           TunedCase{300, 1001, 2080}),
                          case_name);
 
 // linear_with runs a given kernel/config through the bf16 entry point's path (the tuner times

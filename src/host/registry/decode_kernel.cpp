@@ -64,16 +64,10 @@ class DecodeKernel final : public Kernel {
   }
 
   Verdict can_implement(const LayerDescription& layer) const override {
-    if (layer.k % 128 != 0) {
-      return {fmt::format("needs K % 128 == 0; K is {}", layer.k)};
-    }
+    if (layer.k % 32 != 0) return {fmt::format("needs K % 32 == 0; K is {}", layer.k)};
     if (layer.alignment < 16) {
       return {fmt::format("needs 16-byte aligned e4m3 rows; the layer's are {}-byte aligned",
                           layer.alignment)};
-    }
-    if (layer.scale_alignment < 4) {
-      return {fmt::format("needs 4-byte aligned scale rows; the layer's are {}-byte aligned",
-                          layer.scale_alignment)};
     }
     return {};
   }
@@ -158,9 +152,9 @@ class DecodeKernel final : public Kernel {
   static Verdict config_verdict(std::int64_t k, std::string_view config, bool quantizing) {
     const ParsedConfig parsed = parse_config(config);
     if (parsed.instance < 0) return {fmt::format("is '{}', not a decode config", config)};
-    if (parsed.splits > k / 128) {
+    if (const std::int64_t chunks = (k + 127) / 128; parsed.splits > chunks) {
       return {fmt::format("is '{}', {} K splits; K = {} has only {} chunks of 128", config,
-                          parsed.splits, k, k / 128)};
+                          parsed.splits, k, chunks)};
     }
     if (const int smem = device::decode_gemm_smem_bytes(parsed.instance, static_cast<int>(k),
                                                         parsed.splits, quantizing);
