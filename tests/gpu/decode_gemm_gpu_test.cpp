@@ -25,13 +25,19 @@ const GemmShape kPartChunkShapes[] = {{37, 90, 544}, {5, 70, 96}, {1, 33, 32}, {
 
 class DecodeGemmConfig : public ::testing::TestWithParam<std::tuple<int, int>> {
  protected:
-  // The shapes with at least as many 128-K chunks (a part chunk counts) as the config has splits:
-  // the launcher rejects the others.
+  // The shapes with at least as many 128-K chunks (a part chunk counts) as the config has splits
+  // and whose scales fit its shared memory: the launcher rejects the others (as can_run does).
   template <std::size_t kCount>
-  std::vector<GemmShape> splittable(const GemmShape (&shapes)[kCount]) const {
+  std::vector<GemmShape> splittable(const GemmShape (&shapes)[kCount], bool quantizing) const {
+    const auto [instance, splits] = GetParam();
     std::vector<GemmShape> fitting;
     for (const GemmShape& c : shapes) {
-      if ((c.k + 127) / 128 >= std::get<1>(GetParam())) fitting.push_back(c);
+      const int k = static_cast<int>(c.k);
+      if ((k + 127) / 128 >= splits &&
+          device::decode_gemm_smem_bytes(instance, k, splits, quantizing) <=
+              device::kDecodeMaxSmemBytes) {
+        fitting.push_back(c);
+      }
     }
     return fitting;
   }
@@ -65,7 +71,7 @@ TEST_P(DecodeGemmConfig, RandomInputsWithinDerivedTolerance) {
 TEST_P(DecodeGemmConfig, PartChunksAndUnalignedScaleRowsMatchFp64) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  const std::vector<GemmShape> shapes = splittable(kPartChunkShapes);
+  const std::vector<GemmShape> shapes = splittable(kPartChunkShapes, false);
   ASSERT_FALSE(shapes.empty());
   check_exact_on_shapes(runner(), shapes, rng);
   check_random_on_shapes(runner(), shapes, 1, rng);
@@ -108,7 +114,7 @@ TEST_P(DecodeQuantizingTwin, QuantizingInsideEqualsTheQuantizeKernelFirst) {
   auto rng = make_rng();
   const GemmShape shapes[] = {
       {1, 70, 1024}, {9, 64, 1152}, {3, 130, 2048}, {3, 70, 544}, {1, 33, 96}};
-  check_quantizing_inside(launcher(), splittable(shapes), rng);
+  check_quantizing_inside(launcher(), splittable(shapes, true), rng);
 }
 
 std::vector<std::tuple<int, int>> configs_with_quantizing_twins() {
