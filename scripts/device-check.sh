@@ -29,9 +29,9 @@
 #               timeline-variant.txt. Next to `bench` in the same call, like `ab`
 # PACK_OUT=1 packs everything the call wrote into $OUT/out.tgz as it ends (a build failure
 # included): the device returns at most 8 files, which a call with several steps outgrows.
-# Extra bench arguments go in $BENCH_ARGS; $SANITIZE_TESTS (names of GPU test binaries) narrows
-# the sanitizer step and $SANITIZE_FILTER (a gtest filter, default: all but the seed-sized
-# stress tests) the tests it runs. To spend less device time on one kernel: $BUILD_TARGETS
+# Extra bench arguments go in $BENCH_ARGS (SAMPLE_CLOCKS=1 also samples the clocks meanwhile);
+# $SANITIZE_TESTS (names of GPU test binaries) narrows the sanitizer step and $SANITIZE_FILTER (a
+# gtest filter, default: all but the seed-sized stress tests) the tests it runs. To spend less device time on one kernel: $BUILD_TARGETS
 # (CMake targets, default: every GPU test binary and the CLI) and $TEST_REGEX (ctest -R);
 # SKIP_BUILD=1 runs on build-device as it is.
 # Throughout, "A && B || C" means C on either failure, and $BENCH_ARGS / $BUILD_TARGETS are word
@@ -233,8 +233,22 @@ prefill:w128_t128_st4_overlap_split2:128:6144:6144 prefill:w128_t256_st4_k64_ove
 fi
 
 if [[ " $steps " == *" bench "* ]]; then
+  # SAMPLE_CLOCKS=1: nvidia-smi samples the SM clock, power and clock-event reasons every 50 ms
+  # while the bench runs (clocks.csv), summarised at the end of bench.txt.
+  sampler=""
+  if [ "${SAMPLE_CLOCKS:-0}" = 1 ]; then
+    nvidia-smi --format=csv,noheader,nounits -lms 50 \
+      --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_event_reasons.active \
+      >"$OUT/clocks.csv" 2>&1 &
+    sampler=$!
+  fi
   build-device/tools/mxlinear bench ${BENCH_ARGS:-} --json "$OUT/bench.json" \
     --markdown "$OUT/bench.md" 2>&1 | tee "$OUT/bench.txt"
+  if [ -n "$sampler" ]; then
+    kill "$sampler"
+    wait "$sampler" 2>/dev/null
+    python3 scripts/clock_summary.py "$OUT/clocks.csv" | tee -a "$OUT/bench.txt"
+  fi
 fi
 
 if [[ " $steps " == *" ab "* ]]; then
