@@ -505,23 +505,27 @@ TEST(LinearGpu, StreamKThroughAPoisonedWorkspaceMatchesEagerAndGraphReplays) {
   MXL_CUDA_OK(cudaStreamSynchronize(stream));
   const auto expected = eager.download<std::uint16_t>(static_cast<std::size_t>(m * l.n));
   expect_close_to_fp64(expected, l);
+  // Replays a captured graph, the workspace poisoned with 0xFF before each launch.
+  auto expect_replays_match_eager = [&](cudaGraph_t graph, int replays, const char* path) {
+    cudaGraphExec_t exec;
+    MXL_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < replays; ++replay) {
+      graphed.poison();
+      MXL_CUDA_OK(cudaDeviceSynchronize());
+      MXL_CUDA_OK(cudaMemsetAsync(ws.get(), 0xFF, ws.size(), stream));
+      MXL_CUDA_OK(cudaGraphLaunch(exec, stream));
+      MXL_CUDA_OK(cudaStreamSynchronize(stream));
+      EXPECT_EQ(graphed.download<std::uint16_t>(static_cast<std::size_t>(m * l.n)), expected)
+          << path << ", graph replay " << replay;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  };
   cudaGraph_t graph;
   MXL_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   linear_with(*prefill, config, l.x_view(), l.weight(), std::nullopt, out_view(graphed), stream, w);
   MXL_CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  MXL_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int replay = 0; replay < 3; ++replay) {
-    graphed.poison();
-    MXL_CUDA_OK(cudaDeviceSynchronize());
-    MXL_CUDA_OK(cudaMemsetAsync(ws.get(), 0xFF, ws.size(), stream));
-    MXL_CUDA_OK(cudaGraphLaunch(exec, stream));
-    MXL_CUDA_OK(cudaStreamSynchronize(stream));
-    EXPECT_EQ(graphed.download<std::uint16_t>(static_cast<std::size_t>(m * l.n)), expected)
-        << "graph replay " << replay;
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  expect_replays_match_eager(graph, 3, "bf16 path");
   // The quantized entry's path: the kernel runs its own pre-pass, which must zero the flags.
   DeviceBuffer q(static_cast<std::size_t>(m * l.k)), s(static_cast<std::size_t>(m * l.k / 32));
   const TensorView qv = TensorView::contiguous(q.get(), {m, l.k}, DType::kE4M3, Location::kDevice);
@@ -541,18 +545,7 @@ TEST(LinearGpu, StreamKThroughAPoisonedWorkspaceMatchesEagerAndGraphReplays) {
   MXL_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   prefill->run(call, config);
   MXL_CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  MXL_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int replay = 0; replay < 2; ++replay) {
-    graphed.poison();
-    MXL_CUDA_OK(cudaDeviceSynchronize());
-    MXL_CUDA_OK(cudaMemsetAsync(ws.get(), 0xFF, ws.size(), stream));
-    MXL_CUDA_OK(cudaGraphLaunch(exec, stream));
-    MXL_CUDA_OK(cudaStreamSynchronize(stream));
-    EXPECT_EQ(graphed.download<std::uint16_t>(static_cast<std::size_t>(m * l.n)), expected)
-        << "quantized path, graph replay " << replay;
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  expect_replays_match_eager(graph, 2, "quantized path");
   cudaStreamDestroy(stream);
 }
 

@@ -17,6 +17,21 @@
 namespace mxlinear::test {
 namespace {
 
+// The bf16 pre-pass over a dense [rows, k] e4m3 activation and its [rows, k / 32] scales.
+device::ActivationBf16Params dense_prepass(const std::uint8_t* q, const std::uint8_t* scales,
+                                           void* out, std::int64_t rows, std::int64_t k) {
+  device::ActivationBf16Params a;
+  a.q = q;
+  a.scales = scales;
+  a.ld_q = k;
+  a.ld_scales = k / 32;
+  a.out = out;
+  a.ld_out = k;
+  a.m = static_cast<int>(rows);
+  a.k = static_cast<int>(k);
+  return a;
+}
+
 std::vector<std::uint8_t> encode_as(const std::vector<float>& values, DType dtype) {
   std::vector<std::uint8_t> raw(values.size() * element_size(dtype));
   for (std::size_t i = 0; i < values.size(); ++i) {
@@ -203,16 +218,10 @@ TEST(QuantizeGpu, DequantizingPassEqualsQuantizeThenPrePass) {
       ASSERT_EQ(device::launch_quantize(p, nullptr), cudaSuccess);
       DeviceBuffer prepass(count * 2);
       prepass.poison();
-      device::ActivationBf16Params a;
-      a.q = q_plain.bytes();
-      a.scales = s_plain.bytes();
-      a.ld_q = k;
-      a.ld_scales = k / 32;
-      a.out = prepass.get();
-      a.ld_out = k;
-      a.m = static_cast<int>(rows);
-      a.k = static_cast<int>(k);
-      ASSERT_EQ(device::launch_activation_bf16(a, nullptr), cudaSuccess);
+      ASSERT_EQ(
+          device::launch_activation_bf16(
+              dense_prepass(q_plain.bytes(), s_plain.bytes(), prepass.get(), rows, k), nullptr),
+          cudaSuccess);
       // Only the bf16 values (what linear() asks for when the prefill kernel runs).
       DeviceBuffer dq_only(count * 2);
       dq_only.poison();
@@ -245,15 +254,7 @@ TEST(QuantizeGpu, BothPassesZeroTheWordsTheNextKernelAsksFor) {
     words.poison();
     const device::ZeroedWords zero{reinterpret_cast<std::uint32_t*>(words.bytes()) + 1, kWords};
     if (prepass) {
-      device::ActivationBf16Params a;
-      a.q = q.bytes();
-      a.scales = s.bytes();
-      a.ld_q = k;
-      a.ld_scales = k / 32;
-      a.out = dq.get();
-      a.ld_out = k;
-      a.m = static_cast<int>(rows);
-      a.k = static_cast<int>(k);
+      device::ActivationBf16Params a = dense_prepass(q.bytes(), s.bytes(), dq.get(), rows, k);
       a.zero_for_next = zero;
       ASSERT_EQ(device::launch_activation_bf16(a, nullptr), cudaSuccess);
     } else {
