@@ -17,6 +17,20 @@
 namespace mxlinear::test {
 namespace {
 
+// The quantize pass over `rows` x `k` activation rows `ld_x` elements apart, into dense e4m3
+// rows and [rows, k / 32] scales (their pointers are the caller's to set).
+device::QuantizeParams dense_quantize(const void* x, std::int64_t ld_x, std::int64_t rows,
+                                      std::int64_t k) {
+  device::QuantizeParams p;
+  p.x = x;
+  p.ld_x = ld_x;
+  p.ld_q = k;
+  p.ld_s = k / 32;
+  p.m = static_cast<int>(rows);
+  p.k = static_cast<int>(k);
+  return p;
+}
+
 // The bf16 pre-pass over a dense [rows, k] e4m3 activation and its [rows, k / 32] scales.
 device::ActivationBf16Params dense_prepass(const std::uint8_t* q, const std::uint8_t* scales,
                                            void* out, std::int64_t rows, std::int64_t k) {
@@ -198,13 +212,7 @@ TEST(QuantizeGpu, DequantizingPassEqualsQuantizeThenPrePass) {
       const auto count = static_cast<std::size_t>(rows * k);
       DeviceBuffer q_plain(count), s_plain(count / 32), q(count), s(count / 32), dq(count * 2);
       for (DeviceBuffer* b : {&q_plain, &s_plain, &q, &s, &dq}) b->poison();
-      device::QuantizeParams p;
-      p.x = x.get();
-      p.ld_x = ld_x;
-      p.ld_q = k;
-      p.ld_s = k / 32;
-      p.m = static_cast<int>(rows);
-      p.k = static_cast<int>(k);
+      device::QuantizeParams p = dense_quantize(x.get(), ld_x, rows, k);
       p.in_type = dtype == DType::kBF16
                       ? device::InType::kBF16
                       : (dtype == DType::kF16 ? device::InType::kF16 : device::InType::kF32);
@@ -258,13 +266,7 @@ TEST(QuantizeGpu, BothPassesZeroTheWordsTheNextKernelAsksFor) {
       a.zero_for_next = zero;
       ASSERT_EQ(device::launch_activation_bf16(a, nullptr), cudaSuccess);
     } else {
-      device::QuantizeParams p;
-      p.x = x.get();
-      p.ld_x = k;
-      p.ld_q = k;
-      p.ld_s = k / 32;
-      p.m = static_cast<int>(rows);
-      p.k = static_cast<int>(k);
+      device::QuantizeParams p = dense_quantize(x.get(), k, rows, k);
       p.q = q.bytes();
       p.scales = s.bytes();
       p.dequantized = dq.get();
@@ -292,12 +294,7 @@ TEST(QuantizeGpu, LaunchRefusesOutputRowsThatAreNotSixteenByteAligned) {
   for (DeviceBuffer* b : {&q, &s, &dq}) b->poison();
   const auto q_before = q.download<std::uint8_t>(count + 64);
   const auto dq_before = dq.download<std::uint8_t>(count * 2 + 64);
-  device::QuantizeParams p;
-  p.x = x.get();
-  p.ld_x = k;
-  p.ld_s = k / 32;
-  p.m = static_cast<int>(rows);
-  p.k = static_cast<int>(k);
+  device::QuantizeParams p = dense_quantize(x.get(), k, rows, k);
   p.scales = s.bytes();
   p.q = q.bytes() + 8;  // misaligned start
   p.ld_q = k;
