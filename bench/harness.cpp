@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -67,7 +68,7 @@ std::string ratio_text(double geomean_value) {
 }
 
 std::vector<double> time_graph(const std::function<void(int)>& call, int calls, int warmup,
-                               int replays, cudaStream_t stream) {
+                               const Timing& timing, cudaStream_t stream) {
   cudaGraph_t graph;
   check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
   try {
@@ -85,8 +86,21 @@ std::vector<double> time_graph(const std::function<void(int)>& call, int calls, 
   check(cudaEventCreate(&start), "event");
   check(cudaEventCreate(&stop), "event");
   for (int i = 0; i < warmup; ++i) check(cudaGraphLaunch(exec, stream), "warmup");
+  if (timing.warm_seconds > 0) {
+    // The host waits for the replay before the newest, so the GPU never idles while it checks
+    // the time.
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timing.warm_seconds);
+    check(cudaGraphLaunch(exec, stream), "warm");
+    check(cudaEventRecord(start, stream), "record");
+    while (std::chrono::steady_clock::now() < until) {
+      check(cudaGraphLaunch(exec, stream), "warm");
+      check(cudaEventSynchronize(start), "warm sync");
+      check(cudaEventRecord(start, stream), "record");
+    }
+  }
   std::vector<double> per_call_us;
-  for (int r = 0; r < replays; ++r) {
+  for (int r = 0; r < timing.replays; ++r) {
     check(cudaEventRecord(start, stream), "record");
     check(cudaGraphLaunch(exec, stream), "replay");
     check(cudaEventRecord(stop, stream), "record");

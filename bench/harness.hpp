@@ -40,10 +40,19 @@ double geomean(const std::vector<double>& values);
 // A geomean for people: "n/a" where geomean() found no values (0), else two decimals.
 std::string ratio_text(double geomean_value);
 
+// How a figure is timed: `replays` timed replays of its graph, after replaying it for at least
+// `warm_seconds` more (0: only the fixed warmup launches). Warming lets the card's clocks settle
+// where a sustained load runs them: the H200 runs large GEMMs under its 700 W power cap at
+// 1.4-1.7 GHz, against 1.98 GHz in a short burst (docs/PERF.md, session 15).
+struct Timing {
+  int replays = 10;
+  double warm_seconds = 0.0;
+};
+
 // Captures `calls` invocations of call(i) (i = 0..calls-1) on `stream` into one graph, replays it
-// `warmup` times, then times `replays` replays with events. Returns microseconds per call for each
-// replay. call() must only enqueue work on the stream.
+// `warmup` times and for timing.warm_seconds, then times timing.replays replays with events.
+// Returns microseconds per call for each replay. call() must only enqueue work on the stream.
 std::vector<double> time_graph(const std::function<void(int)>& call, int calls, int warmup,
-                               int replays, cudaStream_t stream);
+                               const Timing& timing, cudaStream_t stream);
 
 }  // namespace mxlinear::bench

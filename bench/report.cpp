@@ -14,17 +14,41 @@ double value_or_nan(const json& row, const char* key) {
   return row.contains(key) ? row[key].get<double>() : NAN;
 }
 
+std::string timing_note(const json& doc) {
+  const json* timing =
+      doc.contains("timing") && doc["timing"].is_object() ? &doc["timing"] : nullptr;
+  const auto field = [&](const char* key) {
+    return timing && timing->contains(key) && (*timing)[key].is_number_integer()
+               ? (*timing)[key].get<std::int64_t>()
+               : std::int64_t{0};
+  };
+  const std::int64_t warm_ms = field("warm_ms"), replays = field("replays");
+  const std::string replayed = replays > 0 ? fmt::format("the median of {} timed replays", replays)
+                                           : "the median of replays";
+  if (warm_ms <= 0) {
+    return fmt::format(
+        "Burst figures: {} right after two warmup launches, so a figure can run at boost clocks "
+        "that a sustained load would not keep (--warm-ms).",
+        replayed);
+  }
+  return fmt::format(
+      "Sustained figures: each figure's graph replayed for at least {} ms before {}, so the clocks "
+      "had settled where a sustained load runs them.",
+      warm_ms, replayed);
+}
+
 std::string markdown_report(const json& doc) {
   std::string s = fmt::format(
       "# mxlinear bench on {}\n\nCeilings measured in this run: read {:.2f} TB/s, cuBLAS bf16 "
       "{:.0f} TFLOP/s, cuBLASLt FP8 {:.0f} TFLOP/s (8192^3). cuBLASLt FP8 runs with M padded "
-      "to 16 (its FP8 kernels need it).\n\n"
+      "to 16 (its FP8 kernels need it). {}\n\n"
       "| layer | N x K | M | kernel/config | linear us | gemm us | cuBLAS bf16 us | "
       "cuBLASLt FP8 us | FP8 1x128/128x128 us | tri_mx us | x bf16 | x fp8 | x tri_mx | floor us "
       "| only reading the weights us | gemm TB/s | gemm TFLOP/s | check |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
       doc["gpu"].get<std::string>(), doc["ceilings"]["read_tb_s"].get<double>(),
-      doc["ceilings"]["bf16_tflop_s"].get<double>(), doc["ceilings"]["fp8_tflop_s"].get<double>());
+      doc["ceilings"]["bf16_tflop_s"].get<double>(), doc["ceilings"]["fp8_tflop_s"].get<double>(),
+      timing_note(doc));
   for (const json& r : doc["rows"]) {
     const double g = value_or_nan(r, "gemm_us");
     s += fmt::format(

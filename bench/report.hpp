@@ -14,9 +14,13 @@ double value_or_nan(const nlohmann::json& row, const char* key);
 // Required: gpu, versions{driver_cuda, cuda_runtime, cublas, mxlinear}, ceilings{read_tb_s,
 // bf16_tflop_s, fp8_tflop_s}, rows[{layer, n, k, m, kernel, check, floor_us, and gemm_us plus
 // linear_us when check is "ok"}], geomeans[{m, vs_cublas_bf16, vs_cublaslt_fp8, vs_tri_mx}],
-// and optional step[{m, gemms, mxlinear_ms}].
+// and optional step[{m, gemms, mxlinear_ms}] and timing{replays, warm_ms}.
 std::vector<std::string> schema_errors(const nlohmann::json& doc);
 
 std::string markdown_report(const nlohmann::json& doc);
+
+// How the report's figures were timed, for people: from its optional timing{replays, warm_ms}
+// ("burst" figures when warm_ms is 0 or the report predates the field).
+std::string timing_note(const nlohmann::json& doc);
 
 }  // namespace mxlinear::bench

@@ -60,6 +60,23 @@ TEST(BenchReport, MarkdownHasEveryRowAndTheGeomeans) {
   EXPECT_EQ(rows, 48u + 6u + 2u + 3u);  // figures, geomeans, steps, three header lines
 }
 
+// The report says whether its figures were timed in a burst or after warming (the H200's power
+// cap moves large-M figures by up to 10% between the two; docs/PERF.md, session 15).
+TEST(BenchReport, TimingNoteSaysBurstOrSustained) {
+  json doc = committed_report();  // predates the timing field: burst
+  EXPECT_THAT(timing_note(doc), HasSubstr("Burst figures: the median of replays"));
+  doc["timing"] = {{"replays", 1000}, {"warm_ms", 0}};
+  EXPECT_THAT(timing_note(doc), HasSubstr("Burst figures: the median of 1000 timed replays"));
+  doc["timing"]["warm_ms"] = 1500;
+  EXPECT_THAT(timing_note(doc), HasSubstr("replayed for at least 1500 ms before the median of "
+                                          "1000 timed replays"));
+  EXPECT_THAT(markdown_report(doc), HasSubstr("Sustained figures:"));
+  doc["timing"] = "garbage";  // a mistyped field reads as absent, never as a crash
+  EXPECT_THAT(timing_note(doc), HasSubstr("Burst figures"));
+  doc["timing"] = {{"warm_ms", "long"}, {"replays", 2.5}};
+  EXPECT_THAT(timing_note(doc), HasSubstr("Burst figures: the median of replays"));
+}
+
 TEST(BenchReport, QuantizeSectionIsCheckedAndPrinted) {
   json doc = committed_report();
   doc["quantize"] = json::array({{{"m", 512},

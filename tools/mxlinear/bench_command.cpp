@@ -50,6 +50,7 @@ struct BenchOptions {
   std::vector<std::string> sweep_kernels;  // empty: every GPU kernel
   std::string sweep_configs;               // a regex; empty: every config
   int replays = 10;
+  int warm_ms = 0;  // per figure, before its timed replays (0: a burst figure)
 };
 
 // Which configs --all-configs times: kernels by name, configs by a regex searched in the name.
@@ -72,7 +73,8 @@ struct Ceilings {
 };
 
 // Read bandwidth over 2 GiB, and the cuBLAS bf16 / cuBLASLt FP8 rates at 8192^3.
-Ceilings measure_ceilings(bench::Anchors& anchors, cudaStream_t stream) {
+Ceilings measure_ceilings(bench::Anchors& anchors, double warm_seconds, cudaStream_t stream) {
+  const bench::Timing timing{5, warm_seconds};
   Ceilings c;
   const std::size_t bytes = std::size_t{2} << 30;
   {
@@ -80,7 +82,7 @@ Ceilings measure_ceilings(bench::Anchors& anchors, cudaStream_t stream) {
     bench::fill_e4m3(data.bytes(), bytes, 7, stream);
     const auto t = bench::summarize(bench::time_graph(
         [&](int) { bench::read_all(data.ptr, bytes, static_cast<unsigned*>(sink.ptr), stream); }, 3,
-        1, 5, stream));
+        1, timing, stream));
     c.read_bytes_per_s = static_cast<double>(bytes) / (t.median * 1e-6);
   }
   const int n = 8192;
@@ -89,13 +91,15 @@ Ceilings measure_ceilings(bench::Anchors& anchors, cudaStream_t stream) {
   bench::fill_bf16(a.ptr, elems, 1, stream);
   bench::fill_bf16(b.ptr, elems, 2, stream);
   const double flops = 2.0 * n * n * n;
-  const auto bf16 = bench::summarize(bench::time_graph(
-      [&](int) { anchors.bf16_gemm(a.ptr, b.ptr, out.ptr, n, n, n, stream); }, 3, 1, 5, stream));
+  const auto bf16 = bench::summarize(
+      bench::time_graph([&](int) { anchors.bf16_gemm(a.ptr, b.ptr, out.ptr, n, n, n, stream); }, 3,
+                        1, timing, stream));
   c.bf16_flops = flops / (bf16.median * 1e-6);
   bench::fill_e4m3(a.bytes(), elems, 3, stream);
   bench::fill_e4m3(b.bytes(), elems, 4, stream);
-  const auto fp8 = bench::summarize(bench::time_graph(
-      [&](int) { anchors.fp8_gemm(a.ptr, b.ptr, out.ptr, n, n, n, stream); }, 3, 1, 5, stream));
+  const auto fp8 = bench::summarize(
+      bench::time_graph([&](int) { anchors.fp8_gemm(a.ptr, b.ptr, out.ptr, n, n, n, stream); }, 3,
+                        1, timing, stream));
   c.fp8_flops = flops / (fp8.median * 1e-6);
   return c;
 }
@@ -125,7 +129,7 @@ std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, double> load_tri_
 // The activation quantizer alone, its bf16 inputs rotating through copies worth >= 3x L2 like
 // the weights (issue 3's goal: >= 80% of read bandwidth for M >= 512).
 json bench_quantize(std::int64_t m, std::int64_t k, std::size_t l2, const Ceilings& ceil,
-                    int replays, cudaStream_t stream) {
+                    const bench::Timing& timing, cudaStream_t stream) {
   const std::size_t bytes = static_cast<std::size_t>(m * k) * 2;
   const int copies = std::min(bench::rotation_copies(bytes, l2), 256);
   DeviceMemory x(bytes * static_cast<std::size_t>(copies)), q(static_cast<std::size_t>(m * k)),
@@ -140,14 +144,14 @@ json bench_quantize(std::int64_t m, std::int64_t k, std::size_t l2, const Ceilin
                                         {m, k}, DType::kBF16, Location::kDevice),
                  qv, sv, stream);
       },
-      std::max(copies, 8), 2, replays, stream));
+      std::max(copies, 8), 2, timing, stream));
   // The same bytes in and out with no arithmetic: what this traffic allows.
   const auto copy = bench::summarize(bench::time_graph(
       [&](int i) {
         bench::narrowing_copy(x.bytes() + static_cast<std::size_t>(i % copies) * bytes,
                               static_cast<std::size_t>(m * k), q.ptr, s.ptr, stream);
       },
-      std::max(copies, 8), 2, replays, stream));
+      std::max(copies, 8), 2, timing, stream));
   const double read_per_s = static_cast<double>(bytes) / (t.median * 1e-6);
   // Every byte moved: bf16 in, e4m3 and one scale byte per 32 elements out.
   const double moved = static_cast<double>(bytes) + static_cast<double>(m * k) * (1.0 + 1.0 / 32);
@@ -175,8 +179,8 @@ std::string dispatch_name(std::int64_t n, std::int64_t k, std::int64_t m) {
 
 // Times one (layer, M): our linear (full and GEMM only) and the two anchors.
 json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m,
-                  bench::Anchors& anchors, const Ceilings& ceil, double tri_mx, int replays,
-                  const SweepFilter& sweep, cudaStream_t stream) {
+                  bench::Anchors& anchors, const Ceilings& ceil, double tri_mx,
+                  const bench::Timing& timing, const SweepFilter& sweep, cudaStream_t stream) {
   const std::int64_t n = w.n, k = w.k, mp = bench::pad16(m);
   DeviceMemory x(static_cast<std::size_t>(mp * k) * 2), xq(static_cast<std::size_t>(mp * k)),
       xs(static_cast<std::size_t>(mp * k / 32)), out(static_cast<std::size_t>(mp * n) * 2),
@@ -206,7 +210,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
               {"check", ok ? "ok" : "WRONG"}};
   const int calls = std::max(w.copies, 8);
   auto median = [&](const std::function<void(int)>& f) {
-    return bench::summarize(bench::time_graph(f, calls, 2, replays, stream));
+    return bench::summarize(bench::time_graph(f, calls, 2, timing, stream));
   };
   const bench::Traffic t = bench::count_traffic(m, n, k, 2, false);
   row["floor_us"] = bench::floor_us(t, ceil.read_bytes_per_s, ceil.bf16_flops);
@@ -345,7 +349,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
 // The decode step: every layer instance of the model with its own weights, back to back in one
 // graph, for our linear (bf16 activations, quantized inside) and the two anchors.
 json bench_step(const std::vector<ModelLayer>& layers, std::int64_t m, bench::Anchors& anchors,
-                int replays, cudaStream_t stream) {
+                const bench::Timing& timing, cudaStream_t stream) {
   std::int64_t max_n = 0, max_k = 0;
   std::vector<ModelLayer> instances;
   for (const auto& l : layers) {
@@ -374,7 +378,7 @@ json bench_step(const std::vector<ModelLayer>& layers, std::int64_t m, bench::An
   const Workspace workspace{ws.ptr, linear_workspace_bytes(m, max_k)};
   const int calls = static_cast<int>(instances.size());
   auto step_ms = [&](const std::function<void(int)>& f) {
-    return bench::summarize(bench::time_graph(f, calls, 2, replays, stream)).median * calls / 1000;
+    return bench::summarize(bench::time_graph(f, calls, 2, timing, stream)).median * calls / 1000;
   };
   json row = {{"m", m}, {"gemms", calls}, {"weight_bytes", weight_bytes}};
   DeviceMemory sink(16);
@@ -434,13 +438,20 @@ int run_bench(const BenchOptions& o) {
   cudaStream_t stream;
   cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   bench::Anchors anchors;
-  const Ceilings ceil = measure_ceilings(anchors, stream);
+  const bench::Timing timing{o.replays, o.warm_ms / 1000.0};
+  const Ceilings ceil = measure_ceilings(anchors, timing.warm_seconds, stream);
+  json timing_doc = json::object();
+  timing_doc["replays"] = o.replays;
+  timing_doc["warm_ms"] = o.warm_ms;
+  json timing_holder = json::object();
+  timing_holder["timing"] = timing_doc;
   fmt::print(
       "mxlinear bench on {} ({} SMs, L2 {} MiB); cuBLASLt FP8 runs with M padded to 16\n"
+      "{}\n"
       "ceilings: read {:.2f} TB/s, cuBLAS bf16 "
       "{:.0f} TFLOP/s, cuBLASLt FP8 {:.0f} TFLOP/s\n",
-      prop.name, prop.multiProcessorCount, l2 >> 20, ceil.read_bytes_per_s / 1e12,
-      ceil.bf16_flops / 1e12, ceil.fp8_flops / 1e12);
+      prop.name, prop.multiProcessorCount, l2 >> 20, bench::timing_note(timing_holder),
+      ceil.read_bytes_per_s / 1e12, ceil.bf16_flops / 1e12, ceil.fp8_flops / 1e12);
   int driver = 0, runtime = 0;
   cuda(cudaDriverGetVersion(&driver), "driver version");
   cuda(cudaRuntimeGetVersion(&runtime), "runtime version");
@@ -456,6 +467,7 @@ int run_bench(const BenchOptions& o) {
                "weights rotate through copies >= 3x L2; one CUDA graph of >= 8 calls per "
                "figure; median of replays; our calls with a workspace; cuBLASLt FP8 with M "
                "padded to 16"},
+              {"timing", timing_doc},
               {"ceilings",
                {{"read_tb_s", ceil.read_bytes_per_s / 1e12},
                 {"bf16_tflop_s", ceil.bf16_flops / 1e12},
@@ -479,7 +491,7 @@ int run_bench(const BenchOptions& o) {
       for (std::int64_t m : o.ms) {
         const auto it = tri_mx.find({n, k, m});
         json row = bench_figure(names[{n, k}], w, m, anchors, ceil,
-                                it == tri_mx.end() ? NAN : it->second, o.replays, sweep, stream);
+                                it == tri_mx.end() ? NAN : it->second, timing, sweep, stream);
         const double g = bench::value_or_nan(row, "gemm_us");
         fmt::print(
             "{:<28} {:>10} {:>5} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>8.1f} {:>7.2f} {:>7.2f} "
@@ -523,7 +535,7 @@ int run_bench(const BenchOptions& o) {
         // The goal is stated for M >= 512; smaller activations would need thousands of copies
         // to rotate through L2, i.e. graphs of thousands of nodes.
         if (m < 512) continue;
-        json q = bench_quantize(m, k, l2, ceil, o.replays, stream);
+        json q = bench_quantize(m, k, l2, ceil, timing, stream);
         fmt::print(
             "quantize M={:>5} K={:>5}: {:8.2f} us, read {:.2f} TB/s = {:.0f}% of the read "
             "ceiling; read + written {:.2f} TB/s = {:.0f}%; the same bytes copied without "
@@ -538,7 +550,7 @@ int run_bench(const BenchOptions& o) {
     if (o.step) {
       doc["step"] = json::array();
       for (std::int64_t m : o.step_ms) {
-        json row = bench_step(layers, m, anchors, o.replays, stream);
+        json row = bench_step(layers, m, anchors, timing, stream);
         fmt::print(
             "decode step M={}: mxlinear {:.3f} ms, cuBLAS bf16 {:.3f} ms, cuBLASLt FP8 {:.3f} "
             "ms, only reading the weights {:.3f} ms ({} GEMMs){}\n",
@@ -596,6 +608,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--markdown", o->markdown_path, "write a Markdown report here");
   cmd->add_option("--replays", o->replays, "timed graph replays per figure")
       ->check(CLI::Range(3, 1000));
+  cmd->add_option("--warm-ms", o->warm_ms,
+                  "replay each figure for at least this long before timing it, so the clocks "
+                  "settle where a sustained load runs them (0: burst figures)")
+      ->check(CLI::Range(0, 60000));
   cmd->callback([o, &exit_code] { exit_code = run_bench(*o); });
 }
 
