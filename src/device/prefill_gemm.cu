@@ -155,7 +155,7 @@ std::size_t prefill_stream_k_bytes() {
 
 int prefill_gemm_smem_bytes(int instance, int k, int splits) {
   const PrefillInstanceInfo& i = kInstances[static_cast<std::size_t>(instance)];
-  return i.fixed_smem_bytes + i.rows * 4 * chunks_per_cta(k, splits);
+  return i.fixed_smem_bytes + i.rows * prefill_scale_row_bytes(chunks_per_cta(k, splits));
 }
 
 std::string_view prefill_gemm_unsupported(const GemmParams& p) {

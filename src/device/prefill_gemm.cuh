@@ -101,9 +101,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       float acc[Tile::kAccRegs];
 #pragma unroll
       for (int i = 0; i < Tile::kAccRegs; ++i) acc[i] = 0.0f;
-      stage_scales<Tile>(p, smem + Tile::kScaleOffset, n0, c_begin, chunks, warpgroup);
+      const int scale_row_bytes = prefill_scale_row_bytes(chunks);
+      stage_scales<Tile>(p, smem + Tile::kScaleOffset, n0, c_begin, chunks, warpgroup,
+                         scale_row_bytes);
       stamps.mark(timeline::kPrologue);
-      consume<Tile>(acc, smem, smem_ptr, full, empty, chunks, warpgroup);
+      consume<Tile>(acc, smem, smem_ptr, full, empty, chunks, warpgroup, scale_row_bytes);
       stamps.mark(timeline::kMainLoop);
       // The output may still be read by the kernel before us.
       hopper::wait_prerequisite_grids();

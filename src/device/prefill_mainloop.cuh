@@ -28,6 +28,12 @@ namespace mxlinear::device {
 // as fast, so at M = 32 a layer runs with fewer K splits, and less cluster reduction, than with
 // one warpgroup (7 of 8 seed shapes 4-16% faster, docs/PERF.md session 11). It was meant to
 // shorten each stage with a second consumer chain, which it did not.
+// Bytes per weight row of the scale area in shared memory for `chunks` 128-K chunks (a 4-byte
+// word each): an odd number of words, so the 8 rows of a warp's fragment loads fall in 8
+// different banks. With an even count, rows g and g + 2 shared a bank: the scale loads took 4
+// wavefronts each (ncu at M = 8192: 23% of the kernel's shared wavefronts were excess, session 15).
+constexpr int prefill_scale_row_bytes(int chunks) { return 4 * (chunks | 1); }
+
 template <int kStages_, bool kOverlap_ = false, int kConsumerGroups_ = 2, int kTokens_ = 128,
           int kBK_ = 128, bool kAlternating_ = false, bool kPersistent_ = false,
           bool kStreamK_ = false>
@@ -86,8 +92,11 @@ struct PrefillTile {
   using ReduceTile = FpTile<kRows, kTokens, kRows + 4>;
   static constexpr int kReduceOffset = 0;
 
-  // Shared memory with the weight scale bytes of `chunks` 128-K chunks ([row][4 * chunks]).
-  static constexpr int smem_bytes(int chunks) { return kFixedSmemBytes + kRows * 4 * chunks; }
+  // Shared memory with the weight scale bytes of `chunks` 128-K chunks
+  // ([row][prefill_scale_row_bytes(chunks)]).
+  static constexpr int smem_bytes(int chunks) {
+    return kFixedSmemBytes + kRows * prefill_scale_row_bytes(chunks);
+  }
 
   static_assert(kWTileBytes % 1024 == 0 && kAAtomBytes % 1024 == 0, "swizzle atoms");
   static_assert(kStages >= 2, "a ring needs two stages");
@@ -202,25 +211,25 @@ __device__ __forceinline__ bool scale_words_copyable(const GemmParams& p) {
          (p.n <= 1 || p.ld_w_scales % 4 == 0);
 }
 
-// The weight scale bytes of the CTA's rows and K range go to shared memory ([row][4 * chunks])
-// by cp.async, each warp fetching the words of the 16 rows it reads, so no CTA barrier: the
-// warpgroup's first two chunks in a first group that its first stage waits for, the rest in a
-// second group that its third chunk waits for, in flight while the first two compute. Copying them
-// all before the main loop cost every CTA 3-4 us at K = 6144 (timeline, session 8); loading each
-// thread's words into registers two chunks ahead of use left the 64-row tiles waiting on them.
-// Where K % 128 != 0 or the scale rows are not 4-byte aligned, the words are assembled byte by
-// byte with plain loads instead (0, a finite 2^-127, for blocks past K, whose data TMA
-// zero-filled): the same layout, only slower to copy.
+// The weight scale bytes of the CTA's rows and K range go to shared memory ([row][row_bytes],
+// row_bytes >= 4 * chunks; prefill_scale_row_bytes) by cp.async, each warp fetching the words of
+// the 16 rows it reads, so no CTA barrier: the warpgroup's first two chunks in a first group that
+// its first stage waits for, the rest in a second group that its third chunk waits for, in flight
+// while the first two compute. Copying them all before the main loop cost every CTA 3-4 us at K =
+// 6144 (timeline, session 8); loading each thread's words into registers two chunks ahead of use
+// left the 64-row tiles waiting on them. Where K % 128 != 0 or the scale rows are not 4-byte
+// aligned, the words are assembled byte by byte with plain loads instead (0, a finite 2^-127, for
+// blocks past K, whose data TMA zero-filled): the same layout, only slower to copy.
 template <class Tile>
 __device__ __forceinline__ void stage_scales(const GemmParams& p, std::uint32_t scale_smem, int n0,
-                                             int c_begin, int chunks, int group) {
+                                             int c_begin, int chunks, int group, int row_bytes) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int row_group = Tile::kAlternating ? 0 : group;
   const int row = 64 * row_group + 16 * ((static_cast<int>(threadIdx.x) % 128) >> 5) + (lane & 15);
   const bool valid = n0 + row < p.n;  // rows past N get 0 (a finite scale for TMA's zero rows)
   const std::uint8_t* src = p.w_scales + (valid ? (n0 + row) * p.ld_w_scales : 0) +
                             4 * static_cast<std::int64_t>(c_begin);
-  const std::uint32_t dst = scale_smem + static_cast<std::uint32_t>(row * 4 * chunks);
+  const std::uint32_t dst = scale_smem + static_cast<std::uint32_t>(row * row_bytes);
   const int src_bytes = valid ? 4 : 0;
   // This warpgroup's chunks (kBK = 128 when alternating: one stage per chunk).
   const int first = Tile::kAlternating ? group : 0;
@@ -253,20 +262,21 @@ __device__ __forceinline__ void stage_scales(const GemmParams& p, std::uint32_t 
 
 // One consumer warpgroup: rows 64g..64g+63 of the CTA's weight tile (rows 0..63 when
 // alternating) times all its tokens, accumulated over its stages of the CTA's K range (`chunks`
-// 128-K chunks in stages of kBK; scale bytes [row][4 * chunks] from stage_scales). Stage c
+// 128-K chunks in stages of kBK; scale bytes [row][scale_row_bytes] from stage_scales). Stage c
 // uses ring slot (ring_base + c) % kStages, as the producer fills them. In a persistent walk
 // every stage goes back to the producer before it returns.
 template <class Tile>
 __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint32_t smem,
                                         const std::uint8_t* smem_ptr, std::uint32_t full,
                                         std::uint32_t empty, int chunks, int group,
-                                        int ring_base = 0) {
+                                        int scale_row_bytes, int ring_base = 0) {
   using Mma = hopper::WgmmaBF16RS<Tile::kTokens>;
   const int tid = static_cast<int>(threadIdx.x) % 128;
   const int warp = tid >> 5, lane = tid & 31, t = lane & 3;
   const int row0 = 64 * (Tile::kAlternating ? 0 : group) + 16 * warp + (lane >> 2);  // and + 8
-  const std::uint8_t* scale_bytes = smem_ptr + Tile::kScaleOffset;
-  const int blocks_per_row = 4 * chunks;
+  // This thread's rows' scale words (row0 and row0 + 8; a word per 128-K chunk).
+  const std::uint8_t* const scales0 = smem_ptr + Tile::kScaleOffset + row0 * scale_row_bytes;
+  const std::uint8_t* const scales8 = scales0 + 8 * scale_row_bytes;
   const int stages = chunks * Tile::kStagesPerChunk;
   // This warpgroup's stages: stage_of(i) for i < count.
   const int first = Tile::kAlternating ? group : 0;
@@ -296,11 +306,15 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
     const int s = g % Tile::kStages;
     hopper::mbarrier_wait(full + 8 * s, (g / Tile::kStages) & 1);
     const std::uint8_t* w_tile = smem_ptr + Tile::kWTileOffset + s * Tile::kWTileBytes;
+    // One word load per row and stage: the stage's blocks lie in one chunk's word.
+    const int b0 = Tile::kBlocksPerStage * c;
+    const std::uint32_t words0 = *reinterpret_cast<const std::uint32_t*>(scales0 + 4 * (b0 >> 2));
+    const std::uint32_t words8 = *reinterpret_cast<const std::uint32_t*>(scales8 + 4 * (b0 >> 2));
 #pragma unroll
     for (int block = 0; block < Tile::kBlocksPerStage; ++block) {
-      const int b = Tile::kBlocksPerStage * c + block;
-      const float s0 = mx::scale_from_byte(scale_bytes[row0 * blocks_per_row + b]);
-      const float s8 = mx::scale_from_byte(scale_bytes[(row0 + 8) * blocks_per_row + b]);
+      const int shift = 8 * ((b0 + block) & 3);
+      const float s0 = mx::scale_from_byte((words0 >> shift) & 0xFFu);
+      const float s8 = mx::scale_from_byte((words8 >> shift) & 0xFFu);
       const uint2 r0 = *reinterpret_cast<const uint2*>(w_tile + fragment_offsets[block]);
       const uint2 r8 = *reinterpret_cast<const uint2*>(w_tile + fragment_offsets[block] + kRow8);
       mx::e4m3x4_scaled_to_bf16x2x2(r0.x, s0, a[block][0][0], a[block][0][2]);

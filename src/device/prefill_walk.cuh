@@ -196,6 +196,10 @@ __device__ __forceinline__ void walk_tiles(const CUtensorMap* w_map, const CUten
   const int row_tiles = (p.n + Tile::kRows - 1) / Tile::kRows;
   const int tiles = row_tiles * ((p.m + Tile::kTokens - 1) / Tile::kTokens);
   const int chunks = (p.k + 127) / 128;  // the last one zero-filled past K
+  // One scale row stride for every stretch (the launch sized the area for all of K's chunks):
+  // a stretch-sized stride would move a row's bytes onto another warp's between stretches of
+  // different lengths (stream-K), while that warp may still read its previous stretch's.
+  const int scale_row_bytes = prefill_scale_row_bytes(chunks);
   auto row_of = [&](int tile) { return (tile % row_tiles) * Tile::kRows; };
   auto token_of = [&](int tile) { return (tile / row_tiles) * Tile::kTokens; };
   StretchWalk<Tile> walk(tiles, chunks);
@@ -217,7 +221,7 @@ __device__ __forceinline__ void walk_tiles(const CUtensorMap* w_map, const CUten
     TileStretch now;
     if (walk.next(now)) {
       stage_scales<Tile>(p, smem + Tile::kScaleOffset, row_of(now.tile), now.c_lo,
-                         now.c_hi - now.c_lo, warpgroup);
+                         now.c_hi - now.c_lo, warpgroup, scale_row_bytes);
       int ring_base = 0;
       for (bool more = true; more;) {
         TileStretch after;
@@ -229,14 +233,15 @@ __device__ __forceinline__ void walk_tiles(const CUtensorMap* w_map, const CUten
         // Stamps of the CTA's last stretch (since its entry): the stored stamp over the
         // stretches walked is the time per stretch.
         if (!more) stamps.mark(timeline::kPrologue);
-        consume<Tile>(acc, smem, smem_ptr, full, empty, now.c_hi - now.c_lo, warpgroup, ring_base);
+        consume<Tile>(acc, smem, smem_ptr, full, empty, now.c_hi - now.c_lo, warpgroup,
+                      scale_row_bytes, ring_base);
         if (!more) stamps.mark(timeline::kMainLoop);
         // The next stretch's scales, in flight while this one's epilogue runs (each warp copies
         // and reads only its own rows, and its reads of this stretch's are done).
         if (more) {
           __syncwarp();
           stage_scales<Tile>(p, smem + Tile::kScaleOffset, row_of(after.tile), after.c_lo,
-                             after.c_hi - after.c_lo, warpgroup);
+                             after.c_hi - after.c_lo, warpgroup, scale_row_bytes);
         }
         if (ring_base == 0) {
           // The output may still be in use by the kernels before us, and (stream-K) the flags are
