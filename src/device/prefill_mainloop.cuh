@@ -235,16 +235,11 @@ __device__ __forceinline__ void stage_scales(const GemmParams& p, std::uint32_t 
   const int first = Tile::kAlternating ? group : 0;
   constexpr int kStep = Tile::kStageStep;
   if (!scale_words_copyable(p)) {
-    const int blocks = p.k / 32;  // of a whole row; the chunk's blocks past it get 0
+    const int blocks = p.k / kBlockSize;  // of a whole row; the chunk's blocks past it get 0
     for (int chunk = first + kStep * (lane >> 4); chunk < chunks; chunk += 2 * kStep) {
-      std::uint32_t word = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int block = 4 * (c_begin + chunk) + j;
-        if (valid && block < blocks)
-          word |= static_cast<std::uint32_t>(src[4 * chunk + j]) << 8 * j;
-      }
-      ptx::st_shared_u32(dst + 4 * chunk, word);
+      ptx::st_shared_u32(dst + 4 * chunk,
+                         mx::scale_word_bytewise(p.w_scales, p.ld_w_scales, n0 + row, p.n,
+                                                 c_begin + chunk, blocks));
     }
     ptx::cp_async_commit();  // the two (empty) groups consume() waits for
     ptx::cp_async_commit();
