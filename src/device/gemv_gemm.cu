@@ -17,14 +17,20 @@ using Tile8w8 = GemvTile<1, 8>;
 using Tile16w8 = GemvTile<2, 8>;
 using Tile8w4r8 = GemvTile<1, 4, 8>;
 using Tile8w8r4 = GemvTile<1, 8, 4>;
+// A deeper ring (~101 KiB per CTA, two CTAs per SM): a warp of a K = 6144 layer requests 5 of
+// its 6 stages before the wait on the previous kernel, where the 4-slot ring requests 3 and
+// leaves the rest to the main loop. (cp.async.wait_group takes at most 7 pending groups, so 8
+// slots is the deepest ring.)
+using Tile8w8r6 = GemvTile<1, 8, 6>;
 
 template <class Tile>
 constexpr GemvInstanceInfo info() {
   return {Tile::kTokens, Tile::kWarps, Tile::kStages};
 }
 
-constexpr std::array<GemvInstanceInfo, 5> kInstances = {
-    info<Tile8w4>(), info<Tile8w8>(), info<Tile16w8>(), info<Tile8w4r8>(), info<Tile8w8r4>()};
+constexpr std::array<GemvInstanceInfo, 6> kInstances = {info<Tile8w4>(),   info<Tile8w8>(),
+                                                        info<Tile16w8>(),  info<Tile8w4r8>(),
+                                                        info<Tile8w8r4>(), info<Tile8w8r6>()};
 
 template <class Tile>
 int staged_tokens(std::int64_t m) {
@@ -55,8 +61,8 @@ std::span<const GemvInstanceInfo> gemv_gemm_instances() { return kInstances; }
 
 int gemv_gemm_smem_bytes(int instance, std::int64_t m, int k) {
   using Sizer = int (*)(std::int64_t, int);
-  constexpr Sizer kSizers[] = {smem_bytes<Tile8w4>, smem_bytes<Tile8w8>, smem_bytes<Tile16w8>,
-                               smem_bytes<Tile8w4r8>, smem_bytes<Tile8w8r4>};
+  constexpr Sizer kSizers[] = {smem_bytes<Tile8w4>,   smem_bytes<Tile8w8>,   smem_bytes<Tile16w8>,
+                               smem_bytes<Tile8w4r8>, smem_bytes<Tile8w8r4>, smem_bytes<Tile8w8r6>};
   static_assert(std::size(kSizers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) return 0;
   return kSizers[instance](m, k);
@@ -80,8 +86,9 @@ std::string_view gemv_gemm_unsupported(const GemmParams& p) {
 
 cudaError_t launch_gemv_gemm(const GemmParams& p, int instance, cudaStream_t stream) {
   using Launcher = cudaError_t (*)(const GemmParams&, cudaStream_t);
-  constexpr Launcher kLaunchers[] = {launch<Tile8w4>, launch<Tile8w8>, launch<Tile16w8>,
-                                     launch<Tile8w4r8>, launch<Tile8w8r4>};  // in kInstances' order
+  constexpr Launcher kLaunchers[] = {launch<Tile8w4>,   launch<Tile8w8>,
+                                     launch<Tile16w8>,  launch<Tile8w4r8>,
+                                     launch<Tile8w8r4>, launch<Tile8w8r6>};  // in kInstances' order
   static_assert(std::size(kLaunchers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
     return cudaErrorInvalidValue;
