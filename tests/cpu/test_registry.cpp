@@ -410,8 +410,8 @@ TEST(Registry, ShippedTableLendsTheNearestSeedShapesRowsToAnUntunedLayer) {
   const auto rows =
       r.report({{"near_qkv", 3000, 4096, 1}, {"qkv", 2560, 6144, 1}}, kH200, DType::kBF16);
   const std::string text = format_report(rows, kH200);
-  EXPECT_THAT(text, HasSubstr("M=1 gemv/t8_w8_r4~"));
-  EXPECT_THAT(text, HasSubstr("M=1 gemv/t8_w8_r4*"));
+  EXPECT_THAT(text, HasSubstr("M=1 gemv/t8_w8_r6~"));
+  EXPECT_THAT(text, HasSubstr("M=1 gemv/t8_w8_r6*"));
   EXPECT_THAT(report_json(rows, kH200), HasSubstr("\"borrowed_from\": [\n"));
   // 2560 x 16384 borrows 2560 x 6144's rows, but the 128 x 160 tile of its M = 2048 row cannot
   // hold the scale bytes of K = 16384: the generic kernel keeps that call.
