@@ -22,15 +22,21 @@ using Tile8w8r4 = GemvTile<1, 8, 4>;
 // leaves the rest to the main loop. (cp.async.wait_group takes at most 7 pending groups, so 8
 // slots is the deepest ring.)
 using Tile8w8r6 = GemvTile<1, 8, 6>;
+// Shallow rings for short K (~28 and ~37 KiB per CTA at K = 768, 71 registers): 7 and 6 CTAs
+// per SM, so the next layer's CTAs can be resident, their weights in flight, while this one runs
+// (the 8-slot ring fits 3 CTAs per SM: a kernel's 384 CTAs of an N = 6144 layer, and almost none
+// of the next one's).
+using Tile8w4r3 = GemvTile<1, 4, 3>;
+using Tile8w4r4 = GemvTile<1, 4, 4>;
 
 template <class Tile>
 constexpr GemvInstanceInfo info() {
   return {Tile::kTokens, Tile::kWarps, Tile::kStages};
 }
 
-constexpr std::array<GemvInstanceInfo, 6> kInstances = {info<Tile8w4>(),   info<Tile8w8>(),
-                                                        info<Tile16w8>(),  info<Tile8w4r8>(),
-                                                        info<Tile8w8r4>(), info<Tile8w8r6>()};
+constexpr std::array<GemvInstanceInfo, 8> kInstances = {
+    info<Tile8w4>(),   info<Tile8w8>(),   info<Tile16w8>(),  info<Tile8w4r8>(),
+    info<Tile8w8r4>(), info<Tile8w8r6>(), info<Tile8w4r3>(), info<Tile8w4r4>()};
 
 template <class Tile>
 int staged_tokens(std::int64_t m) {
@@ -62,7 +68,8 @@ std::span<const GemvInstanceInfo> gemv_gemm_instances() { return kInstances; }
 int gemv_gemm_smem_bytes(int instance, std::int64_t m, int k) {
   using Sizer = int (*)(std::int64_t, int);
   constexpr Sizer kSizers[] = {smem_bytes<Tile8w4>,   smem_bytes<Tile8w8>,   smem_bytes<Tile16w8>,
-                               smem_bytes<Tile8w4r8>, smem_bytes<Tile8w8r4>, smem_bytes<Tile8w8r6>};
+                               smem_bytes<Tile8w4r8>, smem_bytes<Tile8w8r4>, smem_bytes<Tile8w8r6>,
+                               smem_bytes<Tile8w4r3>, smem_bytes<Tile8w4r4>};
   static_assert(std::size(kSizers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) return 0;
   return kSizers[instance](m, k);
@@ -86,9 +93,9 @@ std::string_view gemv_gemm_unsupported(const GemmParams& p) {
 
 cudaError_t launch_gemv_gemm(const GemmParams& p, int instance, cudaStream_t stream) {
   using Launcher = cudaError_t (*)(const GemmParams&, cudaStream_t);
-  constexpr Launcher kLaunchers[] = {launch<Tile8w4>,   launch<Tile8w8>,
-                                     launch<Tile16w8>,  launch<Tile8w4r8>,
-                                     launch<Tile8w8r4>, launch<Tile8w8r6>};  // in kInstances' order
+  constexpr Launcher kLaunchers[] = {launch<Tile8w4>,   launch<Tile8w8>,   launch<Tile16w8>,
+                                     launch<Tile8w4r8>, launch<Tile8w8r4>, launch<Tile8w8r6>,
+                                     launch<Tile8w4r3>, launch<Tile8w4r4>};  // in kInstances' order
   static_assert(std::size(kLaunchers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
     return cudaErrorInvalidValue;
