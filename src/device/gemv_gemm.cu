@@ -28,15 +28,20 @@ using Tile8w8r6 = GemvTile<1, 8, 6>;
 // of the next one's).
 using Tile8w4r3 = GemvTile<1, 4, 3>;
 using Tile8w4r4 = GemvTile<1, 4, 4>;
+// K split over a cluster of two CTAs, for layers with fewer 16-row tiles than SMs (N = 1536 and
+// 1280: 96 and 80) or too many for one per SM and too few for two (N = 2560 and 2304).
+using Tile8w8s2 = GemvTile<1, 8, 0, 2>;
+using Tile8w8r4s2 = GemvTile<1, 8, 4, 2>;
 
 template <class Tile>
 constexpr GemvInstanceInfo info() {
-  return {Tile::kTokens, Tile::kWarps, Tile::kStages};
+  return {Tile::kTokens, Tile::kWarps, Tile::kStages, Tile::kSplits};
 }
 
-constexpr std::array<GemvInstanceInfo, 8> kInstances = {
-    info<Tile8w4>(),   info<Tile8w8>(),   info<Tile16w8>(),  info<Tile8w4r8>(),
-    info<Tile8w8r4>(), info<Tile8w8r6>(), info<Tile8w4r3>(), info<Tile8w4r4>()};
+constexpr std::array<GemvInstanceInfo, 10> kInstances = {
+    info<Tile8w4>(),   info<Tile8w8>(),    info<Tile16w8>(),  info<Tile8w4r8>(),
+    info<Tile8w8r4>(), info<Tile8w8r6>(),  info<Tile8w4r3>(), info<Tile8w4r4>(),
+    info<Tile8w8s2>(), info<Tile8w8r4s2>()};
 
 template <class Tile>
 int staged_tokens(std::int64_t m) {
@@ -50,10 +55,12 @@ cudaError_t launch(const GemmParams& p, cudaStream_t stream) {
     return e;
   const int smem = Tile::smem_bytes(p.k, staged_tokens<Tile>(p.m));
   if (smem > kGemvMaxSmemBytes) return cudaErrorInvalidValue;
-  const dim3 grid((p.n + Tile::kRows - 1) / Tile::kRows, (p.m + Tile::kTokens - 1) / Tile::kTokens);
-  if (grid.y > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
+  const dim3 grid((p.n + Tile::kRows - 1) / Tile::kRows, Tile::kSplits,
+                  (p.m + Tile::kTokens - 1) / Tile::kTokens);
+  if (grid.z > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
   return launch_programmatic(gemv_gemm_kernel<Tile>, grid, dim3(Tile::kThreads),
-                             static_cast<std::size_t>(smem), stream, 0, p);
+                             static_cast<std::size_t>(smem), stream,
+                             Tile::kSplits > 1 ? Tile::kSplits : 0, p);
 }
 
 template <class Tile>
@@ -67,9 +74,10 @@ std::span<const GemvInstanceInfo> gemv_gemm_instances() { return kInstances; }
 
 int gemv_gemm_smem_bytes(int instance, std::int64_t m, int k) {
   using Sizer = int (*)(std::int64_t, int);
-  constexpr Sizer kSizers[] = {smem_bytes<Tile8w4>,   smem_bytes<Tile8w8>,   smem_bytes<Tile16w8>,
-                               smem_bytes<Tile8w4r8>, smem_bytes<Tile8w8r4>, smem_bytes<Tile8w8r6>,
-                               smem_bytes<Tile8w4r3>, smem_bytes<Tile8w4r4>};
+  constexpr Sizer kSizers[] = {smem_bytes<Tile8w4>,    smem_bytes<Tile8w8>,   smem_bytes<Tile16w8>,
+                               smem_bytes<Tile8w4r8>,  smem_bytes<Tile8w8r4>, smem_bytes<Tile8w8r6>,
+                               smem_bytes<Tile8w4r3>,  smem_bytes<Tile8w4r4>, smem_bytes<Tile8w8s2>,
+                               smem_bytes<Tile8w8r4s2>};
   static_assert(std::size(kSizers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) return 0;
   return kSizers[instance](m, k);
@@ -93,9 +101,10 @@ std::string_view gemv_gemm_unsupported(const GemmParams& p) {
 
 cudaError_t launch_gemv_gemm(const GemmParams& p, int instance, cudaStream_t stream) {
   using Launcher = cudaError_t (*)(const GemmParams&, cudaStream_t);
-  constexpr Launcher kLaunchers[] = {launch<Tile8w4>,   launch<Tile8w8>,   launch<Tile16w8>,
-                                     launch<Tile8w4r8>, launch<Tile8w8r4>, launch<Tile8w8r6>,
-                                     launch<Tile8w4r3>, launch<Tile8w4r4>};  // in kInstances' order
+  constexpr Launcher kLaunchers[] = {launch<Tile8w4>,    launch<Tile8w8>,   launch<Tile16w8>,
+                                     launch<Tile8w4r8>,  launch<Tile8w8r4>, launch<Tile8w8r6>,
+                                     launch<Tile8w4r3>,  launch<Tile8w4r4>, launch<Tile8w8s2>,
+                                     launch<Tile8w8r4s2>};  // in kInstances' order
   static_assert(std::size(kLaunchers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
     return cudaErrorInvalidValue;

@@ -16,6 +16,11 @@
 //   4 blocks in flight. Either way the first loads are issued before waiting on the previous
 //   kernel (weights are static).
 // - The CTA's tokens are staged in shared memory once (gemv_activation.cuh).
+// - K split over the kSplits CTAs of a cluster (kSplits > 1): a layer with fewer 16-row tiles
+//   than SMs (N = 1536: 96 CTAs) gives every SM work, and one whose CTAs do not divide evenly
+//   over the SMs (N = 2560: 160) evens out. Each CTA adds its warps' tiles into one tile, and the
+//   cluster's tiles meet through distributed shared memory, added in split order: deterministic,
+//   no atomics, no workspace.
 #pragma once
 
 #include <cstdint>
@@ -25,17 +30,19 @@
 #include "device/gemv_activation.cuh"
 #include "device/gemv_weights.cuh"
 #include "device/hopper_ptx.cuh"
+#include "device/ptx.cuh"
 #include "device/timeline.cuh"
 #include "mxlinear/format.hpp"
 
 namespace mxlinear::device {
 
-template <int kTokenTiles_, int kWarps_, int kStages_ = 0>
+template <int kTokenTiles_, int kWarps_, int kStages_ = 0, int kSplits_ = 1>
 struct GemvTile {
   static constexpr int kTokenTiles = kTokenTiles_;  // n8 mma tiles of tokens per CTA
   static constexpr int kTokens = 8 * kTokenTiles;   // activation rows per CTA
   static constexpr int kWarps = kWarps_;            // K ranges per CTA
   static constexpr int kStages = kStages_;          // ring slots per warp; 0: registers
+  static constexpr int kSplits = kSplits_;          // K ranges per cluster (grid.y)
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRows = 16;  // weight rows per CTA (mma M)
   // The register streamer's round: 8 blocks, 4 KiB per warp, two rounds in flight.
@@ -51,7 +58,8 @@ struct GemvTile {
   static constexpr int kMinCtasPerSm = 16 / kWarps / kTokenTiles;
 
   // Shared memory at K for `tokens` = min(M, kTokens) staged rows: the weight ring, e4m3 rows,
-  // their scales decoded to fp32, and the warps' partial tiles for the reduction.
+  // their scales decoded to fp32, the warps' partial tiles for the reduction and, split, the
+  // CTA's sum of them that the cluster reads.
   static constexpr int activation_offset() { return kRingBytes; }
   static constexpr int scale_offset(int k, int tokens) {
     return kRingBytes + tokens * (k + kRowPad);
@@ -59,16 +67,20 @@ struct GemvTile {
   static constexpr int reduce_offset(int k, int tokens) {
     return scale_offset(k, tokens) + tokens * (k / kBlockSize) * 4;
   }
-  static constexpr int smem_bytes(int k, int tokens) {
+  static constexpr int cluster_sum_offset(int k, int tokens) {
     return reduce_offset(k, tokens) + kWarps * kRows * kTokens * 4;
+  }
+  static constexpr int smem_bytes(int k, int tokens) {
+    return cluster_sum_offset(k, tokens) + (kSplits > 1 ? kRows * kTokens * 4 : 0);
   }
 
   static_assert(kTokenTiles >= 1 && kTokenTiles <= 2, "a first and a last token tile");
   static_assert(kWarps == 4 || kWarps == 8, "compiled K ranges");
+  static_assert(kSplits == 1 || kSplits == 2 || kSplits == 4, "a cluster of 1, 2 or 4 CTAs");
 };
 
-// Grid: x = 16-row weight tiles, y = token tiles of kTokens. Dynamic shared memory:
-// Tile::smem_bytes(K, min(M, kTokens)).
+// Grid: x = 16-row weight tiles, y = K splits (clusters of (1, kSplits, 1) when kSplits > 1),
+// z = token tiles of kTokens. Dynamic shared memory: Tile::smem_bytes(K, min(M, kTokens)).
 template <class Tile>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
     gemv_gemm_kernel(const GemmParams p) {
@@ -80,17 +92,22 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int g = lane >> 2, t = lane & 3;
   const int n0 = static_cast<int>(blockIdx.x) * Tile::kRows;
-  const int t0 = static_cast<int>(blockIdx.y) * Tile::kTokens;
+  const int t0 = static_cast<int>(blockIdx.z) * Tile::kTokens;
+  const int split = static_cast<int>(blockIdx.y);  // the CTA's rank in its cluster
   const int blocks = p.k / kBlockSize;
   const int staged = min(p.m, Tile::kTokens);  // rows the launch sized shared memory for
   const StagedActivation s{smem + Tile::activation_offset(),
                            reinterpret_cast<float*>(smem + Tile::scale_offset(p.k, staged)),
                            p.k + Tile::kRowPad, blocks, min(p.m - t0, Tile::kTokens)};
 
-  // This warp's contiguous range: of blocks (registers) or of 4-block stages (ring).
+  // This warp's contiguous range: of blocks (registers) or of 4-block stages (ring), within its
+  // split's.
   const int units = Tile::kStages == 0 ? blocks : (blocks + 3) / 4;
-  const int per_warp = (units + Tile::kWarps - 1) / Tile::kWarps;
-  const int first = min(warp * per_warp, units), end = min(first + per_warp, units);
+  const int split_first = split * units / Tile::kSplits;
+  const int split_end = (split + 1) * units / Tile::kSplits;
+  const int per_warp = (split_end - split_first + Tile::kWarps - 1) / Tile::kWarps;
+  const int first = min(split_first + warp * per_warp, split_end);
+  const int end = min(first + per_warp, split_end);
 
   // Static weights: in flight during the wait on the previous kernel.
   WeightRound<Tile::kRoundBlocks> rounds[2];
@@ -144,15 +161,44 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   }
   __syncthreads();
   stamps.mark(timeline::kReduced);
-  for (int e = static_cast<int>(threadIdx.x); e < kTile; e += Tile::kThreads) {
-    const int row = e / Tile::kTokens, token = e % Tile::kTokens;
-    const int n = n0 + row, m = t0 + token;
-    if (n >= p.n || m >= p.m) continue;
-    float v = 0.0f;
+  if constexpr (Tile::kSplits == 1) {
+    for (int e = static_cast<int>(threadIdx.x); e < kTile; e += Tile::kThreads) {
+      const int row = e / Tile::kTokens, token = e % Tile::kTokens;
+      const int n = n0 + row, m = t0 + token;
+      if (n >= p.n || m >= p.m) continue;
+      float v = 0.0f;
 #pragma unroll
-    for (int w = 0; w < Tile::kWarps; ++w) v += partials[w * kTile + e];
-    if (p.bias_type != BiasType::kNone) v += epilogue::load_bias(p, n);
-    epilogue::store_one(p, m, n, v);
+      for (int w = 0; w < Tile::kWarps; ++w) v += partials[w * kTile + e];
+      if (p.bias_type != BiasType::kNone) v += epilogue::load_bias(p, n);
+      epilogue::store_one(p, m, n, v);
+    }
+  } else {
+    auto* const cta_sum = reinterpret_cast<float*>(smem + Tile::cluster_sum_offset(p.k, staged));
+    for (int e = static_cast<int>(threadIdx.x); e < kTile; e += Tile::kThreads) {
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < Tile::kWarps; ++w) v += partials[w * kTile + e];
+      cta_sum[e] = v;
+    }
+    hopper::cluster_sync();  // every split's sum is visible to the cluster
+    // Each split stores its share of the tile, adding the splits' sums in split order.
+    const std::uint32_t local = ptx::smem_address(cta_sum);
+    constexpr int kShare = kTile / Tile::kSplits;
+    for (int e = split * kShare + static_cast<int>(threadIdx.x); e < (split + 1) * kShare;
+         e += Tile::kThreads) {
+      const int row = e / Tile::kTokens, token = e % Tile::kTokens;
+      const int n = n0 + row, m = t0 + token;
+      if (n >= p.n || m >= p.m) continue;
+      float v = 0.0f;
+#pragma unroll
+      for (int r = 0; r < Tile::kSplits; ++r) {
+        v += hopper::load_cluster_shared(local + 4 * static_cast<std::uint32_t>(e),
+                                         static_cast<std::uint32_t>(r));
+      }
+      if (p.bias_type != BiasType::kNone) v += epilogue::load_bias(p, n);
+      epilogue::store_one(p, m, n, v);
+    }
+    hopper::cluster_sync();  // no CTA leaves while another reads its sum
   }
   stamps.mark(timeline::kStored);
   stamps.flush();

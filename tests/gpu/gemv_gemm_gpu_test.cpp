@@ -86,6 +86,7 @@ INSTANTIATE_TEST_SUITE_P(
       const auto& i = device::gemv_gemm_instances()[static_cast<std::size_t>(param.param)];
       name << "t" << i.tokens << "_w" << i.warps;
       if (i.stages > 0) name << "_r" << i.stages;
+      if (i.splits > 1) name << "_s" << i.splits;
       return name.str();
     });
 

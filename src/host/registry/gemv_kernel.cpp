@@ -18,11 +18,13 @@
 namespace mxlinear {
 namespace {
 
-constexpr std::int64_t kMaxGridY = 65535;
+constexpr std::int64_t kMaxGridZ = 65535;  // token tiles (grid.z)
 
 std::string config_name(const device::GemvInstanceInfo& i) {
-  return i.stages == 0 ? fmt::format("t{}_w{}", i.tokens, i.warps)
-                       : fmt::format("t{}_w{}_r{}", i.tokens, i.warps, i.stages);
+  std::string name = i.stages == 0 ? fmt::format("t{}_w{}", i.tokens, i.warps)
+                                   : fmt::format("t{}_w{}_r{}", i.tokens, i.warps, i.stages);
+  if (i.splits > 1) name += fmt::format("_s{}", i.splits);
+  return name;
 }
 
 // Config name -> instance index.
@@ -109,10 +111,10 @@ class GemvKernel final : public Kernel {
       detail::fail(ErrorCode::kUnsupported, "gemv kernel", "config", v.reason);
     }
     const int tokens = device::gemv_gemm_instances()[static_cast<std::size_t>(instance)].tokens;
-    if ((shape.m + tokens - 1) / tokens > kMaxGridY) {
+    if ((shape.m + tokens - 1) / tokens > kMaxGridZ) {
       detail::fail(ErrorCode::kUnsupported, "linear", "x",
                    fmt::format("has {} rows; expected at most {} for gemv config {}", shape.m,
-                               kMaxGridY * tokens, config));
+                               kMaxGridZ * tokens, config));
     }
     const device::GemmParams p = detail::gemm_params(call);
     if (const std::string_view why = device::gemv_gemm_unsupported(p); !why.empty()) {
