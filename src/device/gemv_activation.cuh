@@ -14,11 +14,13 @@
 namespace mxlinear::device::gemv_detail {
 
 // The staged activation: `tokens` rows of K e4m3 bytes (stride K + kRowPad) and of K/32 scales
-// (fp32).
+// (fp32), of which blocks [first_block, end_block) are filled: a CTA of a K split stages only its
+// own range, at the same offsets.
 struct StagedActivation {
   std::uint8_t* values;
   float* scales;
   int stride, blocks, tokens;
+  int first_block, end_block;
 };
 
 // Copies the CTA's pre-quantized tokens into shared memory, every load of a batch in flight
@@ -27,21 +29,25 @@ struct StagedActivation {
 template <int kThreads, class Word>
 __device__ __forceinline__ void copy_rows(const GemmParams& p, int t0, const StagedActivation& s) {
   constexpr int kBytes = sizeof(Word);
+  constexpr int kWordsPerBlock = kBlockSize / kBytes;
+  const int w0 = s.first_block * kWordsPerBlock;
   // 32 bytes of a batch in registers: the first round of weights is in flight meanwhile.
   copy_in_batches<32 / kBytes>(
-      s.tokens, p.k / kBytes, static_cast<int>(threadIdx.x), kThreads,
+      s.tokens, (s.end_block - s.first_block) * kWordsPerBlock, static_cast<int>(threadIdx.x),
+      kThreads,
       [&](int t, int w) {
         return *reinterpret_cast<const Word*>(p.a + static_cast<std::int64_t>(t0 + t) * p.ld_a +
-                                              kBytes * w);
+                                              kBytes * (w0 + w));
       },
       [&](int t, int w, Word v) {
-        *reinterpret_cast<Word*>(s.values + t * s.stride + kBytes * w) = v;
+        *reinterpret_cast<Word*>(s.values + t * s.stride + kBytes * (w0 + w)) = v;
       });
 }
 
 template <int kThreads>
 __device__ __forceinline__ void copy_activations(const GemmParams& p, int t0,
                                                  const StagedActivation& s) {
+  if (s.end_block <= s.first_block) return;  // a split with no K range (K shorter than its splits)
   const bool wide = reinterpret_cast<std::uintptr_t>(p.a) % 16 == 0 &&
                     (p.m <= 1 || p.ld_a % 16 == 0) && p.k % 16 == 0;
   if (wide) {
@@ -49,12 +55,15 @@ __device__ __forceinline__ void copy_activations(const GemmParams& p, int t0,
   } else {
     copy_rows<kThreads, std::uint32_t>(p, t0, s);
   }
+  const int b0 = s.first_block;
   copy_in_batches<4>(
-      s.tokens, s.blocks, static_cast<int>(threadIdx.x), kThreads,
+      s.tokens, s.end_block - b0, static_cast<int>(threadIdx.x), kThreads,
       [&](int t, int b) {
-        return p.a_scales[static_cast<std::int64_t>(t0 + t) * p.ld_a_scales + b];
+        return p.a_scales[static_cast<std::int64_t>(t0 + t) * p.ld_a_scales + b0 + b];
       },
-      [&](int t, int b, std::uint8_t v) { s.scales[t * s.blocks + b] = mx::scale_from_byte(v); });
+      [&](int t, int b, std::uint8_t v) {
+        s.scales[t * s.blocks + b0 + b] = mx::scale_from_byte(v);
+      });
 }
 
 // Quantizes the CTA's tokens from p.x (bf16 or fp16, 16-byte aligned rows) into shared memory
@@ -64,12 +73,14 @@ __device__ __forceinline__ void copy_activations(const GemmParams& p, int t0,
 template <int kThreads>
 __device__ __forceinline__ void quantize_activations(const GemmParams& p, int t0,
                                                      const StagedActivation& s) {
-  const int quarters = s.tokens * s.blocks * 4;
+  const int range = s.end_block - s.first_block;
+  if (range <= 0) return;  // a split with no K range
+  const int quarters = s.tokens * range * 4;
   // Every lane runs every iteration: the extent's shuffles need the whole warp.
   for (int e0 = 0; e0 < quarters; e0 += kThreads) {
     const int e = e0 + static_cast<int>(threadIdx.x);
     const bool valid = e < quarters;  // whole groups of four lanes
-    const int t = valid ? e / (4 * s.blocks) : 0, b = (e >> 2) % s.blocks, q = e & 3;
+    const int t = valid ? e / (4 * range) : 0, b = s.first_block + (e >> 2) % range, q = e & 3;
     uint4 raw = make_uint4(0u, 0u, 0u, 0u);
     if (valid) {
       raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(p.x) +

@@ -96,15 +96,19 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   const int split = static_cast<int>(blockIdx.y);  // the CTA's rank in its cluster
   const int blocks = p.k / kBlockSize;
   const int staged = min(p.m, Tile::kTokens);  // rows the launch sized shared memory for
-  const StagedActivation s{smem + Tile::activation_offset(),
-                           reinterpret_cast<float*>(smem + Tile::scale_offset(p.k, staged)),
-                           p.k + Tile::kRowPad, blocks, min(p.m - t0, Tile::kTokens)};
-
   // This warp's contiguous range: of blocks (registers) or of 4-block stages (ring), within its
   // split's.
   const int units = Tile::kStages == 0 ? blocks : (blocks + 3) / 4;
   const int split_first = split * units / Tile::kSplits;
   const int split_end = (split + 1) * units / Tile::kSplits;
+  const int unit_blocks = Tile::kStages == 0 ? 1 : 4;
+  const StagedActivation s{smem + Tile::activation_offset(),
+                           reinterpret_cast<float*>(smem + Tile::scale_offset(p.k, staged)),
+                           p.k + Tile::kRowPad,
+                           blocks,
+                           min(p.m - t0, Tile::kTokens),
+                           min(split_first * unit_blocks, blocks),
+                           min(split_end * unit_blocks, blocks)};
   const int per_warp = (split_end - split_first + Tile::kWarps - 1) / Tile::kWarps;
   const int first = min(split_first + warp * per_warp, split_end);
   const int end = min(first + per_warp, split_end);
