@@ -29,7 +29,8 @@ using Tile8w8r6 = GemvTile<1, 8, 6>;
 using Tile8w4r3 = GemvTile<1, 4, 3>;
 using Tile8w4r4 = GemvTile<1, 4, 4>;
 // K split over a cluster of two CTAs, for layers with fewer 16-row tiles than SMs (N = 1536 and
-// 1280: 96 and 80) or too many for one per SM and too few for two (N = 2560 and 2304).
+// 1280: 96 and 80), which then give every SM work. Where N = 2304-2560 the split's 288-320 CTAs
+// of ~68 KiB leave no room for the next layer's, and it is 40-50% slower (session 16).
 using Tile8w8s2 = GemvTile<1, 8, 0, 2>;
 using Tile8w8r4s2 = GemvTile<1, 8, 4, 2>;
 

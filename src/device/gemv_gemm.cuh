@@ -17,10 +17,10 @@
 //   kernel (weights are static).
 // - The CTA's tokens are staged in shared memory once (gemv_activation.cuh).
 // - K split over the kSplits CTAs of a cluster (kSplits > 1): a layer with fewer 16-row tiles
-//   than SMs (N = 1536: 96 CTAs) gives every SM work, and one whose CTAs do not divide evenly
-//   over the SMs (N = 2560: 160) evens out. Each CTA adds its warps' tiles into one tile, and the
-//   cluster's tiles meet through distributed shared memory, added in split order: deterministic,
-//   no atomics, no workspace.
+//   than SMs (N = 1536: 96 CTAs) gives every SM work. Each CTA adds its warps' tiles into one
+//   tile, and the cluster's tiles meet through distributed shared memory, added in split order:
+//   deterministic, no atomics, no workspace. Each split stages only its own K range of the
+//   activation.
 #pragma once
 
 #include <cstdint>
