@@ -18,9 +18,11 @@
 // - The CTA's tokens are staged in shared memory once (gemv_activation.cuh).
 // - K split over the kSplits CTAs of a cluster (kSplits > 1): a layer with fewer 16-row tiles
 //   than SMs (N = 1536: 96 CTAs) gives every SM work. Each CTA adds its warps' tiles into one
-//   tile, and the cluster's tiles meet through distributed shared memory, added in split order:
-//   deterministic, no atomics, no workspace. Each split stages only its own K range of the
-//   activation.
+//   tile; the other splits write theirs into split 0's shared memory, which adds them in split
+//   order and stores the output: deterministic, no atomics, no workspace, one cluster barrier
+//   phase on split 0's path (a phase at entry, waited for only at the meeting, makes sure every
+//   CTA of the cluster runs before its shared memory is written). Each split stages only its own
+//   K range of the activation.
 #pragma once
 
 #include <cstdint>
@@ -59,7 +61,7 @@ struct GemvTile {
 
   // Shared memory at K for `tokens` = min(M, kTokens) staged rows: the weight ring, e4m3 rows,
   // their scales decoded to fp32, the warps' partial tiles for the reduction and, split, the
-  // CTA's sum of them that the cluster reads.
+  // other splits' sums of theirs, written by them (used in split 0).
   static constexpr int activation_offset() { return kRingBytes; }
   static constexpr int scale_offset(int k, int tokens) {
     return kRingBytes + tokens * (k + kRowPad);
@@ -71,7 +73,7 @@ struct GemvTile {
     return reduce_offset(k, tokens) + kWarps * kRows * kTokens * 4;
   }
   static constexpr int smem_bytes(int k, int tokens) {
-    return cluster_sum_offset(k, tokens) + (kSplits > 1 ? kRows * kTokens * 4 : 0);
+    return cluster_sum_offset(k, tokens) + (kSplits - 1) * kRows * kTokens * 4;
   }
 
   static_assert(kTokenTiles >= 1 && kTokenTiles <= 2, "a first and a last token tile");
@@ -87,6 +89,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   using namespace gemv_detail;
   timeline::Stamps stamps;
   stamps.mark(timeline::kEntry);
+  if constexpr (Tile::kSplits > 1) hopper::cluster_arrive_relaxed();  // waited for at the meeting
   extern __shared__ uint4 smem_u4[];
   auto* const smem = reinterpret_cast<std::uint8_t*>(smem_u4);
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
@@ -165,44 +168,41 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   }
   __syncthreads();
   stamps.mark(timeline::kReduced);
+  auto warp_sum = [&](int e) {
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < Tile::kWarps; ++w) v += partials[w * kTile + e];
+    return v;
+  };
+  auto store = [&](int e, float v) {
+    const int n = n0 + e / Tile::kTokens, m = t0 + e % Tile::kTokens;
+    if (n >= p.n || m >= p.m) return;
+    if (p.bias_type != BiasType::kNone) v += epilogue::load_bias(p, n);
+    epilogue::store_one(p, m, n, v);
+  };
   if constexpr (Tile::kSplits == 1) {
-    for (int e = static_cast<int>(threadIdx.x); e < kTile; e += Tile::kThreads) {
-      const int row = e / Tile::kTokens, token = e % Tile::kTokens;
-      const int n = n0 + row, m = t0 + token;
-      if (n >= p.n || m >= p.m) continue;
-      float v = 0.0f;
-#pragma unroll
-      for (int w = 0; w < Tile::kWarps; ++w) v += partials[w * kTile + e];
-      if (p.bias_type != BiasType::kNone) v += epilogue::load_bias(p, n);
-      epilogue::store_one(p, m, n, v);
-    }
+    for (int e = static_cast<int>(threadIdx.x); e < kTile; e += Tile::kThreads)
+      store(e, warp_sum(e));
   } else {
-    auto* const cta_sum = reinterpret_cast<float*>(smem + Tile::cluster_sum_offset(p.k, staged));
-    for (int e = static_cast<int>(threadIdx.x); e < kTile; e += Tile::kThreads) {
-      float v = 0.0f;
-#pragma unroll
-      for (int w = 0; w < Tile::kWarps; ++w) v += partials[w * kTile + e];
-      cta_sum[e] = v;
-    }
-    hopper::cluster_sync();  // every split's sum is visible to the cluster
-    // Each split stores its share of the tile, adding the splits' sums in split order.
-    const std::uint32_t local = ptx::smem_address(cta_sum);
-    constexpr int kShare = kTile / Tile::kSplits;
-    for (int e = split * kShare + static_cast<int>(threadIdx.x); e < (split + 1) * kShare;
-         e += Tile::kThreads) {
-      const int row = e / Tile::kTokens, token = e % Tile::kTokens;
-      const int n = n0 + row, m = t0 + token;
-      if (n >= p.n || m >= p.m) continue;
-      float v = 0.0f;
-#pragma unroll
-      for (int r = 0; r < Tile::kSplits; ++r) {
-        v += hopper::load_cluster_shared(local + 4 * static_cast<std::uint32_t>(e),
-                                         static_cast<std::uint32_t>(r));
+    auto* const sums = reinterpret_cast<float*>(smem + Tile::cluster_sum_offset(p.k, staged));
+    hopper::cluster_wait_acquire();  // the entry phase: every CTA of the cluster runs
+    if (split > 0) {
+      const std::uint32_t slot = ptx::smem_address(sums + (split - 1) * kTile);
+      for (int e = static_cast<int>(threadIdx.x); e < kTile; e += Tile::kThreads) {
+        hopper::store_cluster_shared(slot + 4 * static_cast<std::uint32_t>(e), 0u, warp_sum(e));
       }
-      if (p.bias_type != BiasType::kNone) v += epilogue::load_bias(p, n);
-      epilogue::store_one(p, m, n, v);
+      hopper::cluster_arrive_release();
+      hopper::cluster_wait_acquire();  // split 0 has arrived: it no longer needs this CTA
+    } else {
+      hopper::cluster_arrive_release();
+      hopper::cluster_wait_acquire();  // the other splits' sums are in `sums`
+      for (int e = static_cast<int>(threadIdx.x); e < kTile; e += Tile::kThreads) {
+        float v = 0.0f + warp_sum(e);
+#pragma unroll
+        for (int r = 1; r < Tile::kSplits; ++r) v += sums[(r - 1) * kTile + e];
+        store(e, v);
+      }
     }
-    hopper::cluster_sync();  // no CTA leaves while another reads its sum
   }
   stamps.mark(timeline::kStored);
   stamps.flush();

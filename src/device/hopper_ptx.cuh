@@ -173,6 +173,27 @@ __device__ __forceinline__ void cluster_sync() {
           : "memory");
 }
 
+// The two halves of a cluster barrier phase, for work between them: arrive (relaxed: orders
+// nothing; release: this thread's earlier writes, distributed shared memory included, are
+// visible to whoever waits for the phase) and wait (acquire).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive_release() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait_acquire() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// Writes a float at the same shared-memory offset in cluster CTA `rank`.
+__device__ __forceinline__ void store_cluster_shared(std::uint32_t local, std::uint32_t rank,
+                                                     float v) {
+  std::uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(v) : "memory");
+}
+
 // Reads a float at the same shared-memory offset in cluster CTA `rank`.
 __device__ __forceinline__ float load_cluster_shared(std::uint32_t local, std::uint32_t rank) {
   std::uint32_t remote;
