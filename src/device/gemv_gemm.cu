@@ -33,16 +33,21 @@ using Tile8w4r4 = GemvTile<1, 4, 4>;
 // of ~68 KiB leave no room for the next layer's, and it is 40-50% slower (session 16).
 using Tile8w8s2 = GemvTile<1, 8, 0, 2>;
 using Tile8w8r4s2 = GemvTile<1, 8, 4, 2>;
+// K split four ways over 4-warp CTAs of a 3- or 4-slot ring (~26 and ~35 KiB at K = 6144): an
+// N = 2560 layer's 640 CTAs fill the SMs evenly (4.8 per SM) where 160 leave 28 SMs with two and
+// a 3.4 us tail (session 16), and each warp's 3 stages are all in flight before the wait.
+using Tile8w4r3s4 = GemvTile<1, 4, 3, 4>;
+using Tile8w4r4s4 = GemvTile<1, 4, 4, 4>;
 
 template <class Tile>
 constexpr GemvInstanceInfo info() {
   return {Tile::kTokens, Tile::kWarps, Tile::kStages, Tile::kSplits};
 }
 
-constexpr std::array<GemvInstanceInfo, 10> kInstances = {
-    info<Tile8w4>(),   info<Tile8w8>(),    info<Tile16w8>(),  info<Tile8w4r8>(),
-    info<Tile8w8r4>(), info<Tile8w8r6>(),  info<Tile8w4r3>(), info<Tile8w4r4>(),
-    info<Tile8w8s2>(), info<Tile8w8r4s2>()};
+constexpr std::array<GemvInstanceInfo, 12> kInstances = {
+    info<Tile8w4>(),   info<Tile8w8>(),     info<Tile16w8>(),    info<Tile8w4r8>(),
+    info<Tile8w8r4>(), info<Tile8w8r6>(),   info<Tile8w4r3>(),   info<Tile8w4r4>(),
+    info<Tile8w8s2>(), info<Tile8w8r4s2>(), info<Tile8w4r3s4>(), info<Tile8w4r4s4>()};
 
 template <class Tile>
 int staged_tokens(std::int64_t m) {
@@ -75,10 +80,11 @@ std::span<const GemvInstanceInfo> gemv_gemm_instances() { return kInstances; }
 
 int gemv_gemm_smem_bytes(int instance, std::int64_t m, int k) {
   using Sizer = int (*)(std::int64_t, int);
-  constexpr Sizer kSizers[] = {smem_bytes<Tile8w4>,    smem_bytes<Tile8w8>,   smem_bytes<Tile16w8>,
-                               smem_bytes<Tile8w4r8>,  smem_bytes<Tile8w8r4>, smem_bytes<Tile8w8r6>,
-                               smem_bytes<Tile8w4r3>,  smem_bytes<Tile8w4r4>, smem_bytes<Tile8w8s2>,
-                               smem_bytes<Tile8w8r4s2>};
+  constexpr Sizer kSizers[] = {
+      smem_bytes<Tile8w4>,     smem_bytes<Tile8w8>,     smem_bytes<Tile16w8>,
+      smem_bytes<Tile8w4r8>,   smem_bytes<Tile8w8r4>,   smem_bytes<Tile8w8r6>,
+      smem_bytes<Tile8w4r3>,   smem_bytes<Tile8w4r4>,   smem_bytes<Tile8w8s2>,
+      smem_bytes<Tile8w8r4s2>, smem_bytes<Tile8w4r3s4>, smem_bytes<Tile8w4r4s4>};
   static_assert(std::size(kSizers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) return 0;
   return kSizers[instance](m, k);
@@ -102,10 +108,11 @@ std::string_view gemv_gemm_unsupported(const GemmParams& p) {
 
 cudaError_t launch_gemv_gemm(const GemmParams& p, int instance, cudaStream_t stream) {
   using Launcher = cudaError_t (*)(const GemmParams&, cudaStream_t);
-  constexpr Launcher kLaunchers[] = {launch<Tile8w4>,    launch<Tile8w8>,   launch<Tile16w8>,
-                                     launch<Tile8w4r8>,  launch<Tile8w8r4>, launch<Tile8w8r6>,
-                                     launch<Tile8w4r3>,  launch<Tile8w4r4>, launch<Tile8w8s2>,
-                                     launch<Tile8w8r4s2>};  // in kInstances' order
+  constexpr Launcher kLaunchers[] = {
+      launch<Tile8w4>,     launch<Tile8w8>,     launch<Tile16w8>,
+      launch<Tile8w4r8>,   launch<Tile8w8r4>,   launch<Tile8w8r6>,
+      launch<Tile8w4r3>,   launch<Tile8w4r4>,   launch<Tile8w8s2>,
+      launch<Tile8w8r4s2>, launch<Tile8w4r3s4>, launch<Tile8w4r4s4>};  // in kInstances' order
   static_assert(std::size(kLaunchers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
     return cudaErrorInvalidValue;
