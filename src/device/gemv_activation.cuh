@@ -32,7 +32,7 @@ __device__ __forceinline__ void copy_rows(const GemmParams& p, int t0, const Sta
   constexpr int kWordsPerBlock = kBlockSize / kBytes;
   const int w0 = s.first_block * kWordsPerBlock;
   // 32 bytes of a batch in registers: the first round of weights is in flight meanwhile (64
-  // bytes took the ring configs from 64 to 86 registers).
+  // bytes took the ring configs from 64 to 86 registers: session 17).
   copy_in_batches<32 / kBytes>(
       s.tokens, (s.end_block - s.first_block) * kWordsPerBlock, static_cast<int>(threadIdx.x),
       kThreads,
@@ -45,46 +45,37 @@ __device__ __forceinline__ void copy_rows(const GemmParams& p, int t0, const Sta
       });
 }
 
-template <int kThreads>
+// kScalesFirst: the first batch of scale loads goes out before the rows' words, so one round
+// trip after the wait on the previous kernel serves both (~0.2 us a call where the weights are
+// in flight through the ring; where they are in flight in registers, the register streamer's 128
+// were better spent as before: session 17).
+template <int kThreads, bool kScalesFirst>
 __device__ __forceinline__ void copy_activations(const GemmParams& p, int t0,
                                                  const StagedActivation& s) {
-  const int b0 = s.first_block, range = s.end_block - b0;
-  if (range <= 0) return;  // a split with no K range (K shorter than its splits)
-  const int scales = s.tokens * range;
-  // Scale bytes in batches of kBatch per thread, element i of the batch at e0 being e0 +
-  // i * kThreads. The first batch is loaded before the rows' words, so one round trip after the
-  // wait on the previous kernel serves both (a second one cost ~0.4 us a call).
-  constexpr int kBatch = 4;
-  auto load_batch = [&](int e0, std::uint8_t(&v)[kBatch]) {
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int e = e0 + i * kThreads;
-      v[i] = e < scales ? p.a_scales[static_cast<std::int64_t>(t0 + e / range) * p.ld_a_scales +
-                                     b0 + e % range]
-                        : std::uint8_t{0};
+  const int b0 = s.first_block;
+  if (s.end_block <= b0) return;  // a split with no K range (K shorter than its splits)
+  const auto copy_values = [&] {
+    const bool wide = reinterpret_cast<std::uintptr_t>(p.a) % 16 == 0 &&
+                      (p.m <= 1 || p.ld_a % 16 == 0) && p.k % 16 == 0;
+    if (wide) {
+      copy_rows<kThreads, uint4>(p, t0, s);
+    } else {
+      copy_rows<kThreads, std::uint32_t>(p, t0, s);
     }
   };
-  auto store_batch = [&](int e0, const std::uint8_t(&v)[kBatch]) {
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int e = e0 + i * kThreads;
-      if (e < scales) s.scales[(e / range) * s.blocks + b0 + e % range] = mx::scale_from_byte(v[i]);
-    }
+  const auto load_scale = [&](int t, int b) {
+    return p.a_scales[static_cast<std::int64_t>(t0 + t) * p.ld_a_scales + b0 + b];
+  };
+  const auto store_scale = [&](int t, int b, std::uint8_t v) {
+    s.scales[t * s.blocks + b0 + b] = mx::scale_from_byte(v);
   };
   const int tid = static_cast<int>(threadIdx.x);
-  std::uint8_t batch[kBatch];
-  load_batch(tid, batch);
-  const bool wide = reinterpret_cast<std::uintptr_t>(p.a) % 16 == 0 &&
-                    (p.m <= 1 || p.ld_a % 16 == 0) && p.k % 16 == 0;
-  if (wide) {
-    copy_rows<kThreads, uint4>(p, t0, s);
+  if constexpr (kScalesFirst) {
+    copy_in_batches<4>(s.tokens, s.end_block - b0, tid, kThreads, load_scale, store_scale,
+                       copy_values);
   } else {
-    copy_rows<kThreads, std::uint32_t>(p, t0, s);
-  }
-  store_batch(tid, batch);
-  for (int e0 = tid + kBatch * kThreads; e0 < scales; e0 += kBatch * kThreads) {
-    load_batch(e0, batch);
-    store_batch(e0, batch);
+    copy_values();
+    copy_in_batches<4>(s.tokens, s.end_block - b0, tid, kThreads, load_scale, store_scale);
   }
 }
 

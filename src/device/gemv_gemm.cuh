@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   if (p.x != nullptr) {
     quantize_activations<Tile::kThreads>(p, t0, s);
   } else {
-    copy_activations<Tile::kThreads>(p, t0, s);
+    copy_activations<Tile::kThreads, (Tile::kStages > 0)>(p, t0, s);
   }
   __syncthreads();
   hopper::allow_dependent_launch();

@@ -71,23 +71,34 @@ MXL_HOST_DEVICE inline ChunkRange split_chunks(int split, int splits, int k_chun
 // calls load(row, word) for the whole batch before the batch's first store(row, word, value).
 // A plain loop would wait out a memory round trip per word (the store needs the load); batched,
 // a CTA pays about rows * words / (threads * kBatch) of them. No division per word.
-template <int kBatch, class Load, class Store>
+// between() runs once, after the first batch's loads and before its stores (on every thread,
+// with words or not): other loads issued there share the first batch's round trip.
+template <int kBatch, class Load, class Store, class Between>
 MXL_HOST_DEVICE void copy_in_batches(int rows, int words, int tid, int threads, Load load,
-                                     Store store) {
+                                     Store store, Between between) {
   GroupWalk loads(tid, threads, words), stores = loads;
-  while (loads.at.row < rows) {
+  bool first = true;
+  do {
     decltype(load(0, 0)) values[kBatch];
     MXL_UNROLL
     for (int i = 0; i < kBatch; ++i) {
       if (loads.at.row < rows) values[i] = load(loads.at.row, loads.at.group);
       loads.advance();
     }
+    if (first) between();
+    first = false;
     MXL_UNROLL
     for (int i = 0; i < kBatch; ++i) {
       if (stores.at.row < rows) store(stores.at.row, stores.at.group, values[i]);
       stores.advance();
     }
-  }
+  } while (loads.at.row < rows);
+}
+
+template <int kBatch, class Load, class Store>
+MXL_HOST_DEVICE void copy_in_batches(int rows, int words, int tid, int threads, Load load,
+                                     Store store) {
+  copy_in_batches<kBatch>(rows, words, tid, threads, load, store, [] {});
 }
 
 }  // namespace mxlinear::device

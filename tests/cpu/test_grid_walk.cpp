@@ -3,6 +3,7 @@
 // once, and split-K covers every 128-K chunk once, within the shared memory the host sized.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "device/grid_walk.hpp"
@@ -129,6 +130,43 @@ TEST(GridWalk, BatchedCopyMovesEveryWordOnceLoadsBeforeStores) {
         ASSERT_EQ(out[i], value(row, word));
       }
     }
+  }
+}
+
+// The hook between the first batch's loads and its stores runs exactly once on every thread,
+// also on threads with no words (the GEMV's activation rows are copied there, by every thread).
+TEST(GridWalk, BatchedCopyRunsItsHookOnceBetweenTheFirstLoadsAndStores) {
+  const WalkCase cases[] = {{1, 24, 128}, {1, 6, 128}, {8, 192, 128}, {2, 3, 64}};
+  for (const WalkCase& c : cases) {
+    SCOPED_TRACE(::testing::Message()
+                 << c.rows << " x " << c.groups_per_row << " by " << c.threads);
+    std::vector<int> stores(static_cast<std::size_t>(c.rows) * c.groups_per_row, 0);
+    for (int tid = 0; tid < c.threads; ++tid) {
+      int hooks = 0, loads = 0, stored = 0;
+      bool first_batch_loaded = false;
+      copy_in_batches<4>(
+          c.rows, c.groups_per_row, tid, c.threads,
+          [&](int row, int word) {
+            ++loads;
+            return row * 1000 + word;
+          },
+          [&](int row, int word, int v) {
+            EXPECT_EQ(hooks, 1) << "a store before the hook";
+            EXPECT_EQ(v, row * 1000 + word);
+            ++stored;
+            ++stores[static_cast<std::size_t>(row) * c.groups_per_row + word];
+          },
+          [&] {
+            ++hooks;
+            // Every load of the thread's first batch came before the hook.
+            first_batch_loaded =
+                loads == std::min(4, (c.rows * c.groups_per_row - tid + c.threads - 1) / c.threads);
+          });
+      EXPECT_EQ(hooks, 1);
+      EXPECT_TRUE(first_batch_loaded || c.rows * c.groups_per_row <= tid);
+      EXPECT_EQ(stored, loads);
+    }
+    for (const int n : stores) ASSERT_EQ(n, 1);
   }
 }
 

@@ -67,7 +67,13 @@ class GemvKernel final : public Kernel {
   }
 
   bool needs_tuned_rows() const override { return true; }
-  bool worth_sweeping(std::int64_t m, std::string_view) const override { return m <= 16; }
+  // Ring configs up to 32 tokens (four token tiles): measured beside the prefill kernel there.
+  bool worth_sweeping(std::int64_t m, std::string_view config) const override {
+    if (m <= 16) return true;
+    const int instance = find_instance(config);
+    return m <= 32 && instance >= 0 &&
+           device::gemv_gemm_instances()[static_cast<std::size_t>(instance)].stages > 0;
+  }
 
   std::string default_config(std::int64_t m) const override {
     const auto instances = device::gemv_gemm_instances();
