@@ -1,5 +1,4 @@
 #include <array>
-#include <iterator>
 
 #include "device/gemv_gemm.cuh"
 #include "device/gemv_gemm.hpp"
@@ -38,16 +37,13 @@ using Tile8w8r4s2 = GemvTile<1, 8, 4, 2>;
 // a 3.4 us tail (session 16), and each warp's 3 stages are all in flight before the wait.
 using Tile8w4r3s4 = GemvTile<1, 4, 3, 4>;
 using Tile8w4r4s4 = GemvTile<1, 4, 4, 4>;
-
-template <class Tile>
-constexpr GemvInstanceInfo info() {
-  return {Tile::kTokens, Tile::kWarps, Tile::kStages, Tile::kSplits};
-}
-
-constexpr std::array<GemvInstanceInfo, 12> kInstances = {
-    info<Tile8w4>(),   info<Tile8w8>(),     info<Tile16w8>(),    info<Tile8w4r8>(),
-    info<Tile8w8r4>(), info<Tile8w8r6>(),   info<Tile8w4r3>(),   info<Tile8w4r4>(),
-    info<Tile8w8s2>(), info<Tile8w8r4s2>(), info<Tile8w4r3s4>(), info<Tile8w4r4s4>()};
+// L2 first (session 17): each warp's weights asked of L2 before the wait, and copied into the
+// ring after the activation's loads are out. For the configs of the M = 1 rows.
+using Tile8w4r8l2 = GemvTile<1, 4, 8, 1, true>;
+using Tile8w8r6l2 = GemvTile<1, 8, 6, 1, true>;
+using Tile8w4r3l2 = GemvTile<1, 4, 3, 1, true>;
+using Tile8w8r4s2l2 = GemvTile<1, 8, 4, 2, true>;
+using Tile8w4r3s4l2 = GemvTile<1, 4, 3, 4, true>;
 
 template <class Tile>
 int staged_tokens(std::int64_t m) {
@@ -74,20 +70,28 @@ int smem_bytes(std::int64_t m, int k) {
   return Tile::smem_bytes(k, staged_tokens<Tile>(m));
 }
 
+// The compiled instances, in the order of their indices; one list for the infos, sizers and
+// launchers.
+template <class... Tiles>
+struct Instances {
+  static constexpr std::array<GemvInstanceInfo, sizeof...(Tiles)> kInfos = {GemvInstanceInfo{
+      Tiles::kTokens, Tiles::kWarps, Tiles::kStages, Tiles::kSplits, Tiles::kL2First}...};
+  static constexpr std::array<int (*)(std::int64_t, int), sizeof...(Tiles)> kSizers = {
+      smem_bytes<Tiles>...};
+  static constexpr std::array<cudaError_t (*)(const GemmParams&, cudaStream_t), sizeof...(Tiles)>
+      kLaunchers = {launch<Tiles>...};
+};
+using Compiled = Instances<Tile8w4, Tile8w8, Tile16w8, Tile8w4r8, Tile8w8r4, Tile8w8r6, Tile8w4r3,
+                           Tile8w4r4, Tile8w8s2, Tile8w8r4s2, Tile8w4r3s4, Tile8w4r4s4, Tile8w4r8l2,
+                           Tile8w8r6l2, Tile8w4r3l2, Tile8w8r4s2l2, Tile8w4r3s4l2>;
+
 }  // namespace
 
-std::span<const GemvInstanceInfo> gemv_gemm_instances() { return kInstances; }
+std::span<const GemvInstanceInfo> gemv_gemm_instances() { return Compiled::kInfos; }
 
 int gemv_gemm_smem_bytes(int instance, std::int64_t m, int k) {
-  using Sizer = int (*)(std::int64_t, int);
-  constexpr Sizer kSizers[] = {
-      smem_bytes<Tile8w4>,     smem_bytes<Tile8w8>,     smem_bytes<Tile16w8>,
-      smem_bytes<Tile8w4r8>,   smem_bytes<Tile8w8r4>,   smem_bytes<Tile8w8r6>,
-      smem_bytes<Tile8w4r3>,   smem_bytes<Tile8w4r4>,   smem_bytes<Tile8w8s2>,
-      smem_bytes<Tile8w8r4s2>, smem_bytes<Tile8w4r3s4>, smem_bytes<Tile8w4r4s4>};
-  static_assert(std::size(kSizers) == kInstances.size());
-  if (instance < 0 || instance >= static_cast<int>(kInstances.size())) return 0;
-  return kSizers[instance](m, k);
+  if (instance < 0 || instance >= static_cast<int>(Compiled::kSizers.size())) return 0;
+  return Compiled::kSizers[static_cast<std::size_t>(instance)](m, k);
 }
 
 std::string_view gemv_gemm_unsupported(const GemmParams& p) {
@@ -107,17 +111,10 @@ std::string_view gemv_gemm_unsupported(const GemmParams& p) {
 }
 
 cudaError_t launch_gemv_gemm(const GemmParams& p, int instance, cudaStream_t stream) {
-  using Launcher = cudaError_t (*)(const GemmParams&, cudaStream_t);
-  constexpr Launcher kLaunchers[] = {
-      launch<Tile8w4>,     launch<Tile8w8>,     launch<Tile16w8>,
-      launch<Tile8w4r8>,   launch<Tile8w8r4>,   launch<Tile8w8r6>,
-      launch<Tile8w4r3>,   launch<Tile8w4r4>,   launch<Tile8w8s2>,
-      launch<Tile8w8r4s2>, launch<Tile8w4r3s4>, launch<Tile8w4r4s4>};  // in kInstances' order
-  static_assert(std::size(kLaunchers) == kInstances.size());
-  if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
+  if (instance < 0 || instance >= static_cast<int>(Compiled::kLaunchers.size())) {
     return cudaErrorInvalidValue;
   }
-  return kLaunchers[instance](p, stream);
+  return Compiled::kLaunchers[static_cast<std::size_t>(instance)](p, stream);
 }
 
 // This translation unit's buffer pointer (timeline.cuh).

@@ -24,6 +24,7 @@ std::string config_name(const device::GemvInstanceInfo& i) {
   std::string name = i.stages == 0 ? fmt::format("t{}_w{}", i.tokens, i.warps)
                                    : fmt::format("t{}_w{}_r{}", i.tokens, i.warps, i.stages);
   if (i.splits > 1) name += fmt::format("_s{}", i.splits);
+  if (i.l2_first) name += "_l2";
   return name;
 }
 
