@@ -26,9 +26,8 @@ struct StagedActivation {
 // Copies the CTA's pre-quantized tokens into shared memory, every load of a batch in flight
 // before its first store: 16-byte words where the rows allow, else 4-byte ones (4-byte aligned
 // rows).
-template <int kThreads, class Word, class Hook>
-__device__ __forceinline__ void copy_rows(const GemmParams& p, int t0, const StagedActivation& s,
-                                          Hook hook) {
+template <int kThreads, class Word>
+__device__ __forceinline__ void copy_rows(const GemmParams& p, int t0, const StagedActivation& s) {
   constexpr int kBytes = sizeof(Word);
   constexpr int kWordsPerBlock = kBlockSize / kBytes;
   const int w0 = s.first_block * kWordsPerBlock;
@@ -43,30 +42,25 @@ __device__ __forceinline__ void copy_rows(const GemmParams& p, int t0, const Sta
       },
       [&](int t, int w, Word v) {
         *reinterpret_cast<Word*>(s.values + t * s.stride + kBytes * (w0 + w)) = v;
-      },
-      hook);
+      });
 }
 
 // kScalesFirst: the first batch of scale loads goes out before the rows' words, so one round
 // trip after the wait on the previous kernel serves both (~0.2 us a call where the weights are
 // in flight through the ring; where they are in flight in registers, the register streamer's 128
-// were better spent as before: session 17). hook() runs on every thread once the first batch's
-// loads are out, before they are stored: loads it issues queue behind them, not ahead.
-template <int kThreads, bool kScalesFirst, class Hook>
+// were better spent as before: session 17).
+template <int kThreads, bool kScalesFirst>
 __device__ __forceinline__ void copy_activations(const GemmParams& p, int t0,
-                                                 const StagedActivation& s, Hook hook) {
+                                                 const StagedActivation& s) {
   const int b0 = s.first_block;
-  if (s.end_block <= b0) {  // a split with no K range (K shorter than its splits)
-    hook();
-    return;
-  }
+  if (s.end_block <= b0) return;  // a split with no K range (K shorter than its splits)
   const auto copy_values = [&] {
     const bool wide = reinterpret_cast<std::uintptr_t>(p.a) % 16 == 0 &&
                       (p.m <= 1 || p.ld_a % 16 == 0) && p.k % 16 == 0;
     if (wide) {
-      copy_rows<kThreads, uint4>(p, t0, s, hook);
+      copy_rows<kThreads, uint4>(p, t0, s);
     } else {
-      copy_rows<kThreads, std::uint32_t>(p, t0, s, hook);
+      copy_rows<kThreads, std::uint32_t>(p, t0, s);
     }
   };
   const auto load_scale = [&](int t, int b) {

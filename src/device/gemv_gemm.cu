@@ -37,13 +37,6 @@ using Tile8w8r4s2 = GemvTile<1, 8, 4, 2>;
 // a 3.4 us tail (session 16), and each warp's 3 stages are all in flight before the wait.
 using Tile8w4r3s4 = GemvTile<1, 4, 3, 4>;
 using Tile8w4r4s4 = GemvTile<1, 4, 4, 4>;
-// L2 first (session 17): each warp's weights asked of L2 before the wait, and copied into the
-// ring after the activation's loads are out. For the configs of the M = 1 rows.
-using Tile8w4r8l2 = GemvTile<1, 4, 8, 1, true>;
-using Tile8w8r6l2 = GemvTile<1, 8, 6, 1, true>;
-using Tile8w4r3l2 = GemvTile<1, 4, 3, 1, true>;
-using Tile8w8r4s2l2 = GemvTile<1, 8, 4, 2, true>;
-using Tile8w4r3s4l2 = GemvTile<1, 4, 3, 4, true>;
 
 template <class Tile>
 int staged_tokens(std::int64_t m) {
@@ -74,16 +67,15 @@ int smem_bytes(std::int64_t m, int k) {
 // launchers.
 template <class... Tiles>
 struct Instances {
-  static constexpr std::array<GemvInstanceInfo, sizeof...(Tiles)> kInfos = {GemvInstanceInfo{
-      Tiles::kTokens, Tiles::kWarps, Tiles::kStages, Tiles::kSplits, Tiles::kL2First}...};
+  static constexpr std::array<GemvInstanceInfo, sizeof...(Tiles)> kInfos = {
+      GemvInstanceInfo{Tiles::kTokens, Tiles::kWarps, Tiles::kStages, Tiles::kSplits}...};
   static constexpr std::array<int (*)(std::int64_t, int), sizeof...(Tiles)> kSizers = {
       smem_bytes<Tiles>...};
   static constexpr std::array<cudaError_t (*)(const GemmParams&, cudaStream_t), sizeof...(Tiles)>
       kLaunchers = {launch<Tiles>...};
 };
 using Compiled = Instances<Tile8w4, Tile8w8, Tile16w8, Tile8w4r8, Tile8w8r4, Tile8w8r6, Tile8w4r3,
-                           Tile8w4r4, Tile8w8s2, Tile8w8r4s2, Tile8w4r3s4, Tile8w4r4s4, Tile8w4r8l2,
-                           Tile8w8r6l2, Tile8w4r3l2, Tile8w8r4s2l2, Tile8w4r3s4l2>;
+                           Tile8w4r4, Tile8w8s2, Tile8w8r4s2, Tile8w4r3s4, Tile8w4r4s4>;
 
 }  // namespace
 

@@ -38,16 +38,13 @@
 
 namespace mxlinear::device {
 
-template <int kTokenTiles_, int kWarps_, int kStages_ = 0, int kSplits_ = 1, bool kL2First_ = false>
+template <int kTokenTiles_, int kWarps_, int kStages_ = 0, int kSplits_ = 1>
 struct GemvTile {
   static constexpr int kTokenTiles = kTokenTiles_;  // n8 mma tiles of tokens per CTA
   static constexpr int kTokens = 8 * kTokenTiles;   // activation rows per CTA
   static constexpr int kWarps = kWarps_;            // K ranges per CTA
   static constexpr int kStages = kStages_;          // ring slots per warp; 0: registers
   static constexpr int kSplits = kSplits_;          // K ranges per cluster (grid.y)
-  // Before the wait, the weights are asked of L2 instead of copied into the ring: after it, the
-  // activation's loads are then not queued behind this SM's weight copies.
-  static constexpr bool kL2First = kL2First_;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRows = 16;  // weight rows per CTA (mma M)
   // The register streamer's round: 8 blocks, 4 KiB per warp, two rounds in flight.
@@ -85,7 +82,6 @@ struct GemvTile {
   static_assert(kTokenTiles >= 1 && kTokenTiles <= 2, "a first and a last token tile");
   static_assert(kWarps == 4 || kWarps == 8, "compiled K ranges");
   static_assert(kSplits == 1 || kSplits == 2 || kSplits == 4, "a cluster of 1, 2 or 4 CTAs");
-  static_assert(!kL2First || kStages > 0, "L2 first feeds a ring");
 };
 
 // Grid: x = 16-row weight tiles, y = K splits (clusters of (1, kSplits, 1) when kSplits > 1),
@@ -128,33 +124,18 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   const bool scale_words =
       reinterpret_cast<std::uintptr_t>(p.w_scales) % 4 == 0 && (p.n <= 1 || p.ld_w_scales % 4 == 0);
   const typename Tile::Ring ring{smem + warp * Tile::Ring::kWarpBytes, scale_words};
-  const auto fill_ring = [&] {
-    if constexpr (Tile::kL2First) {
-      // Issued with the activation's loads in registers: unrolled, ptxas spills (session 17).
-#pragma unroll 1
-      for (int i = 0; i < Tile::kStages - 1; ++i) ring.issue(p, n0, lane, first + i, end, blocks);
-    } else {
-#pragma unroll
-      for (int i = 0; i < Tile::kStages - 1; ++i) ring.issue(p, n0, lane, first + i, end, blocks);
-    }
-  };
   if constexpr (Tile::kStages == 0) {
     rounds[0].load(p, n0, g, t, first, end);
-  } else if constexpr (Tile::kL2First) {
-    ring.prefetch_l2(p, n0, lane, first, end, blocks);
   } else {
-    fill_ring();
+#pragma unroll
+    for (int i = 0; i < Tile::kStages - 1; ++i) ring.issue(p, n0, lane, first + i, end, blocks);
   }
   hopper::wait_prerequisite_grids();
   stamps.mark(timeline::kWaited);
-  const auto fill_ring_now = [&] {
-    if constexpr (Tile::kL2First) fill_ring();
-  };
   if (p.x != nullptr) {
-    fill_ring_now();
     quantize_activations<Tile::kThreads>(p, t0, s);
   } else {
-    copy_activations<Tile::kThreads, (Tile::kStages > 0)>(p, t0, s, fill_ring_now);
+    copy_activations<Tile::kThreads, (Tile::kStages > 0)>(p, t0, s);
   }
   __syncthreads();
   hopper::allow_dependent_launch();

@@ -13,11 +13,10 @@
 namespace mxlinear::device {
 
 struct GemvInstanceInfo {
-  int tokens;     // activation rows per CTA
-  int warps;      // K ranges per CTA (16 weight rows each)
-  int stages;     // slots of the per-warp shared-memory weight ring; 0: weights through registers
-  int splits;     // K ranges per cluster of CTAs (1: no cluster)
-  bool l2_first;  // weights asked of L2 before the wait, copied to the ring after it
+  int tokens;  // activation rows per CTA
+  int warps;   // K ranges per CTA (16 weight rows each)
+  int stages;  // slots of the per-warp shared-memory weight ring; 0: weights through registers
+  int splits;  // K ranges per cluster of CTAs (1: no cluster)
 };
 
 std::span<const GemvInstanceInfo> gemv_gemm_instances();

@@ -10,7 +10,6 @@
 #include "device/gemm_params.hpp"
 #include "device/gemv_activation.cuh"
 #include "device/gemv_ring_layout.hpp"
-#include "device/hopper_ptx.cuh"
 #include "device/mx_convert.cuh"
 #include "device/ptx.cuh"
 #include "mxlinear/format.hpp"
@@ -177,21 +176,6 @@ struct WeightRing {
       }
     }
     ptx::cp_async_commit();
-  }
-
-  // Asks L2 for stages [first, end) of the warp's range (weights and scales), lane r < 16 for row
-  // n0 + r: one bulk request per row, nothing held in the SM.
-  __device__ __forceinline__ void prefetch_l2(const GemmParams& p, int n0, int lane, int first,
-                                              int end, int blocks) const {
-    const int b_begin = kStageBlocks * first, b_end = min(kStageBlocks * end, blocks);
-    const int n = n0 + lane;
-    if (lane >= 16 || n >= p.n || b_end <= b_begin) return;
-    const std::int64_t row = n;
-    hopper::bulk_prefetch_l2(p.w + row * p.ld_w + kBlockSize * b_begin,
-                             static_cast<std::uint32_t>(kBlockSize * (b_end - b_begin)));
-    const std::uint8_t* scales = p.w_scales + row * p.ld_w_scales;
-    hopper::prefetch_line_l2(scales + b_begin);
-    hopper::prefetch_line_l2(scales + b_end - 1);
   }
 
   template <int kTokenTiles>

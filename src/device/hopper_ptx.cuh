@@ -68,17 +68,6 @@ __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }
 
-// Asks L2 for `bytes` (a multiple of 16) from 16-byte aligned global memory; nothing comes back
-// to the SM, so nothing of it queues ahead of the SM's later loads.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* src, std::uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
-
-// Asks L2 for the line that holds `src`.
-__device__ __forceinline__ void prefetch_line_l2(const void* src) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(src) : "memory");
-}
-
 // A 2-D box at (c0 = innermost element, c1 = row) into shared memory; completes on `bar`.
 // Out-of-bounds parts of the box read as zeros and still count as delivered bytes.
 __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap* map, int c0,

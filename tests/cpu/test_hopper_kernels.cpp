@@ -278,8 +278,7 @@ TEST(GemvKernel, ClaimsTheSmallestMAndSaysWhatItNeeds) {
   EXPECT_EQ(k.configs(),
             (std::vector<std::string>{"t8_w4", "t8_w8", "t16_w8", "t8_w4_r8", "t8_w8_r4",
                                       "t8_w8_r6", "t8_w4_r3", "t8_w4_r4", "t8_w8_s2", "t8_w8_r4_s2",
-                                      "t8_w4_r3_s4", "t8_w4_r4_s4", "t8_w4_r8_l2", "t8_w8_r6_l2",
-                                      "t8_w4_r3_l2", "t8_w8_r4_s2_l2", "t8_w4_r3_s4_l2"}));
+                                      "t8_w4_r3_s4", "t8_w4_r4_s4"}));
   EXPECT_EQ(k.default_config(1), "t8_w8");
   EXPECT_EQ(k.default_config(8), "t8_w8");
   EXPECT_EQ(k.default_config(9), "t16_w8");
@@ -345,8 +344,7 @@ TEST(GemvKernel, UnknownConfigOrTooLargeKIsRejected) {
   EXPECT_EQ(unknown.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(unknown.what(), HasSubstr("t8_w4, t8_w8, t16_w8, t8_w4_r8, t8_w8_r4, t8_w8_r6, "
                                         "t8_w4_r3, t8_w4_r4, t8_w8_s2, t8_w8_r4_s2, "
-                                        "t8_w4_r3_s4, t8_w4_r4_s4, t8_w4_r8_l2, t8_w8_r6_l2, "
-                                        "t8_w4_r3_l2, t8_w8_r4_s2_l2, t8_w4_r3_s4_l2"));
+                                        "t8_w4_r3_s4, t8_w4_r4_s4"));
   const FakeCall wide(16, 64, 16384);  // sixteen tokens' e4m3 rows: 263 KB
   const Error smem = error_of("t16_w8", wide, gemv_kernel());
   EXPECT_EQ(smem.code(), ErrorCode::kUnsupported);

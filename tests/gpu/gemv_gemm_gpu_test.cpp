@@ -87,7 +87,6 @@ INSTANTIATE_TEST_SUITE_P(
       name << "t" << i.tokens << "_w" << i.warps;
       if (i.stages > 0) name << "_r" << i.stages;
       if (i.splits > 1) name << "_s" << i.splits;
-      if (i.l2_first) name << "_l2";
       return name.str();
     });
 

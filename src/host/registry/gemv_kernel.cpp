@@ -24,7 +24,6 @@ std::string config_name(const device::GemvInstanceInfo& i) {
   std::string name = i.stages == 0 ? fmt::format("t{}_w{}", i.tokens, i.warps)
                                    : fmt::format("t{}_w{}_r{}", i.tokens, i.warps, i.stages);
   if (i.splits > 1) name += fmt::format("_s{}", i.splits);
-  if (i.l2_first) name += "_l2";
   return name;
 }
 
@@ -68,13 +67,7 @@ class GemvKernel final : public Kernel {
   }
 
   bool needs_tuned_rows() const override { return true; }
-  // Ring configs up to 32 tokens (four token tiles): measured beside the prefill kernel there.
-  bool worth_sweeping(std::int64_t m, std::string_view config) const override {
-    if (m <= 16) return true;
-    const int instance = find_instance(config);
-    return m <= 32 && instance >= 0 &&
-           device::gemv_gemm_instances()[static_cast<std::size_t>(instance)].stages > 0;
-  }
+  bool worth_sweeping(std::int64_t m, std::string_view) const override { return m <= 16; }
 
   std::string default_config(std::int64_t m) const override {
     const auto instances = device::gemv_gemm_instances();
