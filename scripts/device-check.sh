@@ -158,7 +158,10 @@ if [[ " $steps " == *" stress "* ]]; then
     w128_t256_st4_k64_overlap; do
     for split in "" _split2 _split4 _split8; do runs+=("prefill $instance$split"); done
   done
-  runs+=("gemv t8_w4" "gemv t8_w8" "gemv t16_w8" "gemv t8_w4_r8" "gemv t8_w8_r4")
+  for config in t8_w4 t8_w8 t16_w8 t8_w4_r8 t8_w8_r4 t8_w8_r6 t8_w4_r3 t8_w4_r4 t8_w8_s2 \
+    t8_w8_r4_s2 t8_w4_r3_s4 t8_w4_r4_s4; do
+    runs+=("gemv $config")
+  done
   for run in "${runs[@]}"; do
     read -r kernel config <<<"$run"
     # $STRESS_KERNELS (e.g. "gemv decode") narrows the step to those kernels' configs.
