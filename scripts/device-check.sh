@@ -159,7 +159,7 @@ if [[ " $steps " == *" stress "* ]]; then
     for split in "" _split2 _split4 _split8; do runs+=("prefill $instance$split"); done
   done
   for config in t8_w4 t8_w8 t16_w8 t8_w4_r8 t8_w8_r4 t8_w8_r6 t8_w4_r3 t8_w4_r4 t8_w8_s2 \
-    t8_w8_r4_s2 t8_w4_r3_s4 t8_w4_r4_s4; do
+    t8_w8_r4_s2 t8_w4_r3_s4 t8_w4_r4_s4 t8_w4_r3_n48 t8_w4_r4_n48; do
     runs+=("gemv $config")
   done
   for run in "${runs[@]}"; do

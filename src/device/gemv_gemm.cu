@@ -37,6 +37,11 @@ using Tile8w8r4s2 = GemvTile<1, 8, 4, 2>;
 // a 3.4 us tail (session 16), and each warp's 3 stages are all in flight before the wait.
 using Tile8w4r3s4 = GemvTile<1, 4, 3, 4>;
 using Tile8w4r4s4 = GemvTile<1, 4, 4, 4>;
+// Three row tiles of four warps on 3- or 4-slot rings (~81 and ~107 KiB per CTA at K = 768): an
+// N = 6144 layer runs as 128 CTAs, one per SM with room for the next layer's, and its tokens are
+// read from L2 by 128 CTAs instead of 384.
+using Tile8w4r3n48 = GemvTile<1, 4, 3, 1, 3>;
+using Tile8w4r4n48 = GemvTile<1, 4, 4, 1, 3>;
 
 template <class Tile>
 int staged_tokens(std::int64_t m) {
@@ -50,7 +55,7 @@ cudaError_t launch(const GemmParams& p, cudaStream_t stream) {
     return e;
   const int smem = Tile::smem_bytes(p.k, staged_tokens<Tile>(p.m));
   if (smem > kGemvMaxSmemBytes) return cudaErrorInvalidValue;
-  const dim3 grid((p.n + Tile::kRows - 1) / Tile::kRows, Tile::kSplits,
+  const dim3 grid((p.n + Tile::kCtaRows - 1) / Tile::kCtaRows, Tile::kSplits,
                   (p.m + Tile::kTokens - 1) / Tile::kTokens);
   if (grid.z > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
   return launch_programmatic(gemv_gemm_kernel<Tile>, grid, dim3(Tile::kThreads),
@@ -67,15 +72,16 @@ int smem_bytes(std::int64_t m, int k) {
 // launchers.
 template <class... Tiles>
 struct Instances {
-  static constexpr std::array<GemvInstanceInfo, sizeof...(Tiles)> kInfos = {
-      GemvInstanceInfo{Tiles::kTokens, Tiles::kWarps, Tiles::kStages, Tiles::kSplits}...};
+  static constexpr std::array<GemvInstanceInfo, sizeof...(Tiles)> kInfos = {GemvInstanceInfo{
+      Tiles::kTokens, Tiles::kWarps, Tiles::kStages, Tiles::kSplits, Tiles::kCtaRows}...};
   static constexpr std::array<int (*)(std::int64_t, int), sizeof...(Tiles)> kSizers = {
       smem_bytes<Tiles>...};
   static constexpr std::array<cudaError_t (*)(const GemmParams&, cudaStream_t), sizeof...(Tiles)>
       kLaunchers = {launch<Tiles>...};
 };
-using Compiled = Instances<Tile8w4, Tile8w8, Tile16w8, Tile8w4r8, Tile8w8r4, Tile8w8r6, Tile8w4r3,
-                           Tile8w4r4, Tile8w8s2, Tile8w8r4s2, Tile8w4r3s4, Tile8w4r4s4>;
+using Compiled =
+    Instances<Tile8w4, Tile8w8, Tile16w8, Tile8w4r8, Tile8w8r4, Tile8w8r6, Tile8w4r3, Tile8w4r4,
+              Tile8w8s2, Tile8w8r4s2, Tile8w4r3s4, Tile8w4r4s4, Tile8w4r3n48, Tile8w4r4n48>;
 
 }  // namespace
 

@@ -16,6 +16,10 @@
 //   4 blocks in flight. Either way the first loads are issued before waiting on the previous
 //   kernel (weights are static).
 // - The CTA's tokens are staged in shared memory once (gemv_activation.cuh).
+// - Several 16-row tiles per CTA (kRowTiles > 1), each with its own kWarps: the CTA's tokens are
+//   staged once for all of them. At M = 1 the activation copy after the wait took 1.3 us on
+//   shared down (384 CTAs each reading the same ~800 bytes from one spot of L2: session 17); 128
+//   CTAs of three tiles read a third of those bytes.
 // - K split over the kSplits CTAs of a cluster (kSplits > 1): a layer with fewer 16-row tiles
 //   than SMs (N = 1536: 96 CTAs) gives every SM work. Each CTA adds its warps' tiles into one
 //   tile; the other splits write theirs into split 0's shared memory, which adds them in split
@@ -38,19 +42,22 @@
 
 namespace mxlinear::device {
 
-template <int kTokenTiles_, int kWarps_, int kStages_ = 0, int kSplits_ = 1>
+template <int kTokenTiles_, int kWarps_, int kStages_ = 0, int kSplits_ = 1, int kRowTiles_ = 1>
 struct GemvTile {
   static constexpr int kTokenTiles = kTokenTiles_;  // n8 mma tiles of tokens per CTA
   static constexpr int kTokens = 8 * kTokenTiles;   // activation rows per CTA
-  static constexpr int kWarps = kWarps_;            // K ranges per CTA
+  static constexpr int kWarps = kWarps_;            // K ranges per row tile
   static constexpr int kStages = kStages_;          // ring slots per warp; 0: registers
   static constexpr int kSplits = kSplits_;          // K ranges per cluster (grid.y)
-  static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kRows = 16;  // weight rows per CTA (mma M)
+  static constexpr int kRowTiles = kRowTiles_;      // 16-row tiles per CTA
+  static constexpr int kCtaWarps = kWarps * kRowTiles;
+  static constexpr int kThreads = 32 * kCtaWarps;
+  static constexpr int kRows = 16;  // weight rows per row tile (mma M)
+  static constexpr int kCtaRows = kRows * kRowTiles;
   // The register streamer's round: 8 blocks, 4 KiB per warp, two rounds in flight.
   static constexpr int kRoundBlocks = 8;
   using Ring = gemv_detail::WeightRing<kStages == 0 ? 2 : kStages>;
-  static constexpr int kRingBytes = kStages == 0 ? 0 : kWarps * Ring::kWarpBytes;
+  static constexpr int kRingBytes = kStages == 0 ? 0 : kCtaWarps * Ring::kWarpBytes;
   // Activation rows are padded by 32 bytes so the 8 token rows of a fragment read fall into
   // different bank groups (K % 128 == 0 would put them all in the same banks).
   static constexpr int kRowPad = 32;
@@ -59,8 +66,11 @@ struct GemvTile {
   // token tiles need more registers than that (8 per SM).
   // 4-warp rings are small enough in shared memory for 7 CTAs per SM, the next layer's among
   // them, if they keep to 72 registers (at 74 they fit 6: session 17).
-  static constexpr int kMinCtasPerSm =
-      kStages > 0 && kStages <= 4 && kWarps == 4 ? 7 : 16 / kWarps / kTokenTiles;
+  // Several row tiles: two CTAs per SM, so the next layer's CTA is resident beside this one.
+  static constexpr int kMinCtasPerSm = kRowTiles > 1 ? 2
+                                       : kStages > 0 && kStages <= 4 && kWarps == 4
+                                           ? 7
+                                           : 16 / kWarps / kTokenTiles;
 
   // Shared memory at K for `tokens` = min(M, kTokens) staged rows: the weight ring, e4m3 rows,
   // their scales decoded to fp32, the warps' partial tiles for the reduction and, split, the
@@ -73,7 +83,7 @@ struct GemvTile {
     return scale_offset(k, tokens) + tokens * (k / kBlockSize) * 4;
   }
   static constexpr int cluster_sum_offset(int k, int tokens) {
-    return reduce_offset(k, tokens) + kWarps * kRows * kTokens * 4;
+    return reduce_offset(k, tokens) + kCtaWarps * kRows * kTokens * 4;
   }
   static constexpr int smem_bytes(int k, int tokens) {
     return cluster_sum_offset(k, tokens) + (kSplits - 1) * kRows * kTokens * 4;
@@ -82,9 +92,11 @@ struct GemvTile {
   static_assert(kTokenTiles >= 1 && kTokenTiles <= 2, "a first and a last token tile");
   static_assert(kWarps == 4 || kWarps == 8, "compiled K ranges");
   static_assert(kSplits == 1 || kSplits == 2 || kSplits == 4, "a cluster of 1, 2 or 4 CTAs");
+  static_assert(kRowTiles >= 1 && kRowTiles <= 3, "compiled row tiles");
+  static_assert(kRowTiles == 1 || kSplits == 1, "a K split meets over one row tile");
 };
 
-// Grid: x = 16-row weight tiles, y = K splits (clusters of (1, kSplits, 1) when kSplits > 1),
+// Grid: x = kCtaRows-row weight tiles, y = K splits (clusters of (1, kSplits, 1) when kSplits > 1),
 // z = token tiles of kTokens. Dynamic shared memory: Tile::smem_bytes(K, min(M, kTokens)).
 template <class Tile>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
@@ -95,9 +107,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   if constexpr (Tile::kSplits > 1) hopper::cluster_arrive_relaxed();  // waited for at the meeting
   extern __shared__ uint4 smem_u4[];
   auto* const smem = reinterpret_cast<std::uint8_t*>(smem_u4);
-  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int cta_warp = static_cast<int>(threadIdx.x) >> 5;
+  const int warp = cta_warp % Tile::kWarps, lane = static_cast<int>(threadIdx.x) & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int n0 = static_cast<int>(blockIdx.x) * Tile::kRows;
+  const int cta_n0 = static_cast<int>(blockIdx.x) * Tile::kCtaRows;
+  const int n0 = cta_n0 + cta_warp / Tile::kWarps * Tile::kRows;
   const int t0 = static_cast<int>(blockIdx.z) * Tile::kTokens;
   const int split = static_cast<int>(blockIdx.y);  // the CTA's rank in its cluster
   const int blocks = p.k / kBlockSize;
@@ -123,7 +137,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   WeightRound<Tile::kRoundBlocks> rounds[2];
   const bool scale_words =
       reinterpret_cast<std::uintptr_t>(p.w_scales) % 4 == 0 && (p.n <= 1 || p.ld_w_scales % 4 == 0);
-  const typename Tile::Ring ring{smem + warp * Tile::Ring::kWarpBytes, scale_words};
+  const typename Tile::Ring ring{smem + cta_warp * Tile::Ring::kWarpBytes, scale_words};
   if constexpr (Tile::kStages == 0) {
     rounds[0].load(p, n0, g, t, first, end);
   } else {
@@ -157,13 +171,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   }
   stamps.mark(timeline::kMainLoop);
 
-  // The warps' partial tiles [warp][row][token], added in warp order.
+  // The warps' partial tiles [row tile][warp][row][token], added in warp order.
   auto* const partials = reinterpret_cast<float*>(smem + Tile::reduce_offset(p.k, staged));
   constexpr int kTile = Tile::kRows * Tile::kTokens;
 #pragma unroll
   for (int j = 0; j < Tile::kTokenTiles; ++j) {
     const int token = 8 * j + 2 * t;
-    float* const mine = partials + warp * kTile;
+    float* const mine = partials + cta_warp * kTile;
     mine[g * Tile::kTokens + token] = acc[j][0];
     mine[g * Tile::kTokens + token + 1] = acc[j][1];
     mine[(g + 8) * Tile::kTokens + token] = acc[j][2];
@@ -171,20 +185,22 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   }
   __syncthreads();
   stamps.mark(timeline::kReduced);
+  // e indexes [row tile][row][token] of the CTA's rows.
   auto warp_sum = [&](int e) {
+    const float* const tile = partials + e / kTile * Tile::kWarps * kTile + e % kTile;
     float v = 0.0f;
 #pragma unroll
-    for (int w = 0; w < Tile::kWarps; ++w) v += partials[w * kTile + e];
+    for (int w = 0; w < Tile::kWarps; ++w) v += tile[w * kTile];
     return v;
   };
   auto store = [&](int e, float v) {
-    const int n = n0 + e / Tile::kTokens, m = t0 + e % Tile::kTokens;
+    const int n = cta_n0 + e / Tile::kTokens, m = t0 + e % Tile::kTokens;
     if (n >= p.n || m >= p.m) return;
     if (p.bias_type != BiasType::kNone) v += epilogue::load_bias(p, n);
     epilogue::store_one(p, m, n, v);
   };
   if constexpr (Tile::kSplits == 1) {
-    for (int e = static_cast<int>(threadIdx.x); e < kTile; e += Tile::kThreads)
+    for (int e = static_cast<int>(threadIdx.x); e < Tile::kRowTiles * kTile; e += Tile::kThreads)
       store(e, warp_sum(e));
   } else {
     auto* const sums = reinterpret_cast<float*>(smem + Tile::cluster_sum_offset(p.k, staged));

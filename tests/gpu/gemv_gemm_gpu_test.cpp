@@ -10,7 +10,8 @@
 namespace mxlinear::test {
 namespace {
 
-// M = 1, 2, 7 and several token tiles (17, 40); N not a multiple of a CTA's 16 rows; K = 32 and
+// M = 1, 2, 7 and several token tiles (17, 40); N not a multiple of a CTA's 16 or 48 rows (and
+// 48-row CTAs with whole 16-row tiles past N); K = 32 and
 // 96 (fewer blocks than warps), 544 (17 blocks: ranges that end inside a round) and K of many
 // rounds per warp.
 const GemmShape kShapes[] = {{1, 1, 32},     {2, 9, 96},   {3, 33, 544},  {7, 70, 1024},
@@ -87,6 +88,7 @@ INSTANTIATE_TEST_SUITE_P(
       name << "t" << i.tokens << "_w" << i.warps;
       if (i.stages > 0) name << "_r" << i.stages;
       if (i.splits > 1) name << "_s" << i.splits;
+      if (i.rows > 16) name << "_n" << i.rows;
       return name.str();
     });
 

@@ -1,7 +1,8 @@
 // The MX GEMV in the registry: a tuned kernel for the smallest M (it claims only the (N, K) its
 // tuned rows name). Config names: "t8_w4" = 8 tokens and 16 weight rows per CTA, K split over 4
 // warps, weights through registers; "t8_w8" the same over 8 warps; "t16_w8" 16 tokens over 8
-// warps; "t8_w4_r8" = weights through a per-warp shared-memory ring of 8 slots.
+// warps; "t8_w4_r8" = weights through a per-warp shared-memory ring of 8 slots; "_s2" = K split
+// over a cluster of 2 CTAs; "_n48" = 48 weight rows (three 16-row tiles of 4 warps) per CTA.
 #include <fmt/format.h>
 
 #include <string>
@@ -24,6 +25,7 @@ std::string config_name(const device::GemvInstanceInfo& i) {
   std::string name = i.stages == 0 ? fmt::format("t{}_w{}", i.tokens, i.warps)
                                    : fmt::format("t{}_w{}_r{}", i.tokens, i.warps, i.stages);
   if (i.splits > 1) name += fmt::format("_s{}", i.splits);
+  if (i.rows > 16) name += fmt::format("_n{}", i.rows);
   return name;
 }
 
