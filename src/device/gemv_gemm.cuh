@@ -5,8 +5,8 @@
 // fences per 8 KiB stage). Here a warp spends ~35 instructions per 16 rows x one MX block (SASS).
 //
 // Design:
-// - A CTA owns 16 weight rows; its kWarps warps split K into contiguous ranges and meet in shared
-//   memory at the end, added in warp order (deterministic, no atomics).
+// - A row tile is 16 weight rows (one or three per CTA); its kWarps warps split K into contiguous
+//   ranges and meet in shared memory at the end, added in warp order (deterministic, no atomics).
 // - The block math (gemv_weights.cuh, accumulate_block): exact e4m3 -> f16 widening, two
 //   m16n8k16 mma per MX block with fp32 accumulation, promotion acc += (partial * sa) * sw, the
 //   generic kernel's arithmetic.
