@@ -13,9 +13,10 @@
 namespace mxlinear {
 
 // 32-bit words per CTA: word `phase` is the low 32 bits of %globaltimer (ns) when the CTA's
-// thread 0 reached that phase, 0 if it did not. CTA index: blockIdx.x + gridDim.x * (blockIdx.y
-// + gridDim.y * blockIdx.z).
+// thread 0 reached that phase, 0 if it did not; word kTimelineSmWord is 1 + the SM the CTA ran
+// on (%smid). CTA index: blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z).
 inline constexpr int kTimelineStamps = 8;
+inline constexpr int kTimelineSmWord = kTimelineStamps - 1;
 inline constexpr const char* kTimelinePhases[] = {"entry",     "waited",  "prologue",
                                                   "main loop", "reduced", "stored"};
 

@@ -32,7 +32,7 @@ inline cudaError_t set_buffer(std::uint32_t* buffer, std::uint64_t capacity_ctas
 // registers, so the kernels keep their allocation) and writes them once, at the end, to
 // g_buffer[cta * kStamps + i]; 0 where a phase was not reached.
 struct Stamps {
-  std::uint32_t at[kStamps] = {};
+  std::uint32_t at[kSmWord] = {};
 
   __device__ __forceinline__ void mark(int phase) {
     if (threadIdx.x != 0) return;
@@ -47,7 +47,10 @@ struct Stamps {
         blockIdx.x + static_cast<std::uint64_t>(gridDim.x) * (blockIdx.y + gridDim.y * blockIdx.z);
     if (cta >= g_capacity) return;
 #pragma unroll
-    for (int i = 0; i < kStamps; ++i) buffer[cta * kStamps + i] = at[i];
+    for (int i = 0; i < kSmWord; ++i) buffer[cta * kStamps + i] = at[i];
+    std::uint32_t sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    buffer[cta * kStamps + kSmWord] = sm + 1;
   }
 };
 #else

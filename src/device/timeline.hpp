@@ -12,6 +12,8 @@ namespace mxlinear::device::timeline {
 // buffer[cta * kStamps + phase], cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y *
 // blockIdx.z).
 inline constexpr int kStamps = 8;
+// The last word of a CTA's stamps: 1 + its SM (%smid), so that slow CTAs can be placed.
+inline constexpr int kSmWord = kStamps - 1;
 
 // The phases the kernels mark: in this order in the decode and gemv kernels; the prefill
 // kernel's consumers wait on the previous kernel only after their main loop (before they

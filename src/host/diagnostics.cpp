@@ -14,6 +14,8 @@ namespace mxlinear {
 
 static_assert(kTimelineStamps == device::timeline::kStamps);
 static_assert(std::size(kTimelinePhases) == device::timeline::kStored + 1);
+static_assert(kTimelineSmWord == device::timeline::kSmWord &&
+              kTimelineSmWord >= static_cast<int>(std::size(kTimelinePhases)));
 
 bool timeline_compiled() {
 #if defined(MXLINEAR_TIMELINE)

@@ -23,6 +23,7 @@ struct TimelineOptions {
   std::string kernel = "decode", config;
   std::int64_t m = 1, n = 2560, k = 6144;
   int calls = 16;
+  int slowest = 8;  // CTAs listed one by one
 };
 
 // Room for this many CTAs' stamps (the kernels skip any CTA past it).
@@ -32,6 +33,52 @@ double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+// The CTAs that stored last (a call ends with its slowest CTA): their SM, how many of this
+// call's CTAs ran on that SM, and each phase's time since the earliest entry.
+void print_slowest(const std::vector<std::uint32_t>& host, const std::vector<std::size_t>& ctas,
+                   std::uint32_t start, int count) {
+  const auto last = [&](std::size_t c) {
+    const std::uint32_t* s = &host[c * kTimelineStamps];
+    std::uint32_t t = s[0];
+    for (std::size_t p = 0; p < std::size(kTimelinePhases); ++p) {
+      if (s[p] != 0 && static_cast<std::int32_t>(s[p] - t) > 0) t = s[p];
+    }
+    return static_cast<std::uint32_t>(t - start);
+  };
+  std::vector<std::size_t> order = ctas;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return last(a) != last(b) ? last(a) > last(b) : a < b;
+  });
+  std::vector<int> per_sm;
+  for (std::size_t c : ctas) {
+    const std::uint32_t sm = host[c * kTimelineStamps + kTimelineSmWord];
+    if (sm == 0) continue;
+    if (per_sm.size() < sm) per_sm.resize(sm, 0);
+    ++per_sm[sm - 1];
+  }
+  const int shown = std::min(count, static_cast<int>(order.size()));
+  if (shown <= 0) return;
+  fmt::print("the {} CTAs that ended last (us since the earliest entry):\n{:>8} {:>4} {:>7}", shown,
+             "cta", "sm", "on sm");
+  for (const char* phase : kTimelinePhases) fmt::print(" {:>9}", phase);
+  fmt::print("\n");
+  for (int i = 0; i < shown; ++i) {
+    const std::size_t c = order[static_cast<std::size_t>(i)];
+    const std::uint32_t* s = &host[c * kTimelineStamps];
+    const std::uint32_t sm = s[kTimelineSmWord];
+    fmt::print("{:>8} {:>4} {:>7}", c, sm == 0 ? std::string("?") : std::to_string(sm - 1),
+               sm == 0 ? 0 : per_sm[sm - 1]);
+    for (std::size_t p = 0; p < std::size(kTimelinePhases); ++p) {
+      if (s[p] == 0) {
+        fmt::print(" {:>9}", "-");
+      } else {
+        fmt::print(" {:>9.2f}", static_cast<std::uint32_t>(s[p] - start) * 1e-3);
+      }
+    }
+    fmt::print("\n");
+  }
 }
 
 int run_timeline(const TimelineOptions& o) {
@@ -135,6 +182,7 @@ int run_timeline(const TimelineOptions& o) {
                percentile(at, 0), percentile(at, 0.5), percentile(at, 0.9), percentile(at, 1),
                percentile(since_entry, 0.5));
   }
+  print_slowest(host, ctas, start, o.slowest);
   return 0;
 }
 
@@ -155,6 +203,8 @@ void add_timeline_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(32, 1 << 16));
   cmd->add_option("--calls", o->calls, "calls back to back; the last one's stamps are shown")
       ->check(CLI::Range(1, 1000));
+  cmd->add_option("--slowest", o->slowest, "CTAs that ended last, listed with their SM")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->callback([o, &exit_code] { exit_code = run_timeline(*o); });
 }
 
