@@ -24,7 +24,7 @@
 #               comparison (machines differ by up to ~10%)
 #   variant     the same bench ($BENCH_ARGS) and timelines ($TIMELINE_TARGETS, when set) on this
 #               tree built with $VARIANT_FLAGS added to the CUDA flags (a measurement-only
-#               switch, e.g. -DMXLINEAR_PREFETCH_ALL), in build-variant and
+#               switch, e.g. -DMXLINEAR_PREFETCH_ALL; several sets separated by ';'), in build-variant and
 #               build-variant-timeline: bench-variant.json, bench-variant.txt and
 #               timeline-variant.txt. Next to `bench` in the same call, like `ab`
 # PACK_OUT=1 packs everything the call wrote into $OUT/out.tgz as it ends (a build failure
@@ -221,7 +221,8 @@ fi
 if [[ " $steps " == *" timeline "* ]]; then
   # Per-CTA phase stamps (entry, past the wait on the previous kernel, prologue, main loop,
   # reduction, store) from a separate -DMXLINEAR_TIMELINE=ON build: where a decode, gemv or
-  # prefill call's microseconds go. $TIMELINE_TARGETS, space separated, each KERNEL:CONFIG:M:N:K.
+  # prefill call's microseconds go. $TIMELINE_TARGETS, space separated, each KERNEL:CONFIG:M:N:K;
+  # $TIMELINE_ARGS go to every call (e.g. "--slowest 16": the CTAs that ended last, with their SM).
   cmake -S . -B build-timeline -G Ninja -DCMAKE_BUILD_TYPE=Release -DMXLINEAR_TIMELINE=ON \
     -DMXLINEAR_BUILD_TESTS=OFF >"$OUT/timeline.txt" 2>&1 &&
     cmake --build build-timeline -j "$(nproc)" --target mxlinear_cli >>"$OUT/timeline.txt" 2>&1 ||
@@ -231,7 +232,7 @@ decode:t8_st4_split4:1:6144:6144 decode:t8x2_st8_split1:1:6144:768 \
 prefill:w128_t128_st4_overlap_split2:128:6144:6144 prefill:w128_t256_st4_k64_overlap:8192:6144:6144}; do
     IFS=: read -r kernel config m n k <<<"$target"
     build-timeline/tools/mxlinear timeline --kernel "$kernel" --config "$config" --m "$m" \
-      --n "$n" --k "$k" 2>&1 | tee -a "$OUT/timeline.txt" || status=1
+      --n "$n" --k "$k" ${TIMELINE_ARGS:-} 2>&1 | tee -a "$OUT/timeline.txt" || status=1
   done
 fi
 
@@ -283,22 +284,30 @@ if [[ " $steps " == *" ab "* ]]; then
 fi
 if [[ " $steps " == *" variant "* ]]; then
   [ -n "${VARIANT_FLAGS:-}" ] || { echo "VARIANT: set VARIANT_FLAGS (e.g. -DMXLINEAR_PREFETCH_ALL)"; exit 1; }
-  for flavour in plain timeline; do
-    [ "$flavour" = timeline ] && [ -z "${TIMELINE_TARGETS:-}" ] && continue
-    dir=build-variant
-    flags=(-DMXLINEAR_BUILD_TESTS=OFF "-DCMAKE_CUDA_FLAGS=$VARIANT_FLAGS")
-    [ "$flavour" = timeline ] && dir=build-variant-timeline && flags+=(-DMXLINEAR_TIMELINE=ON)
-    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${flags[@]}" >"$OUT/variant-build.log" 2>&1 &&
-      cmake --build "$dir" -j "$(nproc)" --target mxlinear_cli >>"$OUT/variant-build.log" 2>&1 ||
-      { echo "VARIANT BUILD FAILED"; tail -20 "$OUT/variant-build.log"; exit 1; }
+  # Several variants: flag sets separated by ';', built and measured one after another (outputs
+  # suffixed -1, -2, ...; a single set keeps the unsuffixed names).
+  IFS=';' read -r -a variant_sets <<<"$VARIANT_FLAGS"
+  for ((v = 0; v < ${#variant_sets[@]}; ++v)); do
+    suffix="" && [ "${#variant_sets[@]}" -gt 1 ] && suffix="-$((v + 1))"
+    for flavour in plain timeline; do
+      [ "$flavour" = timeline ] && [ -z "${TIMELINE_TARGETS:-}" ] && continue
+      dir=build-variant$suffix
+      flags=(-DMXLINEAR_BUILD_TESTS=OFF "-DCMAKE_CUDA_FLAGS=${variant_sets[v]}")
+      [ "$flavour" = timeline ] && dir=build-variant-timeline$suffix && flags+=(-DMXLINEAR_TIMELINE=ON)
+      cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${flags[@]}" >"$OUT/variant-build.log" 2>&1 &&
+        cmake --build "$dir" -j "$(nproc)" --target mxlinear_cli >>"$OUT/variant-build.log" 2>&1 ||
+        { echo "VARIANT BUILD FAILED (${variant_sets[v]})"; tail -20 "$OUT/variant-build.log"; exit 1; }
+    done
+    rm -f "$OUT/variant-build.log"
+    echo "== variant$suffix: ${variant_sets[v]}" | tee -a "$OUT/timeline-variant$suffix.txt"
+    for target in ${TIMELINE_TARGETS:-}; do
+      IFS=: read -r kernel config m n k <<<"$target"
+      build-variant-timeline$suffix/tools/mxlinear timeline --kernel "$kernel" --config "$config" \
+        --m "$m" --n "$n" --k "$k" ${TIMELINE_ARGS:-} 2>&1 |
+        tee -a "$OUT/timeline-variant$suffix.txt" || status=1
+    done
+    build-variant$suffix/tools/mxlinear bench ${BENCH_ARGS:-} --json "$OUT/bench-variant$suffix.json" 2>&1 |
+      tee "$OUT/bench-variant$suffix.txt"
   done
-  rm -f "$OUT/variant-build.log"
-  for target in ${TIMELINE_TARGETS:-}; do
-    IFS=: read -r kernel config m n k <<<"$target"
-    build-variant-timeline/tools/mxlinear timeline --kernel "$kernel" --config "$config" --m "$m" \
-      --n "$n" --k "$k" 2>&1 | tee -a "$OUT/timeline-variant.txt" || status=1
-  done
-  build-variant/tools/mxlinear bench ${BENCH_ARGS:-} --json "$OUT/bench-variant.json" 2>&1 |
-    tee "$OUT/bench-variant.txt"
 fi
 exit $status
