@@ -8,6 +8,13 @@ namespace mxlinear::device {
 enum class OutType : std::uint8_t { kBF16, kF16, kF32 };
 enum class BiasType : std::uint8_t { kNone, kBF16, kF32 };
 
+// Where a GEMV CTA lets the next programmatically dependent kernel start launching: once its
+// activation is staged, right after its wait on the previous kernel, or at its entry. Earlier
+// lets the next kernel's CTAs take SM slots and start their weight copies sooner; later keeps
+// them off the SMs while this kernel stages its activation. Which is faster depends on the layer
+// (docs/PERF.md, session 19), so it is part of the GEMV's configs. The other kernels ignore it.
+enum class NextLaunch : std::uint8_t { kAfterActivation, kAfterWait, kAtEntry };
+
 // out[m, n] = sum_k deq(a)[m, k] * deq(w)[n, k] (+ bias[n]). Strides are in elements.
 struct GemmParams {
   const std::uint8_t* a = nullptr;         // [M, K] e4m3, rows 16-byte aligned
@@ -29,6 +36,7 @@ struct GemmParams {
   const void* x = nullptr;
   std::int64_t ld_x = 0;
   bool x_is_f16 = false;
+  NextLaunch next_launch = NextLaunch::kAfterActivation;
   // The prefill kernel's stream-K configs: one fp32 partial tile per CTA and one flag word per
   // CTA, zero when the kernel starts (the pass before it zeroes them: ZeroedWords).
   float* partials = nullptr;

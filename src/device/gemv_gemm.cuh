@@ -144,15 +144,17 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
 #pragma unroll
     for (int i = 0; i < Tile::kStages - 1; ++i) ring.issue(p, n0, lane, first + i, end, blocks);
   }
+  if (p.next_launch == NextLaunch::kAtEntry) hopper::allow_dependent_launch();
   hopper::wait_prerequisite_grids();
   stamps.mark(timeline::kWaited);
+  if (p.next_launch == NextLaunch::kAfterWait) hopper::allow_dependent_launch();
   if (p.x != nullptr) {
     quantize_activations<Tile::kThreads>(p, t0, s);
   } else {
     copy_activations<Tile::kThreads, (Tile::kStages > 0)>(p, t0, s);
   }
   __syncthreads();
-  hopper::allow_dependent_launch();
+  if (p.next_launch == NextLaunch::kAfterActivation) hopper::allow_dependent_launch();
   stamps.mark(timeline::kPrologue);
 
   float acc[Tile::kTokenTiles][4];

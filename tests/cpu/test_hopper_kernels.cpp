@@ -275,10 +275,17 @@ TEST(PrefillKernel, CallWithoutScratchOrWithUnknownConfigIsRejected) {
 TEST(GemvKernel, ClaimsTheSmallestMAndSaysWhatItNeeds) {
   const Kernel& k = gemv_kernel();
   EXPECT_TRUE(k.needs_tuned_rows());
-  EXPECT_EQ(k.configs(), (std::vector<std::string>{"t8_w4", "t8_w8", "t16_w8", "t8_w4_r8",
-                                                   "t8_w8_r4", "t8_w8_r6", "t8_w4_r3", "t8_w4_r4",
-                                                   "t8_w8_s2", "t8_w8_r4_s2", "t8_w4_r3_s4",
-                                                   "t8_w4_r4_s4", "t8_w4_r3_n48", "t8_w4_r4_n48"}));
+  // Each instance three times: the next kernel launches once the activation is staged (no
+  // suffix), once the CTAs have waited on the previous kernel, or at their entry.
+  const std::vector<std::string> instances = {
+      "t8_w4",       "t8_w8",       "t16_w8",       "t8_w4_r8",    "t8_w8_r4",
+      "t8_w8_r6",    "t8_w4_r3",    "t8_w4_r4",     "t8_w8_s2",    "t8_w8_r4_s2",
+      "t8_w4_r3_s4", "t8_w4_r4_s4", "t8_w4_r3_n48", "t8_w4_r4_n48"};
+  std::vector<std::string> expected;
+  for (const char* suffix : {"", "_waited", "_early"}) {
+    for (const std::string& i : instances) expected.push_back(i + suffix);
+  }
+  EXPECT_EQ(k.configs(), expected);
   EXPECT_EQ(k.default_config(1), "t8_w8");
   EXPECT_EQ(k.default_config(8), "t8_w8");
   EXPECT_EQ(k.default_config(9), "t16_w8");
@@ -344,7 +351,9 @@ TEST(GemvKernel, UnknownConfigOrTooLargeKIsRejected) {
   EXPECT_EQ(unknown.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(unknown.what(), HasSubstr("t8_w4, t8_w8, t16_w8, t8_w4_r8, t8_w8_r4, t8_w8_r6, "
                                         "t8_w4_r3, t8_w4_r4, t8_w8_s2, t8_w8_r4_s2, "
-                                        "t8_w4_r3_s4, t8_w4_r4_s4, t8_w4_r3_n48, t8_w4_r4_n48"));
+                                        "t8_w4_r3_s4, t8_w4_r4_s4, t8_w4_r3_n48, t8_w4_r4_n48, "
+                                        "t8_w4_waited, "));
+  EXPECT_THAT(unknown.what(), HasSubstr("t8_w4_r4_n48_early"));
   const FakeCall wide(16, 64, 16384);  // sixteen tokens' e4m3 rows: 263 KB
   const Error smem = error_of("t16_w8", wide, gemv_kernel());
   EXPECT_EQ(smem.code(), ErrorCode::kUnsupported);

@@ -2,7 +2,9 @@
 // tuned rows name). Config names: "t8_w4" = 8 tokens and 16 weight rows per CTA, K split over 4
 // warps, weights through registers; "t8_w8" the same over 8 warps; "t16_w8" 16 tokens over 8
 // warps; "t8_w4_r8" = weights through a per-warp shared-memory ring of 8 slots; "_s2" = K split
-// over a cluster of 2 CTAs; "_n48" = 48 weight rows (three 16-row tiles of 4 warps) per CTA.
+// over a cluster of 2 CTAs; "_n48" = 48 weight rows (three 16-row tiles of 4 warps) per CTA;
+// "_waited" / "_early" = the next kernel may start launching once the CTAs have waited on the
+// previous kernel / at their entry (no suffix: once they have staged their activation).
 #include <fmt/format.h>
 
 #include <string>
@@ -21,30 +23,45 @@ namespace {
 
 constexpr std::int64_t kMaxGridZ = 65535;  // token tiles (grid.z)
 
-std::string config_name(const device::GemvInstanceInfo& i) {
+constexpr device::NextLaunch kNextLaunches[] = {device::NextLaunch::kAfterActivation,
+                                                device::NextLaunch::kAfterWait,
+                                                device::NextLaunch::kAtEntry};
+
+std::string config_name(const device::GemvInstanceInfo& i,
+                        device::NextLaunch next = device::NextLaunch::kAfterActivation) {
   std::string name = i.stages == 0 ? fmt::format("t{}_w{}", i.tokens, i.warps)
                                    : fmt::format("t{}_w{}_r{}", i.tokens, i.warps, i.stages);
   if (i.splits > 1) name += fmt::format("_s{}", i.splits);
   if (i.rows > 16) name += fmt::format("_n{}", i.rows);
+  if (next == device::NextLaunch::kAfterWait) name += "_waited";
+  if (next == device::NextLaunch::kAtEntry) name += "_early";
   return name;
 }
 
-// Config name -> instance index.
-const detail::NamedConfigs<int>& named_configs() {
-  static const detail::NamedConfigs<int> all = [] {
-    std::vector<std::pair<std::string, int>> named;
+struct GemvConfig {
+  int instance = -1;
+  device::NextLaunch next_launch = device::NextLaunch::kAfterActivation;
+};
+
+// Config name -> (instance, next launch): every instance with each next-launch point, the
+// instances' default point first.
+const detail::NamedConfigs<GemvConfig>& named_configs() {
+  static const detail::NamedConfigs<GemvConfig> all = [] {
+    std::vector<std::pair<std::string, GemvConfig>> named;
     const auto instances = device::gemv_gemm_instances();
-    for (std::size_t i = 0; i < instances.size(); ++i) {
-      named.emplace_back(config_name(instances[i]), static_cast<int>(i));
+    for (const device::NextLaunch next : kNextLaunches) {
+      for (std::size_t i = 0; i < instances.size(); ++i) {
+        named.emplace_back(config_name(instances[i], next), GemvConfig{static_cast<int>(i), next});
+      }
     }
-    return detail::NamedConfigs<int>(std::move(named));
+    return detail::NamedConfigs<GemvConfig>(std::move(named));
   }();
   return all;
 }
 
-int find_instance(std::string_view config) {
-  const int* found = named_configs().find(config);
-  return found != nullptr ? *found : -1;
+GemvConfig find_config(std::string_view config) {
+  const GemvConfig* found = named_configs().find(config);
+  return found != nullptr ? *found : GemvConfig{};
 }
 
 class GemvKernel final : public Kernel {
@@ -89,7 +106,7 @@ class GemvKernel final : public Kernel {
   }
 
   Verdict can_run(std::int64_t m, std::int64_t k, std::string_view config) const override {
-    const int instance = find_instance(config);
+    const int instance = find_config(config).instance;
     if (instance < 0) return {fmt::format("is '{}', not a gemv config", config)};
     if (const int smem = device::gemv_gemm_smem_bytes(instance, m, static_cast<int>(k));
         smem > device::kGemvMaxSmemBytes) {
@@ -102,7 +119,8 @@ class GemvKernel final : public Kernel {
   }
 
   void run(const KernelCall& call, const std::string& config) const override {
-    const int instance = find_instance(config);
+    const GemvConfig c = find_config(config);
+    const int instance = c.instance;
     if (instance < 0) {
       detail::fail(
           ErrorCode::kInvalidArgument, "gemv kernel", "config",
@@ -118,7 +136,8 @@ class GemvKernel final : public Kernel {
                    fmt::format("has {} rows; expected at most {} for gemv config {}", shape.m,
                                kMaxGridZ * tokens, config));
     }
-    const device::GemmParams p = detail::gemm_params(call);
+    device::GemmParams p = detail::gemm_params(call);
+    p.next_launch = c.next_launch;
     if (const std::string_view why = device::gemv_gemm_unsupported(p); !why.empty()) {
       detail::fail(ErrorCode::kUnsupported, "gemv kernel", "layer",
                    fmt::format("is {} x {} x {}; {}", shape.m, shape.n, shape.k, why));
