@@ -29,13 +29,16 @@ __device__ __forceinline__ PrePassGroup load_group(const ActivationBf16Params& p
 }
 
 __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const ActivationBf16Params p) {
+  // The prefill GEMM launched next (a programmatic dependent) may start its prologue at once:
+  // it reads what this pass writes only after its own wait. Letting it launch here rather than
+  // past this pass's wait starts its CTAs and their weight copies while the GEMM before still
+  // runs: the GEMM alone at M = 32 and 128 took 3-11% less (session 19, call 8).
+  hopper::allow_dependent_launch();
   // Launched as a programmatic dependent itself: the previous kernel (the producer of the
   // activation, or the previous layer's GEMM, which may still read the scratch written here)
   // must finish first; only the launch and the CTAs' start overlap its tail.
   hopper::wait_prerequisite_grids();
   p.zero_for_next.zero();
-  // The prefill GEMM launched next (a programmatic dependent) may start its prologue now.
-  hopper::allow_dependent_launch();
   const int stride = static_cast<int>(gridDim.x) * kThreads;
   const int first = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
   GroupWalk walk(first, stride, p.k / 8);
