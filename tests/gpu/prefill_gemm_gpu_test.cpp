@@ -42,6 +42,24 @@ struct Config {
   int instance, splits;
 };
 
+// A stream-K config's partial tiles and flags, poisoned (the pre-pass must zero the flags), wired
+// into `p`; an empty buffer for the other configs.
+DeviceBuffer attach_stream_k(Config config, device::GemmParams& p) {
+  const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(config.instance)];
+  if (!i.stream_k) return {};
+  DeviceBuffer stream_k(device::prefill_stream_k_bytes());
+  stream_k.poison();
+  p.partials = reinterpret_cast<float*>(stream_k.get());
+  p.flags = reinterpret_cast<std::uint32_t*>(
+      stream_k.bytes() +
+      static_cast<std::size_t>(device::kPrefillMaxStreamKCtas) * i.rows * i.tokens * 4);
+  return stream_k;
+}
+
+device::ZeroedWords flags_of(const device::GemmParams& p) {
+  return {p.flags, p.flags ? device::kPrefillMaxStreamKCtas : 0};
+}
+
 std::vector<std::uint8_t> run_config(Config config, const MxOperand& a, const MxOperand& w,
                                      DType out_dtype, const DeviceBuffer* bias,
                                      device::BiasType bias_type) {
@@ -50,19 +68,8 @@ std::vector<std::uint8_t> run_config(Config config, const MxOperand& a, const Mx
   DeviceBuffer out(static_cast<std::size_t>(a.rows * w.rows) * element_size(out_dtype));
   out.poison();
   device::GemmParams p = gemm_params(da, dw, out, out_dtype);
-  // Stream-K partial tiles and flags, poisoned: the pre-pass must zero the flags.
-  DeviceBuffer stream_k;
-  if (device::prefill_gemm_instances()[static_cast<std::size_t>(config.instance)].stream_k) {
-    stream_k = DeviceBuffer(device::prefill_stream_k_bytes());
-    stream_k.poison();
-    const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(config.instance)];
-    p.partials = reinterpret_cast<float*>(stream_k.get());
-    p.flags = reinterpret_cast<std::uint32_t*>(
-        stream_k.bytes() +
-        static_cast<std::size_t>(device::kPrefillMaxStreamKCtas) * i.rows * i.tokens * 4);
-  }
-  const DeviceBuffer a16 = activation_bf16(da.data.bytes(), a.k, da,
-                                           {p.flags, p.flags ? device::kPrefillMaxStreamKCtas : 0});
+  const DeviceBuffer stream_k = attach_stream_k(config, p);
+  const DeviceBuffer a16 = activation_bf16(da.data.bytes(), a.k, da, flags_of(p));
   if (bias) {
     p.bias = bias->get();
     p.bias_type = bias_type;
@@ -272,6 +279,73 @@ TEST_P(PrefillGemmInstance, NaNBiasAndDeterminism) {
   auto rng = make_rng();
   // K = 1024: eight 128-chunks, one per CTA of the widest split (the launcher rejects more).
   check_nan_bias_determinism(runner(), {1024, 300, 257, 1024}, rng);
+}
+
+// A chain of four calls, each the pre-pass and the GEMM, as a layer stack runs them: call i adds
+// call i - 1's output (its first row) as its bias and writes the buffer that call i - 1 read.
+// Every kernel lets the next one launch before it ends, so a read before the wait on the kernel
+// before, or a write into a buffer still being read, changes the last output. Graph-captured, it
+// must equal the chain run one kernel at a time, bit for bit.
+TEST_P(PrefillGemmInstance, ChainOfCallsInAGraphMatchesEager) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  constexpr std::int64_t kM = 130, kN = 257, kK = 1024;
+  const MxOperand a = random_operand(kM, kK, rng);
+  const DeviceMx da = upload(a);
+  const DeviceMx dw[2] = {upload(random_operand(kN, kK, rng)), upload(random_operand(kN, kK, rng))};
+  DeviceBuffer out[2] = {DeviceBuffer(kM * kN * 4), DeviceBuffer(kM * kN * 4)};
+  DeviceBuffer a16(static_cast<std::size_t>(kM * kK) * 2);
+  device::GemmParams p = gemm_params(da, dw[0], out[0], DType::kF32);
+  const DeviceBuffer stream_k = attach_stream_k(config(), p);
+  auto call = [&](int i, cudaStream_t stream) {
+    device::ActivationBf16Params pre;
+    pre.q = da.data.bytes();
+    pre.scales = da.scales.bytes();
+    pre.ld_q = kK;
+    pre.ld_scales = kK / kBlockSize;
+    pre.out = a16.get();
+    pre.ld_out = kK;
+    pre.m = static_cast<int>(kM);
+    pre.k = static_cast<int>(kK);
+    pre.zero_for_next = flags_of(p);
+    device::GemmParams gemm = p;
+    gemm.w = dw[i % 2].data.bytes();
+    gemm.w_scales = dw[i % 2].scales.bytes();
+    gemm.out = out[i % 2].get();
+    gemm.bias = i > 0 ? out[(i + 1) % 2].get() : nullptr;
+    gemm.bias_type = i > 0 ? device::BiasType::kF32 : device::BiasType::kNone;
+    const cudaError_t e = device::launch_activation_bf16(pre, stream);
+    if (e != cudaSuccess) return e;
+    return device::launch_prefill_gemm(gemm, a16.get(), kK, config().instance, config().splits,
+                                       stream);
+  };
+  constexpr int kCalls = 4;
+  out[0].poison();
+  out[1].poison();
+  for (int i = 0; i < kCalls; ++i) {
+    ASSERT_EQ(call(i, nullptr), cudaSuccess);
+    MXL_CUDA_OK(cudaDeviceSynchronize());
+  }
+  const auto eager = out[(kCalls - 1) % 2].download<std::uint8_t>(kM * kN * 4);
+  cudaStream_t stream;
+  MXL_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  MXL_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kCalls; ++i) EXPECT_EQ(call(i, stream), cudaSuccess);
+  MXL_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  MXL_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    out[0].poison();
+    out[1].poison();
+    MXL_CUDA_OK(cudaGraphLaunch(exec, stream));
+    MXL_CUDA_OK(cudaStreamSynchronize(stream));
+    const auto got = out[(kCalls - 1) % 2].download<std::uint8_t>(kM * kN * 4);
+    EXPECT_EQ(std::memcmp(got.data(), eager.data(), got.size()), 0) << "replay " << replay;
+  }
+  MXL_CUDA_OK(cudaGraphExecDestroy(exec));
+  MXL_CUDA_OK(cudaGraphDestroy(graph));
+  MXL_CUDA_OK(cudaStreamDestroy(stream));
 }
 
 std::string config_name(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
