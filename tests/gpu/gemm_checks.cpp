@@ -255,6 +255,36 @@ void check_graph_replay(const GemmLauncher& launch, const GemmShape& shape, std:
   MXL_CUDA_OK(cudaStreamDestroy(stream));
 }
 
+void check_chain_graph_replay(const ChainCall& call, int calls, DeviceBuffer (&out)[2]) {
+  DeviceBuffer& last = out[(calls - 1) % 2];
+  out[0].poison();
+  out[1].poison();
+  for (int i = 0; i < calls; ++i) {
+    ASSERT_EQ(call(i, nullptr), cudaSuccess);
+    MXL_CUDA_OK(cudaDeviceSynchronize());
+  }
+  const auto eager = last.download<std::uint8_t>(last.size());
+  cudaStream_t stream;
+  MXL_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  MXL_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) EXPECT_EQ(call(i, stream), cudaSuccess);
+  MXL_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  MXL_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    out[0].poison();
+    out[1].poison();
+    MXL_CUDA_OK(cudaGraphLaunch(exec, stream));
+    MXL_CUDA_OK(cudaStreamSynchronize(stream));
+    const auto got = last.download<std::uint8_t>(last.size());
+    EXPECT_EQ(std::memcmp(got.data(), eager.data(), got.size()), 0) << "replay " << replay;
+  }
+  MXL_CUDA_OK(cudaGraphExecDestroy(exec));
+  MXL_CUDA_OK(cudaGraphDestroy(graph));
+  MXL_CUDA_OK(cudaStreamDestroy(stream));
+}
+
 namespace {
 
 // A random [m, cols] bf16 or fp16 activation (raw 16-bit patterns) with a NaN at [0, 7] and an

@@ -98,6 +98,17 @@ void check_stable_across_runs(const GemmRunner& run, const GemmShape& shape, int
 // replay to the eager result, twice.
 void check_graph_replay(const GemmLauncher& launch, const GemmShape& shape, std::mt19937_64& rng);
 
+// Call `call` of a chain, launched on `stream` (nullptr: one call at a time on the legacy one).
+using ChainCall = std::function<cudaError_t(int call, cudaStream_t stream)>;
+
+// A chain of `calls` calls as a layer stack runs them, writing out[0] and out[1] in turn (call i
+// adds call i - 1's output as its bias and writes the buffer that call i - 1 read): run one call
+// at a time, then captured into a CUDA graph and replayed three times, both buffers poisoned
+// before each run. The kernels let the next one launch before they end, so a read before the
+// wait on the kernel before, or a write into a buffer still being read, changes the last
+// output; every replay's must equal the eager one bit for bit.
+void check_chain_graph_replay(const ChainCall& call, int calls, DeviceBuffer (&out)[2]);
+
 // A kernel that quantizes a bf16 or fp16 activation itself (GemmParams::x) gives the bits of
 // the quantize kernel followed by the same kernel on its output: random activations with a NaN
 // and an Inf block, both 16-bit types, dense and strided rows, fp32 output on every shape.

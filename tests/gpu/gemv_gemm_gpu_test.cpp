@@ -1,6 +1,5 @@
 // The MX GEMV (mma.sync from global memory), every config, against the fp64 reference
 // (MXFP8.md's checks), plus determinism and CUDA-graph capture with programmatic launch.
-#include <cstring>
 #include <sstream>
 
 #include "device/gemv_gemm.hpp"
@@ -80,11 +79,8 @@ TEST_P(GemvGemmConfig, QuantizingInsideEqualsTheQuantizeKernelFirst) {
   check_quantizing_inside(launcher(), shapes, rng);
 }
 
-// Each point where a CTA lets the next kernel launch keeps a chain in order. Four calls in one
-// graph, each adding the previous call's fp32 output as its bias and writing the buffer the call
-// before that read: a call that read its bias before its predecessor finished, or overwrote a
-// buffer still being read, changes the last output. It must equal the same chain run eagerly,
-// one call at a time, bit for bit.
+// Each point where a CTA lets the next kernel launch keeps a chain in order
+// (check_chain_graph_replay).
 TEST_P(GemvGemmConfig, EveryNextLaunchPointKeepsAChainInOrder) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
@@ -94,47 +90,20 @@ TEST_P(GemvGemmConfig, EveryNextLaunchPointKeepsAChainInOrder) {
   DeviceMx dw[2] = {upload(random_operand(kN, kK, rng)), upload(random_operand(kN, kK, rng))};
   DeviceBuffer out[2] = {DeviceBuffer(kN * 4), DeviceBuffer(kN * 4)};
   const GemmLauncher launch = launcher();
-  // Call i reads out[(i + 1) % 2] as its bias (none for the first) and writes out[i % 2].
-  auto call = [&](int i, device::NextLaunch next, cudaStream_t stream) {
-    device::GemmParams p = gemm_params(da, dw[i % 2], out[i % 2], DType::kF32);
-    p.next_launch = next;
-    if (i > 0) {
-      p.bias = out[(i + 1) % 2].get();
-      p.bias_type = device::BiasType::kF32;
-    }
-    return launch(p, stream);
-  };
-  constexpr int kCalls = 4;
-  out[0].poison();
-  out[1].poison();
-  for (int i = 0; i < kCalls; ++i) {
-    ASSERT_EQ(call(i, device::NextLaunch::kAfterActivation, nullptr), cudaSuccess);
-    MXL_CUDA_OK(cudaDeviceSynchronize());
-  }
-  const auto eager = out[(kCalls - 1) % 2].download<std::uint8_t>(kN * 4);
   for (const device::NextLaunch next :
        {device::NextLaunch::kAfterActivation, device::NextLaunch::kAfterWait,
         device::NextLaunch::kAtEntry}) {
     SCOPED_TRACE(static_cast<int>(next));
-    cudaStream_t stream;
-    MXL_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    cudaGraph_t graph;
-    MXL_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < kCalls; ++i) EXPECT_EQ(call(i, next, stream), cudaSuccess);
-    MXL_CUDA_OK(cudaStreamEndCapture(stream, &graph));
-    cudaGraphExec_t exec;
-    MXL_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int replay = 0; replay < 3; ++replay) {
-      out[0].poison();
-      out[1].poison();
-      MXL_CUDA_OK(cudaGraphLaunch(exec, stream));
-      MXL_CUDA_OK(cudaStreamSynchronize(stream));
-      const auto got = out[(kCalls - 1) % 2].download<std::uint8_t>(kN * 4);
-      EXPECT_EQ(std::memcmp(got.data(), eager.data(), got.size()), 0) << "replay " << replay;
-    }
-    MXL_CUDA_OK(cudaGraphExecDestroy(exec));
-    MXL_CUDA_OK(cudaGraphDestroy(graph));
-    MXL_CUDA_OK(cudaStreamDestroy(stream));
+    auto call = [&](int i, cudaStream_t stream) {
+      device::GemmParams p = gemm_params(da, dw[i % 2], out[i % 2], DType::kF32);
+      p.next_launch = next;
+      if (i > 0) {
+        p.bias = out[(i + 1) % 2].get();
+        p.bias_type = device::BiasType::kF32;
+      }
+      return launch(p, stream);
+    };
+    check_chain_graph_replay(call, 4, out);
   }
 }
 

@@ -281,11 +281,8 @@ TEST_P(PrefillGemmInstance, NaNBiasAndDeterminism) {
   check_nan_bias_determinism(runner(), {1024, 300, 257, 1024}, rng);
 }
 
-// A chain of four calls, each the pre-pass and the GEMM, as a layer stack runs them: call i adds
-// call i - 1's output (its first row) as its bias and writes the buffer that call i - 1 read.
-// Every kernel lets the next one launch before it ends, so a read before the wait on the kernel
-// before, or a write into a buffer still being read, changes the last output. Graph-captured, it
-// must equal the chain run one kernel at a time, bit for bit.
+// A chain of four calls, each the pre-pass and the GEMM (check_chain_graph_replay; the bias is
+// the first row of the output before).
 TEST_P(PrefillGemmInstance, ChainOfCallsInAGraphMatchesEager) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
@@ -319,33 +316,7 @@ TEST_P(PrefillGemmInstance, ChainOfCallsInAGraphMatchesEager) {
     return device::launch_prefill_gemm(gemm, a16.get(), kK, config().instance, config().splits,
                                        stream);
   };
-  constexpr int kCalls = 4;
-  out[0].poison();
-  out[1].poison();
-  for (int i = 0; i < kCalls; ++i) {
-    ASSERT_EQ(call(i, nullptr), cudaSuccess);
-    MXL_CUDA_OK(cudaDeviceSynchronize());
-  }
-  const auto eager = out[(kCalls - 1) % 2].download<std::uint8_t>(kM * kN * 4);
-  cudaStream_t stream;
-  MXL_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  MXL_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kCalls; ++i) EXPECT_EQ(call(i, stream), cudaSuccess);
-  MXL_CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  MXL_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int replay = 0; replay < 3; ++replay) {
-    out[0].poison();
-    out[1].poison();
-    MXL_CUDA_OK(cudaGraphLaunch(exec, stream));
-    MXL_CUDA_OK(cudaStreamSynchronize(stream));
-    const auto got = out[(kCalls - 1) % 2].download<std::uint8_t>(kM * kN * 4);
-    EXPECT_EQ(std::memcmp(got.data(), eager.data(), got.size()), 0) << "replay " << replay;
-  }
-  MXL_CUDA_OK(cudaGraphExecDestroy(exec));
-  MXL_CUDA_OK(cudaGraphDestroy(graph));
-  MXL_CUDA_OK(cudaStreamDestroy(stream));
+  check_chain_graph_replay(call, 4, out);
 }
 
 std::string config_name(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
