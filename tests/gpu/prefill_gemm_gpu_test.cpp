@@ -18,23 +18,32 @@
 namespace mxlinear::test {
 namespace {
 
-// Runs the pre-pass on e4m3 rows `ld_q` bytes apart from `q` into a bf16 buffer; returns it
-// (row stride k elements). It also zeroes `zero_for_next` (a stream-K GEMM's flags).
-DeviceBuffer activation_bf16(const std::uint8_t* q, std::int64_t ld_q, const DeviceMx& a,
-                             device::ZeroedWords zero_for_next = {}) {
-  DeviceBuffer out(static_cast<std::size_t>(a.rows * a.k) * 2);
-  out.poison();
+// The pre-pass of e4m3 rows `ld_q` bytes apart from `q` (scales of `a`) into `out` (row stride
+// k elements); it also zeroes `zero_for_next` (a stream-K GEMM's flags).
+device::ActivationBf16Params prepass_params(const std::uint8_t* q, std::int64_t ld_q,
+                                            const DeviceMx& a, void* out,
+                                            device::ZeroedWords zero_for_next = {}) {
   device::ActivationBf16Params p;
   p.q = q;
   p.scales = a.scales.bytes();
   p.ld_q = ld_q;
   p.ld_scales = a.k / kBlockSize;
-  p.out = out.get();
+  p.out = out;
   p.ld_out = a.k;
   p.m = static_cast<int>(a.rows);
   p.k = static_cast<int>(a.k);
   p.zero_for_next = zero_for_next;
-  EXPECT_EQ(device::launch_activation_bf16(p, nullptr), cudaSuccess);
+  return p;
+}
+
+// Runs the pre-pass (prepass_params) into a new, poisoned bf16 buffer; returns it.
+DeviceBuffer activation_bf16(const std::uint8_t* q, std::int64_t ld_q, const DeviceMx& a,
+                             device::ZeroedWords zero_for_next = {}) {
+  DeviceBuffer out(static_cast<std::size_t>(a.rows * a.k) * 2);
+  out.poison();
+  EXPECT_EQ(
+      device::launch_activation_bf16(prepass_params(q, ld_q, a, out.get(), zero_for_next), nullptr),
+      cudaSuccess);
   return out;
 }
 
@@ -295,16 +304,8 @@ TEST_P(PrefillGemmInstance, ChainOfCallsInAGraphMatchesEager) {
   device::GemmParams p = gemm_params(da, dw[0], out[0], DType::kF32);
   const DeviceBuffer stream_k = attach_stream_k(config(), p);
   auto call = [&](int i, cudaStream_t stream) {
-    device::ActivationBf16Params pre;
-    pre.q = da.data.bytes();
-    pre.scales = da.scales.bytes();
-    pre.ld_q = kK;
-    pre.ld_scales = kK / kBlockSize;
-    pre.out = a16.get();
-    pre.ld_out = kK;
-    pre.m = static_cast<int>(kM);
-    pre.k = static_cast<int>(kK);
-    pre.zero_for_next = flags_of(p);
+    const device::ActivationBf16Params pre =
+        prepass_params(da.data.bytes(), kK, da, a16.get(), flags_of(p));
     device::GemmParams gemm = p;
     gemm.w = dw[i % 2].data.bytes();
     gemm.w_scales = dw[i % 2].scales.bytes();
