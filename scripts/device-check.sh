@@ -26,7 +26,8 @@
 #               tree built with $VARIANT_FLAGS added to the CUDA flags (a measurement-only
 #               switch, e.g. -DMXLINEAR_PREFETCH_ALL; several sets separated by ';'), in build-variant and
 #               build-variant-timeline: bench-variant.json, bench-variant.txt and
-#               timeline-variant.txt. Next to `bench` in the same call, like `ab`
+#               timeline-variant.txt (VARIANT_BENCH=0: timelines only). Next to `bench` in the
+#               same call, like `ab`. The timeline and variant builds run beside the main one
 # PACK_OUT=1 packs everything the call wrote into $OUT/out.tgz as it ends (a build failure
 # included): the device returns at most 8 files, which a call with several steps outgrows.
 # Extra bench arguments go in $BENCH_ARGS (SAMPLE_CLOCKS=1 also samples the clocks meanwhile);
@@ -62,6 +63,40 @@ fi
 cat "$OUT/machine.txt"
 
 t0=$(date +%s)
+# The CLI builds that the timeline and variant steps need start now, in the background beside
+# the main build: each is bound by one long translation unit (prefill_gemm.cu), so side by side
+# they cost little more than one. side_build DIR FLAGS... starts one; wait_side_build DIR waits.
+declare -A side_builds=()
+variant_sets=()
+side_build() {
+  local dir=$1
+  shift
+  (cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMXLINEAR_BUILD_TESTS=OFF "$@" \
+     >"/tmp/side-$dir.log" 2>&1 &&
+     cmake --build "$dir" -j "$(nproc)" --target mxlinear_cli >>"/tmp/side-$dir.log" 2>&1) &
+  side_builds[$dir]=$!
+}
+declare -A side_status=()
+wait_side_build() {
+  if [ -z "${side_status[$1]:-}" ]; then
+    wait "${side_builds[$1]}"
+    side_status[$1]=$?
+    [ "${side_status[$1]}" = 0 ] || { echo "BUILD FAILED: $1"; tail -20 "/tmp/side-$1.log"; }
+  fi
+  return "${side_status[$1]}"
+}
+if [[ " $steps " == *" timeline "* ]]; then side_build build-timeline -DMXLINEAR_TIMELINE=ON; fi
+if [[ " $steps " == *" variant "* ]]; then
+  [ -n "${VARIANT_FLAGS:-}" ] || { echo "VARIANT: set VARIANT_FLAGS (e.g. -DMXLINEAR_PREFETCH_ALL)"; exit 1; }
+  IFS=';' read -r -a variant_sets <<<"$VARIANT_FLAGS"
+  for ((v = 0; v < ${#variant_sets[@]}; ++v)); do
+    suffix="" && [ "${#variant_sets[@]}" -gt 1 ] && suffix="-$((v + 1))"
+    [ "${VARIANT_BENCH:-1}" = 1 ] && side_build "build-variant$suffix" "-DCMAKE_CUDA_FLAGS=${variant_sets[v]}"
+    [ -n "${TIMELINE_TARGETS:-}" ] && side_build "build-variant-timeline$suffix" \
+      "-DCMAKE_CUDA_FLAGS=${variant_sets[v]}" -DMXLINEAR_TIMELINE=ON
+  done
+fi
+
 # SKIP_BUILD=1: use build-device as it is (two invocations side by side, after one that built).
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 &&
@@ -223,10 +258,7 @@ if [[ " $steps " == *" timeline "* ]]; then
   # reduction, store) from a separate -DMXLINEAR_TIMELINE=ON build: where a decode, gemv or
   # prefill call's microseconds go. $TIMELINE_TARGETS, space separated, each KERNEL:CONFIG:M:N:K;
   # $TIMELINE_ARGS go to every call (e.g. "--slowest 16": the CTAs that ended last, with their SM).
-  cmake -S . -B build-timeline -G Ninja -DCMAKE_BUILD_TYPE=Release -DMXLINEAR_TIMELINE=ON \
-    -DMXLINEAR_BUILD_TESTS=OFF >"$OUT/timeline.txt" 2>&1 &&
-    cmake --build build-timeline -j "$(nproc)" --target mxlinear_cli >>"$OUT/timeline.txt" 2>&1 ||
-    { echo "TIMELINE BUILD FAILED"; status=1; }
+  wait_side_build build-timeline || status=1
   for target in ${TIMELINE_TARGETS:-decode:t8_st4_split8:1:2560:6144 gemv:t8_w8_r4:1:2560:6144 \
 decode:t8_st4_split4:1:6144:6144 decode:t8x2_st8_split1:1:6144:768 \
 prefill:w128_t128_st4_overlap_split2:128:6144:6144 prefill:w128_t256_st4_k64_overlap:8192:6144:6144}; do
@@ -237,6 +269,8 @@ prefill:w128_t128_st4_overlap_split2:128:6144:6144 prefill:w128_t256_st4_k64_ove
 fi
 
 if [[ " $steps " == *" bench "* ]]; then
+  # No compiler beside the timed runs.
+  for dir in "${!side_builds[@]}"; do wait_side_build "$dir"; done
   # SAMPLE_CLOCKS=1: nvidia-smi samples the SM clock, power and clock-event reasons every 50 ms
   # while the bench runs (clocks.csv), summarised at the end of bench.txt.
   sampler=""
@@ -283,31 +317,25 @@ if [[ " $steps " == *" ab "* ]]; then
     tee "$OUT/bench-base.txt"
 fi
 if [[ " $steps " == *" variant "* ]]; then
-  [ -n "${VARIANT_FLAGS:-}" ] || { echo "VARIANT: set VARIANT_FLAGS (e.g. -DMXLINEAR_PREFETCH_ALL)"; exit 1; }
-  # Several variants: flag sets separated by ';', built and measured one after another (outputs
-  # suffixed -1, -2, ...; a single set keeps the unsuffixed names).
-  IFS=';' read -r -a variant_sets <<<"$VARIANT_FLAGS"
+  # Several variants: flag sets separated by ';', measured one after another (outputs suffixed
+  # -1, -2, ...; a single set keeps the unsuffixed names). VARIANT_BENCH=0: timelines only.
   for ((v = 0; v < ${#variant_sets[@]}; ++v)); do
     suffix="" && [ "${#variant_sets[@]}" -gt 1 ] && suffix="-$((v + 1))"
-    for flavour in plain timeline; do
-      [ "$flavour" = timeline ] && [ -z "${TIMELINE_TARGETS:-}" ] && continue
-      dir=build-variant$suffix
-      flags=(-DMXLINEAR_BUILD_TESTS=OFF "-DCMAKE_CUDA_FLAGS=${variant_sets[v]}")
-      [ "$flavour" = timeline ] && dir=build-variant-timeline$suffix && flags+=(-DMXLINEAR_TIMELINE=ON)
-      cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${flags[@]}" >"$OUT/variant-build.log" 2>&1 &&
-        cmake --build "$dir" -j "$(nproc)" --target mxlinear_cli >>"$OUT/variant-build.log" 2>&1 ||
-        { echo "VARIANT BUILD FAILED (${variant_sets[v]})"; tail -20 "$OUT/variant-build.log"; exit 1; }
-    done
-    rm -f "$OUT/variant-build.log"
     echo "== variant$suffix: ${variant_sets[v]}" | tee -a "$OUT/timeline-variant$suffix.txt"
-    for target in ${TIMELINE_TARGETS:-}; do
-      IFS=: read -r kernel config m n k <<<"$target"
-      build-variant-timeline$suffix/tools/mxlinear timeline --kernel "$kernel" --config "$config" \
-        --m "$m" --n "$n" --k "$k" ${TIMELINE_ARGS:-} 2>&1 |
-        tee -a "$OUT/timeline-variant$suffix.txt" || status=1
-    done
-    build-variant$suffix/tools/mxlinear bench ${BENCH_ARGS:-} --json "$OUT/bench-variant$suffix.json" 2>&1 |
-      tee "$OUT/bench-variant$suffix.txt"
+    if [ -n "${TIMELINE_TARGETS:-}" ]; then
+      wait_side_build "build-variant-timeline$suffix" || exit 1
+      for target in ${TIMELINE_TARGETS:-}; do
+        IFS=: read -r kernel config m n k <<<"$target"
+        build-variant-timeline$suffix/tools/mxlinear timeline --kernel "$kernel" --config "$config" \
+          --m "$m" --n "$n" --k "$k" ${TIMELINE_ARGS:-} 2>&1 |
+          tee -a "$OUT/timeline-variant$suffix.txt" || status=1
+      done
+    fi
+    if [ "${VARIANT_BENCH:-1}" = 1 ]; then
+      wait_side_build "build-variant$suffix" || exit 1
+      build-variant$suffix/tools/mxlinear bench ${BENCH_ARGS:-} --json "$OUT/bench-variant$suffix.json" 2>&1 |
+        tee "$OUT/bench-variant$suffix.txt"
+    fi
   done
 fi
 exit $status
