@@ -77,6 +77,11 @@ struct KernelCall {
   std::optional<TensorView> x_unquantized = std::nullopt;
 };
 
+struct LaunchFootprint {
+  std::int64_t ctas = 0;           // CTAs the launch has
+  std::int64_t resident_ctas = 0;  // CTAs the device can hold at once for this launch
+};
+
 class Kernel {
  public:
   virtual ~Kernel() = default;
@@ -140,6 +145,15 @@ class Kernel {
     (void)config;
     (void)x;
     return false;
+  }
+  // The launch `run()` would make for this shape and config: its CTAs, and how many of them the
+  // current device can hold at once (whole clusters where the config launches clusters). A grid
+  // with more CTAs than that runs in more than one wave. nullopt where the kernel does not say.
+  virtual std::optional<LaunchFootprint> launch_footprint(const LinearShape& shape,
+                                                          const std::string& config) const {
+    (void)shape;
+    (void)config;
+    return std::nullopt;
   }
   virtual void run(const KernelCall& call, const std::string& config) const = 0;
 };

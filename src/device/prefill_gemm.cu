@@ -91,6 +91,36 @@ constexpr std::array<PrefillInstanceInfo, 18> kInstances = {info<Tile4>(),
 
 int chunks_per_cta(int k, int splits) { return ((k + 127) / 128 + splits - 1) / splits; }
 
+// The grid of a launch for M x N x K split `splits` ways: x row tiles, y splits, z token tiles;
+// or, persistent, one CTA per SM at most (stream-K: per unit at most, and at most the
+// workspace's CTAs).
+template <class Tile>
+cudaError_t grid_of(int m, int n, int k, int splits, dim3* grid) {
+  *grid = dim3((n + Tile::kRows - 1) / Tile::kRows, static_cast<unsigned>(splits),
+               (m + Tile::kTokens - 1) / Tile::kTokens);
+  if (grid->z > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
+  if constexpr (Tile::kPersistent) {
+    int device = 0, sms = 0;
+    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        e != cudaSuccess) {
+      return e;
+    }
+    const unsigned tiles = grid->x * grid->z;  // both at most 65535 (N and M are int)
+    unsigned ctas = tiles < static_cast<unsigned>(sms) ? tiles : static_cast<unsigned>(sms);
+    if constexpr (Tile::kStreamK) {
+      // Every SM, fewer tiles or not; but at least one unit a CTA (a CTA with none would never
+      // publish), and at most the workspace's CTAs.
+      const unsigned long long units = static_cast<unsigned long long>(tiles) * ((k + 127) / 128);
+      ctas = units < static_cast<unsigned>(sms) ? static_cast<unsigned>(units)
+                                                : static_cast<unsigned>(sms);
+      if (ctas > static_cast<unsigned>(kPrefillMaxStreamKCtas)) ctas = kPrefillMaxStreamKCtas;
+    }
+    *grid = dim3(ctas, 1, 1);
+  }
+  return cudaSuccess;
+}
+
 template <class Tile>
 cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf16, int splits,
                    cudaStream_t stream) {
@@ -106,35 +136,65 @@ cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf
                      Tile::kTokens)) {
     return cudaErrorInvalidValue;
   }
-  dim3 grid((p.n + Tile::kRows - 1) / Tile::kRows, static_cast<unsigned>(splits),
-            (p.m + Tile::kTokens - 1) / Tile::kTokens);
-  if (grid.z > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
-  if constexpr (Tile::kPersistent) {
-    int device = 0, sms = 0;
-    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        e != cudaSuccess) {
-      return e;
-    }
-    const unsigned tiles = grid.x * grid.z;  // both at most 65535 (N and M are int)
-    unsigned ctas = tiles < static_cast<unsigned>(sms) ? tiles : static_cast<unsigned>(sms);
-    if constexpr (Tile::kStreamK) {
-      // Every SM, fewer tiles or not; but at least one unit a CTA (a CTA with none would never
-      // publish), and at most the workspace's CTAs.
-      const unsigned long long units = static_cast<unsigned long long>(tiles) * ((p.k + 127) / 128);
-      ctas = units < static_cast<unsigned>(sms) ? static_cast<unsigned>(units)
-                                                : static_cast<unsigned>(sms);
-      if (ctas > static_cast<unsigned>(kPrefillMaxStreamKCtas)) ctas = kPrefillMaxStreamKCtas;
-      // The flags must be zero: the pass before zeroes them (GemmParams::flags), and the
-      // kernel reads them only after its wait on that pass.
-      if (p.partials == nullptr || p.flags == nullptr) return cudaErrorInvalidValue;
-    }
-    grid = dim3(ctas, 1, 1);
+  dim3 grid;
+  if (cudaError_t e = grid_of<Tile>(p.m, p.n, p.k, splits, &grid); e != cudaSuccess) return e;
+  // The flags must be zero: the pass before zeroes them (GemmParams::flags), and the kernel
+  // reads them only after its wait on that pass.
+  if constexpr (Tile::kStreamK) {
+    if (p.partials == nullptr || p.flags == nullptr) return cudaErrorInvalidValue;
   }
   // Split 1 keeps v0's plain (non-cluster) launch.
   return launch_programmatic(prefill_gemm_kernel<Tile>, grid, dim3(Tile::kThreads),
                              static_cast<std::size_t>(smem), stream,
                              splits > 1 ? static_cast<unsigned>(splits) : 0u, w_map, a_map, p);
+}
+
+// The launch's CTAs and how many the device holds at once: whole clusters of `splits` CTAs
+// (cudaOccupancyMaxActiveClusters, which also knows how clusters fit the GPCs), or CTAs per SM
+// times SMs for a plain launch.
+template <class Tile>
+cudaError_t footprint(int m, int n, int k, int splits, PrefillFootprint* out) {
+  if (cudaError_t e = ensure_max_dynamic_smem<prefill_gemm_kernel<Tile>>(kMaxSmemBytes);
+      e != cudaSuccess)
+    return e;
+  const int smem = Tile::smem_bytes(chunks_per_cta(k, splits));
+  if (smem > kMaxSmemBytes) return cudaErrorInvalidValue;
+  dim3 grid;
+  if (cudaError_t e = grid_of<Tile>(m, n, k, splits, &grid); e != cudaSuccess) return e;
+  out->ctas = static_cast<long long>(grid.x) * grid.y * grid.z;
+  if (splits == 1) {
+    int device = 0, sms = 0, per_sm = 0;
+    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        e != cudaSuccess) {
+      return e;
+    }
+    if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, prefill_gemm_kernel<Tile>, Tile::kThreads, static_cast<std::size_t>(smem));
+        e != cudaSuccess) {
+      return e;
+    }
+    out->resident_ctas = static_cast<long long>(per_sm) * sms;
+    return cudaSuccess;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(1, static_cast<unsigned>(splits), 1);
+  config.blockDim = dim3(Tile::kThreads);
+  config.dynamicSmemBytes = static_cast<std::size_t>(smem);
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 1;
+  cluster.val.clusterDim.y = static_cast<unsigned>(splits);
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, prefill_gemm_kernel<Tile>, &config);
+      e != cudaSuccess) {
+    return e;
+  }
+  out->resident_ctas = static_cast<long long>(clusters) * splits;
+  return cudaSuccess;
 }
 
 }  // namespace
@@ -212,6 +272,35 @@ cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::in
     return cudaErrorInvalidValue;
   }
   return kLaunchers[instance](p, a_bf16, ld_a_bf16, splits, stream);
+}
+
+cudaError_t prefill_gemm_footprint(int instance, int m, int n, int k, int splits,
+                                   PrefillFootprint* out) {
+  if (!prefill_gemm_splits_fit(instance, splits) || splits > (k + 127) / 128 || m < 1 || n < 1) {
+    return cudaErrorInvalidValue;
+  }
+  using Query = cudaError_t (*)(int, int, int, int, PrefillFootprint*);
+  // In kInstances' order.
+  constexpr Query kQueries[] = {footprint<Tile4>,
+                                footprint<Tile3>,
+                                footprint<Tile4Overlap>,
+                                footprint<Tile3Overlap>,
+                                footprint<Tile64x32>,
+                                footprint<Tile64x64>,
+                                footprint<Tile128x256>,
+                                footprint<Tile128x64>,
+                                footprint<Tile128x192>,
+                                footprint<Tile128x192Overlap>,
+                                footprint<Tile128x256k64>,
+                                footprint<Tile128x256k64Overlap>,
+                                footprint<Tile64x32Alternating>,
+                                footprint<Tile64x64Alternating>,
+                                footprint<Tile128x160>,
+                                footprint<Tile192x128>,
+                                footprint<Tile128x256k64OverlapPersistent>,
+                                footprint<Tile128x256k64OverlapStreamK>};
+  static_assert(std::size(kQueries) == kInstances.size());
+  return kQueries[instance](m, n, k, splits, out);
 }
 
 // This translation unit's buffer pointer (timeline.cuh).

@@ -49,6 +49,15 @@ int prefill_gemm_smem_bytes(int instance, int k, int splits);
 // a persistent instance only for 1.
 bool prefill_gemm_splits_fit(int instance, int splits);
 
+// A launch's CTAs, and how many of them the current device holds at once (whole clusters of
+// the K splits for a split launch): more CTAs than that run in more than one wave.
+struct PrefillFootprint {
+  long long ctas = 0;
+  long long resident_ctas = 0;
+};
+cudaError_t prefill_gemm_footprint(int instance, int m, int n, int k, int splits,
+                                   PrefillFootprint* out);
+
 // Empty when p suits the prefill kernel (K % 32 == 0, 16-byte aligned weight rows, the
 // driver's TMA encoder), else what is wrong. The activation operand is checked by the launcher.
 std::string_view prefill_gemm_unsupported(const GemmParams& p);

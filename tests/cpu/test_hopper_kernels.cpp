@@ -249,6 +249,19 @@ TEST(HopperKernels, OnlyThePrefillKernelTakesTheDequantizedActivation) {
       builtin("generic").takes_dequantized_activation(builtin("generic").default_config(8192)));
 }
 
+// A launch footprint needs the device (its occupancy); without one, or for a config that does
+// not exist or cannot run the shape, the kernel says nothing rather than guess.
+TEST(PrefillKernel, LaunchFootprintIsNoneWithoutADeviceOrAConfigThatRuns) {
+  const Kernel& k = prefill_kernel();
+  EXPECT_FALSE(k.launch_footprint({128, 6144, 768}, "w128_t999").has_value());
+  EXPECT_FALSE(k.launch_footprint({128, 6144, 768}, "w128_t128_st4_split8").has_value());
+  if (!gpu_available()) {
+    EXPECT_FALSE(k.launch_footprint({128, 6144, 768}, "w64_t64_st4_overlap").has_value());
+  }
+  EXPECT_FALSE(
+      gemv_kernel().launch_footprint({1, 6144, 768}, gemv_kernel().configs().front()).has_value());
+}
+
 TEST(PrefillKernel, MoreSplitsThanKChunksIsRejected) {
   const FakeCall f(32, 64, 768);  // 6 chunks of 128
   const Error e = error_of("w64_t32_st4_overlap_split8", f, prefill_kernel());

@@ -283,6 +283,48 @@ TEST(PrefillRegistryEntry, RunsThePrePassAndTheGemmInTheCallsScratch) {
   }
 }
 
+// Every config says how many CTAs its launch has and how many the device holds at once: the
+// grid of shared down at M = 128 as the launcher builds it, whole clusters for a split, at most
+// one CTA per SM for a walk.
+TEST(PrefillRegistryEntry, SaysWhetherALaunchFitsOneWave) {
+  MXL_REQUIRE_GPU();
+  const auto kernels = builtin_kernels();
+  const auto it = std::find_if(kernels.begin(), kernels.end(),
+                               [](const auto& k) { return k->name() == "prefill"; });
+  ASSERT_NE(it, kernels.end());
+  int device = 0, sms = 0;
+  MXL_CUDA_OK(cudaGetDevice(&device));
+  MXL_CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const LinearShape shape{256, 6144, 768};
+  for (const std::string& config : (*it)->configs()) {
+    SCOPED_TRACE(config);
+    if (!(*it)->can_run(shape.m, shape.k, config).ok()) {
+      EXPECT_FALSE((*it)->launch_footprint(shape, config).has_value());
+      continue;
+    }
+    const auto f = (*it)->launch_footprint(shape, config);
+    ASSERT_TRUE(f.has_value());
+    EXPECT_GT(f->resident_ctas, 0);
+    const device::PrefillInstanceInfo* instance = nullptr;
+    int splits = 0;
+    for (const auto& i : device::prefill_gemm_instances()) {
+      for (int s = 1; s <= device::kPrefillMaxSplits; ++s) {
+        if (config == prefill_config_name(i, s)) instance = &i, splits = s;
+      }
+    }
+    ASSERT_NE(instance, nullptr);
+    if (instance->persistent) {
+      EXPECT_LE(f->ctas, sms);
+    } else {
+      EXPECT_EQ(f->ctas, (6144 / instance->rows) * splits *
+                             ((256 + instance->tokens - 1) / instance->tokens));
+      EXPECT_EQ(f->resident_ctas % splits, 0);
+    }
+  }
+  EXPECT_FALSE((*it)->launch_footprint(shape, "w128_t999").has_value());
+  EXPECT_FALSE((*it)->launch_footprint({0, 6144, 768}, "w64_t64_st4_overlap").has_value());
+}
+
 TEST_P(PrefillGemmInstance, NaNBiasAndDeterminism) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();

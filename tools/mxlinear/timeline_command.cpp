@@ -164,6 +164,12 @@ int run_timeline(const TimelineOptions& o) {
   }
   fmt::print("{} {} at M = {}, N = {}, K = {}: the last of {} calls back to back, {} CTAs\n",
              o.kernel, config, o.m, o.n, o.k, o.calls, ctas.size());
+  if (const auto f = kernel->launch_footprint({o.m, o.n, o.k}, config)) {
+    // Whether the grid fits one wave on this device (clusters counted whole).
+    fmt::print("launch: {} CTAs; the device holds {} of them at once ({} wave{})\n", f->ctas,
+               f->resident_ctas, f->ctas <= f->resident_ctas ? "one" : "more than one",
+               f->ctas <= f->resident_ctas ? "" : "s");
+  }
   // Phases in the kernel's own order (the prefill consumers wait on the previous kernel after
   // their main loop); the last column is per CTA, from its own entry.
   fmt::print("{:<10} {:>9} {:>9} {:>9} {:>9}   {:>14}\n", "phase", "min us", "median", "p90",

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <iterator>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -157,6 +158,24 @@ class PrefillKernel final : public Kernel {
                           config, k, smem, kSmemLimit)};
     }
     return {};
+  }
+
+  std::optional<LaunchFootprint> launch_footprint(const LinearShape& shape,
+                                                  const std::string& config) const override {
+    const PrefillConfig c = find_config(config);
+    constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+    if (c.instance < 0 || shape.m < 1 || shape.m > kIntMax || shape.n < 1 || shape.n > kIntMax ||
+        shape.k > kIntMax || !can_run(shape.m, shape.k, config).ok()) {
+      return std::nullopt;
+    }
+    device::PrefillFootprint f;
+    if (device::prefill_gemm_footprint(c.instance, static_cast<int>(shape.m),
+                                       static_cast<int>(shape.n), static_cast<int>(shape.k),
+                                       c.splits, &f) != cudaSuccess) {
+      (void)cudaGetLastError();  // the query's error is not the stream's
+      return std::nullopt;
+    }
+    return LaunchFootprint{f.ctas, f.resident_ctas};
   }
 
   void run(const KernelCall& call, const std::string& config) const override {
