@@ -166,9 +166,8 @@ int run_timeline(const TimelineOptions& o) {
              o.kernel, config, o.m, o.n, o.k, o.calls, ctas.size());
   if (const auto f = kernel->launch_footprint({o.m, o.n, o.k}, config)) {
     // Whether the grid fits one wave on this device (clusters counted whole).
-    fmt::print("launch: {} CTAs; the device holds {} of them at once ({} wave{})\n", f->ctas,
-               f->resident_ctas, f->ctas <= f->resident_ctas ? "one" : "more than one",
-               f->ctas <= f->resident_ctas ? "" : "s");
+    fmt::print("launch: {} CTAs; the device holds {} of them at once ({})\n", f->ctas,
+               f->resident_ctas, f->ctas <= f->resident_ctas ? "one wave" : "more than one wave");
   }
   // Phases in the kernel's own order (the prefill consumers wait on the previous kernel after
   // their main loop); the last column is per CTA, from its own entry.
