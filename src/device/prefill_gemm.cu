@@ -100,12 +100,8 @@ cudaError_t grid_of(int m, int n, int k, int splits, dim3* grid) {
                (m + Tile::kTokens - 1) / Tile::kTokens);
   if (grid->z > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
   if constexpr (Tile::kPersistent) {
-    int device = 0, sms = 0;
-    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        e != cudaSuccess) {
-      return e;
-    }
+    int sms = 0;
+    if (cudaError_t e = current_sm_count(sms); e != cudaSuccess) return e;
     const unsigned tiles = grid->x * grid->z;  // both at most 65535 (N and M are int)
     unsigned ctas = tiles < static_cast<unsigned>(sms) ? tiles : static_cast<unsigned>(sms);
     if constexpr (Tile::kStreamK) {
@@ -163,12 +159,8 @@ cudaError_t footprint(int m, int n, int k, int splits, PrefillFootprint* out) {
   if (cudaError_t e = grid_of<Tile>(m, n, k, splits, &grid); e != cudaSuccess) return e;
   out->ctas = static_cast<long long>(grid.x) * grid.y * grid.z;
   if (splits == 1) {
-    int device = 0, sms = 0, per_sm = 0;
-    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-    if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        e != cudaSuccess) {
-      return e;
-    }
+    int sms = 0, per_sm = 0;
+    if (cudaError_t e = current_sm_count(sms); e != cudaSuccess) return e;
     if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
             &per_sm, prefill_gemm_kernel<Tile>, Tile::kThreads, static_cast<std::size_t>(smem));
         e != cudaSuccess) {
