@@ -38,7 +38,9 @@ def main():
             mine = {c: t for c, t in configs.items() if c.startswith(k + "/")}
             if mine:
                 name, t = min(mine.items(), key=lambda item: item[1])
-                cells += f" {t:.2f} | {name.split('/', 1)[1]} |"
+                waves = row.get("configs_waves", {}).get(name, 1)
+                note = f" ({waves} waves)" if waves > 1 else ""
+                cells += f" {t:.2f} | {name.split('/', 1)[1]}{note} |"
                 best_us = min(best_us, t)
             else:
                 cells += " - | - |"
@@ -99,6 +101,11 @@ def main():
             moved = row["m"] * row["k"] * (1 + 1 / 32 + 2)
             print(f"| {row['layer']} | {row['m']} | {us:.2f} | {best:.2f} | {us / best:.2f} | "
                   f"{moved / us / 1e6:.2f} |")
+    waves = [w for row in doc["rows"] for w in row.get("configs_waves", {}).values()]
+    if waves:
+        many = sum(1 for w in waves if w > 1)
+        print(f"\n{many} of the {len(waves)} timed configs whose kernel says (configs_waves) "
+              "launched more CTAs than the device holds at once (more than one wave).")
     for field, what in (("configs_wrong", "the correctness check (never timed)"),
                         ("configs_linear_wrong", "the check as a full linear (never timed so)")):
         wrong = [(row["layer"], row["m"], row[field]) for row in doc["rows"] if row.get(field)]

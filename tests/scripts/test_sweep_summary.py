@@ -66,6 +66,16 @@ class SweepSummary(unittest.TestCase):
         self.assertIn("| l256 | 512 | 2.00 | 20.00 | 0.10 | 0.79 |", out)
         self.assertNotIn("| l256 | 1 | 1.00", out)  # no prefill config ran there
 
+    def test_configs_that_take_more_than_one_wave_are_marked(self):
+        doc = {"rows": [figure(256, 128, {"prefill/a_split2": 9.0, "prefill/b": 10.0},
+                               configs_waves={"prefill/a_split2": 2, "prefill/b": 1}),
+                        figure(512, 128, {"prefill/b": 7.0})]}
+        out = summary(doc, "prefill")
+        self.assertIn("| 9.00 | a_split2 (2 waves) |", out)
+        self.assertIn("| 7.00 | b |", out)  # no footprint: nothing marked
+        self.assertIn("1 of the 2 timed configs", out)
+        self.assertNotIn("waves)", summary({"rows": [figure(256, 1, {"gemv/c": 3.0})]}, "gemv"))
+
 
 if __name__ == "__main__":
     unittest.main()

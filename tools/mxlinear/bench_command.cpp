@@ -287,7 +287,8 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     // is timed GEMM only (on the pre-quantized activation) and as the full linear from bf16
     // (linear_with: quantization included, or skipped where the config quantizes x itself).
     json configs = json::object(), configs_error = json::object(), configs_wrong = json::object(),
-         configs_linear = json::object(), configs_linear_wrong = json::object();
+         configs_linear = json::object(), configs_linear_wrong = json::object(),
+         configs_waves = json::object();
     const DeviceDescription device = DeviceDescription::current();
     LayerDescription layer;
     layer.n = n;
@@ -321,6 +322,11 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
         }
         configs_error[key] = config_err;
         configs[key] = median(call).median;
+        // How many waves its grid takes on this device, where the kernel says (a grid that
+        // does not fit at once pays for it: session 21's split configs at K = 768).
+        if (const auto f = kernel->launch_footprint({m, n, k}, config); f && f->resident_ctas > 0) {
+          configs_waves[key] = (f->ctas + f->resident_ctas - 1) / f->resident_ctas;
+        }
         const auto full_call = [&](int i) {
           linear_with(*kernel, config, xv, w.view(i), std::nullopt, ov, stream,
                       Workspace{ws.ptr, linear_workspace_bytes(m, k)});
@@ -341,6 +347,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     row["configs_linear"] = configs_linear;
     if (!configs_wrong.empty()) row["configs_wrong"] = configs_wrong;
     if (!configs_linear_wrong.empty()) row["configs_linear_wrong"] = configs_linear_wrong;
+    if (!configs_waves.empty()) row["configs_waves"] = configs_waves;
   }
   if (!std::isnan(tri_mx)) row["tri_mx_us"] = tri_mx;
   return row;
