@@ -60,6 +60,12 @@ using Tile128x256k64OverlapPersistent = PrefillTile<4, true, 2, 256, 64, false, 
 using Tile128x256k64OverlapStreamK = PrefillTile<4, true, 2, 256, 64, false, true, true>;
 using Tile64x32Alternating = PrefillTile<8, true, 2, 32, 128, true>;
 using Tile64x64Alternating = PrefillTile<8, true, 2, 64, 128, true>;
+// 64 x 128: at M = 128 one CTA holds every token of its 64 weight rows, so each weight is
+// widened once per call (64 x 64 widens it twice, in two CTAs), and the 6144-row layers make 96
+// CTAs, one an SM, where 64 x 64's 192 put two on 60 SMs. One warpgroup, or two taking
+// alternate stages.
+using Tile64x128 = PrefillTile<4, true, 1, 128>;
+using Tile64x128Alternating = PrefillTile<4, true, 2, 128, 128, true>;
 
 constexpr int kMaxSmemBytes = 227 * 1024;
 
@@ -70,7 +76,7 @@ constexpr PrefillInstanceInfo info() {
           Tile::kPersistent,     Tile::kStreamK};
 }
 
-constexpr std::array<PrefillInstanceInfo, 18> kInstances = {info<Tile4>(),
+constexpr std::array<PrefillInstanceInfo, 20> kInstances = {info<Tile4>(),
                                                             info<Tile3>(),
                                                             info<Tile4Overlap>(),
                                                             info<Tile3Overlap>(),
@@ -87,7 +93,9 @@ constexpr std::array<PrefillInstanceInfo, 18> kInstances = {info<Tile4>(),
                                                             info<Tile128x160>(),
                                                             info<Tile192x128>(),
                                                             info<Tile128x256k64OverlapPersistent>(),
-                                                            info<Tile128x256k64OverlapStreamK>()};
+                                                            info<Tile128x256k64OverlapStreamK>(),
+                                                            info<Tile64x128>(),
+                                                            info<Tile64x128Alternating>()};
 
 int chunks_per_cta(int k, int splits) { return ((k + 127) / 128 + splits - 1) / splits; }
 
@@ -258,7 +266,9 @@ cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::in
                                      launch<Tile128x160>,
                                      launch<Tile192x128>,
                                      launch<Tile128x256k64OverlapPersistent>,
-                                     launch<Tile128x256k64OverlapStreamK>};
+                                     launch<Tile128x256k64OverlapStreamK>,
+                                     launch<Tile64x128>,
+                                     launch<Tile64x128Alternating>};
   static_assert(std::size(kLaunchers) == kInstances.size());
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
     return cudaErrorInvalidValue;
@@ -290,7 +300,9 @@ cudaError_t prefill_gemm_footprint(int instance, int m, int n, int k, int splits
                                 footprint<Tile128x160>,
                                 footprint<Tile192x128>,
                                 footprint<Tile128x256k64OverlapPersistent>,
-                                footprint<Tile128x256k64OverlapStreamK>};
+                                footprint<Tile128x256k64OverlapStreamK>,
+                                footprint<Tile64x128>,
+                                footprint<Tile64x128Alternating>};
   static_assert(std::size(kQueries) == kInstances.size());
   return kQueries[instance](m, n, k, splits, out);
 }
