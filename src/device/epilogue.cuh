@@ -63,6 +63,24 @@ __device__ __forceinline__ void store_pair(const GemmParams& p, bool pairs_align
   }
 }
 
+// Stores out[row, col .. col + 7], each rounded once, as one 16-byte store (8 bytes per four
+// 16-bit values): for 16-byte aligned rows, col a multiple of 8 and col + 8 <= N.
+template <class T>
+__device__ __forceinline__ void store_vector8(const GemmParams& p, int row, int col,
+                                              const float (&v)[8]) {
+  using Traits = OutputTraits<T>;
+  T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(row) * p.ld_out + col;
+  if constexpr (sizeof(T) == 4) {
+    reinterpret_cast<float4*>(out)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(out)[1] = make_float4(v[4], v[5], v[6], v[7]);
+  } else {
+    typename Traits::Pair pairs[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) pairs[i] = Traits::two(v[2 * i], v[2 * i + 1]);
+    *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(pairs);
+  }
+}
+
 // Stores out[row, col .. col + kCount - 1] (those below N), each rounded once: 16-byte stores
 // (one 8-byte store for four 16-bit values) where `vector_aligned` (16-byte aligned rows, col a
 // multiple of kCount) and all of them are in range.

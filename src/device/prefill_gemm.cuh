@@ -133,8 +133,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       if (splits == 1) {
         hopper::named_barrier_sync(1, Tile::kConsumerThreads);
         stamps.mark(timeline::kReduced);
-        store_accumulator_tile<typename Tile::ReduceTile>(p, tile, n0, t0, tid,
-                                                          Tile::kConsumerThreads);
+        store_accumulator_tile<typename Tile::ReduceTile, Tile::kConsumerThreads>(p, tile, n0, t0,
+                                                                                  tid);
       } else {
         reduce_in_cluster<Tile>(p, smem, n0, t0, split, splits);
       }

@@ -107,16 +107,23 @@ void check_nan_propagates_exactly(const GemmRunner& run, std::int64_t k, std::mt
   }
 }
 
-void check_bias_is_added(const GemmRunner& run, std::int64_t k, std::mt19937_64& rng) {
-  const MxOperand a = exact_operand(9, k, rng);
-  const MxOperand w = exact_operand(21, k, rng);
-  const BiasBuffers bias = quarter_bias(21);
-  const std::vector<double> ref = reference(a, w, bias.values);
-  for (auto [buffer, type] : {std::pair{&bias.f32, device::BiasType::kF32},
-                              std::pair{&bias.bf16, device::BiasType::kBF16}}) {
-    const auto out = run(a, w, DType::kF32, buffer, type);
-    for (std::size_t i = 0; i < ref.size(); ++i) {
-      ASSERT_EQ(output_value(out, DType::kF32, i), ref[i]) << "flat index " << i;
+void check_bias_is_added(const GemmRunner& run, std::int64_t k, std::int64_t m_large,
+                         std::int64_t n_large, std::mt19937_64& rng) {
+  // The small shape fits inside one tile of every kernel; the large one also holds whole tiles,
+  // which a kernel may store by another path (the prefill kernel's store_whole_tile).
+  for (auto [m, n] : {std::pair<std::int64_t, std::int64_t>{9, 21}, {m_large, n_large}}) {
+    const MxOperand a = exact_operand(m, k, rng);
+    const MxOperand w = exact_operand(n, k, rng);
+    const BiasBuffers bias = quarter_bias(n);
+    const std::vector<double> ref = reference(a, w, bias.values);
+    for (auto [buffer, type] : {std::pair{&bias.f32, device::BiasType::kF32},
+                                std::pair{&bias.bf16, device::BiasType::kBF16}}) {
+      for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "M=" << m << " N=" << n << " out=" << to_string(dtype)
+                     << " bias=" << (type == device::BiasType::kF32 ? "f32" : "bf16"));
+        expect_bit_exact(run(a, w, dtype, buffer, type), ref, n, dtype);
+      }
     }
   }
 }
@@ -138,7 +145,7 @@ void check_nan_bias_determinism(const GemmRunner& run, const ContractSizes& size
   }
   {
     SCOPED_TRACE("bf16 and fp32 bias are added exactly");
-    check_bias_is_added(run, sizes.k_small, rng);
+    check_bias_is_added(run, sizes.k_small, sizes.m, sizes.n, rng);
   }
   {
     SCOPED_TRACE("two runs are bitwise equal");

@@ -44,15 +44,17 @@ using GemmRunner =
 // 64-row tile) make exactly the outputs they feed NaN. K >= 128, a multiple of 128.
 void check_nan_propagates_exactly(const GemmRunner& run, std::int64_t k, std::mt19937_64& rng);
 
-// Exact inputs plus a bf16 or fp32 bias equal the fp64 reference bit for bit.
-void check_bias_is_added(const GemmRunner& run, std::int64_t k, std::mt19937_64& rng);
+// Exact inputs plus a bf16 or fp32 bias equal the fp64 reference bit for bit, in every output
+// type, at [9, 21] and [m_large, n_large].
+void check_bias_is_added(const GemmRunner& run, std::int64_t k, std::int64_t m_large,
+                         std::int64_t n_large, std::mt19937_64& rng);
 
 // Two runs on the same random inputs are bitwise equal.
 void check_two_runs_equal(const GemmRunner& run, std::int64_t m, std::int64_t n, std::int64_t k,
                           std::mt19937_64& rng);
 
-// The three checks above under one call, each with its own trace: NaN propagation and the bias
-// at K = k_small (a multiple of 128), determinism at [m, n, k_large].
+// The three checks above under one call, each with its own trace: NaN propagation at K = k_small
+// (a multiple of 128), the bias at K = k_small and [m, n], determinism at [m, n, k_large].
 struct ContractSizes {
   std::int64_t k_small, m, n, k_large;
 };
