@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <array>
-#include <iterator>
 
 #include "device/launch_util.hpp"
 #include "device/prefill_gemm.cuh"
@@ -76,26 +75,22 @@ constexpr PrefillInstanceInfo info() {
           Tile::kPersistent,     Tile::kStreamK};
 }
 
-constexpr std::array<PrefillInstanceInfo, 20> kInstances = {info<Tile4>(),
-                                                            info<Tile3>(),
-                                                            info<Tile4Overlap>(),
-                                                            info<Tile3Overlap>(),
-                                                            info<Tile64x32>(),
-                                                            info<Tile64x64>(),
-                                                            info<Tile128x256>(),
-                                                            info<Tile128x64>(),
-                                                            info<Tile128x192>(),
-                                                            info<Tile128x192Overlap>(),
-                                                            info<Tile128x256k64>(),
-                                                            info<Tile128x256k64Overlap>(),
-                                                            info<Tile64x32Alternating>(),
-                                                            info<Tile64x64Alternating>(),
-                                                            info<Tile128x160>(),
-                                                            info<Tile192x128>(),
-                                                            info<Tile128x256k64OverlapPersistent>(),
-                                                            info<Tile128x256k64OverlapStreamK>(),
-                                                            info<Tile64x128>(),
-                                                            info<Tile64x128Alternating>()};
+// Every compiled instance, in the order of their index (the registry's config names go by it).
+// The instance table, the launchers and the footprint queries are all made from this one list.
+template <class... Tiles>
+struct TileList {};
+using CompiledTiles =
+    TileList<Tile4, Tile3, Tile4Overlap, Tile3Overlap, Tile64x32, Tile64x64, Tile128x256,
+             Tile128x64, Tile128x192, Tile128x192Overlap, Tile128x256k64, Tile128x256k64Overlap,
+             Tile64x32Alternating, Tile64x64Alternating, Tile128x160, Tile192x128,
+             Tile128x256k64OverlapPersistent, Tile128x256k64OverlapStreamK, Tile64x128,
+             Tile64x128Alternating>;
+
+template <class... Tiles>
+constexpr std::array<PrefillInstanceInfo, sizeof...(Tiles)> infos_of(TileList<Tiles...>) {
+  return {info<Tiles>()...};
+}
+constexpr auto kInstances = infos_of(CompiledTiles{});
 
 int chunks_per_cta(int k, int splits) { return ((k + 127) / 128 + splits - 1) / splits; }
 
@@ -197,6 +192,18 @@ cudaError_t footprint(int m, int n, int k, int splits, PrefillFootprint* out) {
   return cudaSuccess;
 }
 
+using Launcher = cudaError_t (*)(const GemmParams&, const void*, std::int64_t, int, cudaStream_t);
+template <class... Tiles>
+constexpr std::array<Launcher, sizeof...(Tiles)> launchers_of(TileList<Tiles...>) {
+  return {launch<Tiles>...};
+}
+
+using Query = cudaError_t (*)(int, int, int, int, PrefillFootprint*);
+template <class... Tiles>
+constexpr std::array<Query, sizeof...(Tiles)> queries_of(TileList<Tiles...>) {
+  return {footprint<Tiles>...};
+}
+
 }  // namespace
 
 std::span<const PrefillInstanceInfo> prefill_gemm_instances() { return kInstances; }
@@ -247,33 +254,11 @@ cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::in
   if (reinterpret_cast<std::uintptr_t>(a_bf16) % 16 != 0 || (p.m > 1 && ld_a_bf16 % 8 != 0)) {
     return cudaErrorInvalidValue;
   }
-  using Launcher = cudaError_t (*)(const GemmParams&, const void*, std::int64_t, int, cudaStream_t);
-  // In kInstances' order.
-  constexpr Launcher kLaunchers[] = {launch<Tile4>,
-                                     launch<Tile3>,
-                                     launch<Tile4Overlap>,
-                                     launch<Tile3Overlap>,
-                                     launch<Tile64x32>,
-                                     launch<Tile64x64>,
-                                     launch<Tile128x256>,
-                                     launch<Tile128x64>,
-                                     launch<Tile128x192>,
-                                     launch<Tile128x192Overlap>,
-                                     launch<Tile128x256k64>,
-                                     launch<Tile128x256k64Overlap>,
-                                     launch<Tile64x32Alternating>,
-                                     launch<Tile64x64Alternating>,
-                                     launch<Tile128x160>,
-                                     launch<Tile192x128>,
-                                     launch<Tile128x256k64OverlapPersistent>,
-                                     launch<Tile128x256k64OverlapStreamK>,
-                                     launch<Tile64x128>,
-                                     launch<Tile64x128Alternating>};
-  static_assert(std::size(kLaunchers) == kInstances.size());
+  constexpr auto kLaunchers = launchers_of(CompiledTiles{});
   if (instance < 0 || instance >= static_cast<int>(kInstances.size())) {
     return cudaErrorInvalidValue;
   }
-  return kLaunchers[instance](p, a_bf16, ld_a_bf16, splits, stream);
+  return kLaunchers[static_cast<std::size_t>(instance)](p, a_bf16, ld_a_bf16, splits, stream);
 }
 
 cudaError_t prefill_gemm_footprint(int instance, int m, int n, int k, int splits,
@@ -281,30 +266,8 @@ cudaError_t prefill_gemm_footprint(int instance, int m, int n, int k, int splits
   if (!prefill_gemm_splits_fit(instance, splits) || splits > (k + 127) / 128 || m < 1 || n < 1) {
     return cudaErrorInvalidValue;
   }
-  using Query = cudaError_t (*)(int, int, int, int, PrefillFootprint*);
-  // In kInstances' order.
-  constexpr Query kQueries[] = {footprint<Tile4>,
-                                footprint<Tile3>,
-                                footprint<Tile4Overlap>,
-                                footprint<Tile3Overlap>,
-                                footprint<Tile64x32>,
-                                footprint<Tile64x64>,
-                                footprint<Tile128x256>,
-                                footprint<Tile128x64>,
-                                footprint<Tile128x192>,
-                                footprint<Tile128x192Overlap>,
-                                footprint<Tile128x256k64>,
-                                footprint<Tile128x256k64Overlap>,
-                                footprint<Tile64x32Alternating>,
-                                footprint<Tile64x64Alternating>,
-                                footprint<Tile128x160>,
-                                footprint<Tile192x128>,
-                                footprint<Tile128x256k64OverlapPersistent>,
-                                footprint<Tile128x256k64OverlapStreamK>,
-                                footprint<Tile64x128>,
-                                footprint<Tile64x128Alternating>};
-  static_assert(std::size(kQueries) == kInstances.size());
-  return kQueries[instance](m, n, k, splits, out);
+  constexpr auto kQueries = queries_of(CompiledTiles{});
+  return kQueries[static_cast<std::size_t>(instance)](m, n, k, splits, out);
 }
 
 // This translation unit's buffer pointer (timeline.cuh).
