@@ -39,10 +39,15 @@ namespace prefill_detail {
 // and store, between two cluster barriers that every thread of every CTA takes part in (the
 // producer's share is only the barriers: the code after setmaxnreg.dec gets 40 registers, and the
 // reduction's loads there spilled).
+// In a timeline build the reduced stamp marks the first barrier's end: every split's tile is
+// ready, so reduced - main loop is the wait for the slowest split of the cluster and stored -
+// reduced the meeting itself.
 template <class Tile>
 __device__ __forceinline__ void reduce_in_cluster(const GemmParams& p, std::uint32_t smem, int n0,
-                                                  int t0, int split, int splits) {
+                                                  int t0, int split, int splits,
+                                                  timeline::Stamps& stamps) {
   hopper::cluster_sync();
+  stamps.mark(timeline::kReduced);
   reduce_shares_and_store(p, smem + Tile::kReduceOffset, n0, t0, split, splits,
                           typename Tile::Shares(splits), static_cast<int>(threadIdx.x),
                           Tile::kConsumerThreads);
@@ -136,7 +141,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         store_accumulator_tile<typename Tile::ReduceTile, Tile::kConsumerThreads>(p, tile, n0, t0,
                                                                                   tid);
       } else {
-        reduce_in_cluster<Tile>(p, smem, n0, t0, split, splits);
+        reduce_in_cluster<Tile>(p, smem, n0, t0, split, splits, stamps);
       }
       stamps.mark(timeline::kStored);
       stamps.flush();

@@ -23,7 +23,7 @@ enum Phase : int {
   kWaited = 1,    // past the wait on the previous kernel (griddepcontrol.wait)
   kPrologue = 2,  // activation staged or its first tiles issued; dependents may launch
   kMainLoop = 3,  // this thread's share of the K loop done
-  kReduced = 4,   // the CTA's (or cluster's) partial sums met
+  kReduced = 4,   // the CTA's (or cluster's) partial sums met; prefill splits: ready to meet
   kStored = 5,    // the output tile written
 };
 
