@@ -63,21 +63,30 @@ __device__ __forceinline__ void store_pair(const GemmParams& p, bool pairs_align
   }
 }
 
-// Stores out[row, col .. col + 7], each rounded once, as one 16-byte store (8 bytes per four
-// 16-bit values): for 16-byte aligned rows, col a multiple of 8 and col + 8 <= N.
-template <class T>
-__device__ __forceinline__ void store_vector8(const GemmParams& p, int row, int col,
-                                              const float (&v)[8]) {
+// Stores out[row, col .. col + kCount - 1], each rounded once, as 16-byte stores (one 8-byte
+// store for four 16-bit values): for 16-byte aligned rows, col a multiple of kCount and
+// col + kCount <= N.
+template <class T, int kCount>
+__device__ __forceinline__ void store_vector(const GemmParams& p, int row, int col,
+                                             const float (&v)[kCount]) {
+  static_assert(kCount == 4 || kCount == 8, "runs of 4 or 8 outputs");
   using Traits = OutputTraits<T>;
   T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(row) * p.ld_out + col;
   if constexpr (sizeof(T) == 4) {
-    reinterpret_cast<float4*>(out)[0] = make_float4(v[0], v[1], v[2], v[3]);
-    reinterpret_cast<float4*>(out)[1] = make_float4(v[4], v[5], v[6], v[7]);
-  } else {
-    typename Traits::Pair pairs[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) pairs[i] = Traits::two(v[2 * i], v[2 * i + 1]);
-    *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(pairs);
+    for (int i = 0; i < kCount / 4; ++i) {
+      reinterpret_cast<float4*>(out)[i] =
+          make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+    }
+  } else {
+    typename Traits::Pair pairs[kCount / 2];
+#pragma unroll
+    for (int i = 0; i < kCount / 2; ++i) pairs[i] = Traits::two(v[2 * i], v[2 * i + 1]);
+    if constexpr (kCount == 4) {
+      *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(pairs);
+    } else {
+      *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(pairs);
+    }
   }
 }
 
@@ -88,27 +97,9 @@ template <class T, int kCount>
 __device__ __forceinline__ void store_run_as(const GemmParams& p, bool vector_aligned, int row,
                                              int col, const float (&v)[kCount]) {
   static_assert(kCount == 4 || kCount == 8, "runs of 4 or 8 outputs");
+  if (vector_aligned && col + kCount <= p.n) return store_vector<T, kCount>(p, row, col, v);
   using Traits = OutputTraits<T>;
   T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(row) * p.ld_out + col;
-  if (vector_aligned && col + kCount <= p.n) {
-    if constexpr (sizeof(T) == 4) {
-#pragma unroll
-      for (int i = 0; i < kCount / 4; ++i) {
-        reinterpret_cast<float4*>(out)[i] =
-            make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
-      }
-    } else {
-      typename Traits::Pair pairs[kCount / 2];
-#pragma unroll
-      for (int i = 0; i < kCount / 2; ++i) pairs[i] = Traits::two(v[2 * i], v[2 * i + 1]);
-      if constexpr (kCount == 4) {
-        *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(pairs);
-      } else {
-        *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(pairs);
-      }
-    }
-    return;
-  }
 #pragma unroll
   for (int i = 0; i < kCount; ++i) {
     if (col + i < p.n) out[i] = Traits::one(v[i]);

@@ -121,7 +121,7 @@ __device__ __forceinline__ void store_whole_tile(const GemmParams& p, const floa
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] += bias[i];
     }
-    epilogue::store_vector8<T>(p, t0 + token, n0 + col, v);
+    epilogue::store_vector<T, 8>(p, t0 + token, n0 + col, v);
   }
 }
 
