@@ -159,6 +159,19 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
 }
 
+// Four 8 x 8 matrices of 16-bit values from registers into shared memory, each transposed.
+// Register r_q holds matrix q in the mma fragment layout (lane l: row l / 4, columns 2 (l % 4)
+// and + 1, the lower column in the low half); lane l gives the address of row l % 8 of the
+// transposed matrix l / 8 (8 values, 16 bytes, 16-byte aligned).
+__device__ __forceinline__ void stmatrix_x4_trans(std::uint32_t address, std::uint32_t r0,
+                                                  std::uint32_t r1, std::uint32_t r2,
+                                                  std::uint32_t r3) {
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address),
+      "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+      : "memory");
+}
+
 // Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads, a multiple of 32.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

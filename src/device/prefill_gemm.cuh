@@ -29,6 +29,7 @@
 #include "device/prefill_walk.cuh"
 #include "device/share_tile.cuh"
 #include "device/split_k.cuh"
+#include "device/tile_store_16bit.cuh"
 #include "device/timeline.cuh"
 
 namespace mxlinear::device {
@@ -127,21 +128,32 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       // it is stored row-contiguous, or met by the other splits.
       auto* tile = reinterpret_cast<float*>(smem_ptr + Tile::kReduceOffset);
       hopper::named_barrier_sync(1, Tile::kConsumerThreads);
-      if constexpr (Tile::kAlternating) {
-        // The odd stages' sum first, then the even ones' added to it: the same order every run.
-        if (warpgroup == 1) write_accumulator_shares(tile, acc, 0, typename Tile::Shares(splits));
-        hopper::named_barrier_sync(1, Tile::kConsumerThreads);
-        if (warpgroup == 0) add_accumulator_shares(tile, acc, 0, typename Tile::Shares(splits));
-      } else {
-        write_accumulator_shares(tile, acc, 64 * warpgroup, typename Tile::Shares(splits));
-      }
-      if (splits == 1) {
+      // A whole unsplit tile in a 16-bit type is staged in its output layout from the registers
+      // (tile_store_16bit.cuh); an alternating tile's two sums meet in fp32 first.
+      using Tile16 = Tile16Bit<Tile::kRows, Tile::kTokens>;
+      if (!Tile::kAlternating && splits == 1 && takes_16bit_tile_store<Tile16>(p, n0, t0)) {
+        stage_16bit_tile<Tile16>(smem + Tile::kReduceOffset, acc, p, n0, 64 * warpgroup);
         hopper::named_barrier_sync(1, Tile::kConsumerThreads);
         stamps.mark(timeline::kReduced);
-        store_accumulator_tile<typename Tile::ReduceTile, Tile::kConsumerThreads>(p, tile, n0, t0,
-                                                                                  tid);
+        store_16bit_tile<Tile16, Tile::kConsumerThreads>(p, smem_ptr + Tile::kReduceOffset, n0, t0,
+                                                         tid);
       } else {
-        reduce_in_cluster<Tile>(p, smem, n0, t0, split, splits, stamps);
+        if constexpr (Tile::kAlternating) {
+          // The odd stages' sum first, then the even ones' added to it: the same order every run.
+          if (warpgroup == 1) write_accumulator_shares(tile, acc, 0, typename Tile::Shares(splits));
+          hopper::named_barrier_sync(1, Tile::kConsumerThreads);
+          if (warpgroup == 0) add_accumulator_shares(tile, acc, 0, typename Tile::Shares(splits));
+        } else {
+          write_accumulator_shares(tile, acc, 64 * warpgroup, typename Tile::Shares(splits));
+        }
+        if (splits == 1) {
+          hopper::named_barrier_sync(1, Tile::kConsumerThreads);
+          stamps.mark(timeline::kReduced);
+          store_accumulator_tile<typename Tile::ReduceTile, Tile::kConsumerThreads>(p, tile, n0, t0,
+                                                                                    tid);
+        } else {
+          reduce_in_cluster<Tile>(p, smem, n0, t0, split, splits, stamps);
+        }
       }
       stamps.mark(timeline::kStored);
       stamps.flush();

@@ -12,6 +12,7 @@
 #include "device/mx_convert.cuh"
 #include "device/ptx.cuh"
 #include "device/share_tile.cuh"
+#include "device/tile_store_16bit.cuh"
 #include "device/wgmma_f16.cuh"
 #include "mxlinear/format.hpp"
 
@@ -106,6 +107,8 @@ struct PrefillTile {
                     kTokens == 192 || kTokens == 256,
                 "compiled wgmma widths");
   // Other split counts' tiles can be larger (launch checks them: prefill_gemm_splits_fit).
+  static_assert(Tile16Bit<kRows, kTokens>::kBytes <= kBarrierOffset,
+                "the 16-bit output tile reuses the ring");
   static_assert(Shares::bytes(1) <= kBarrierOffset && Shares::bytes(2) <= kBarrierOffset &&
                     Shares::bytes(4) <= kBarrierOffset && Shares::bytes(8) <= kBarrierOffset,
                 "the reduction tile reuses the ring");
