@@ -290,7 +290,11 @@ if [[ " $steps " == *" bench "* ]]; then
 fi
 
 if [[ " $steps " == *" ab "* ]]; then
-  [ -f "${AB_PATCH:-}" ] || { echo "AB: set AB_PATCH to a diff file in the tree"; exit 1; }
+  # The device machine gets only the files git does not ignore.
+  [ -f "${AB_PATCH:-}" ] || {
+    echo "AB: AB_PATCH='${AB_PATCH:-}' is not a file here; set it to a diff file in the tree that git does not ignore"
+    exit 1
+  }
   base=/tmp/ab-base
   rm -rf "$base" && mkdir -p "$base"
   tar --exclude='./build*' --exclude='./.git' -cf - . | tar -xf - -C "$base"
