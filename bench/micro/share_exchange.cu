@@ -1,0 +1,294 @@
+// How fast the CTAs of a cluster can meet: the prefill kernel's split-K tiles spend 1.3-3.2 us
+// from their main loop to their stores (docs/PERF.md, session 23) where an unsplit tile stores
+// as many outputs in 0.3-0.6 us, and three ways of moving the fp32 shares (remote loads, scalar
+// remote stores, one bulk copy a share) cost about the same at 128 tokens. This times the
+// meeting alone: every CTA of a cluster of S holds a tile of S fp32 shares of F floats in its
+// shared memory, ends up with the sum of share r of all S tiles (r its rank), and stores it as
+// bf16; by
+//   own     its own share only, no exchange (the floor: an unsplit tile's stores);
+//   pull    16-byte distributed shared memory loads of every peer's share (the shipped meeting);
+//   push    16-byte distributed shared memory stores into each peer's inbox, then local adds;
+//   bulk    one cp.async.bulk copy a peer into its inbox, completing on its mbarrier;
+//   global  16-byte stores of the peers' shares to global memory (L2), a cluster barrier, then
+//           16-byte loads of this CTA's share from the peers' slots.
+//   build/bench/mxlinear_share_exchange (the CMake target mxlinear_share_exchange)
+// Prints, per case, the median and maximum microseconds from a CTA's start (after a cluster
+// barrier) to its last store issued, over the last of five launches.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+namespace {
+
+// More than half an SM's shared memory: one CTA an SM, as in the GEMM.
+constexpr int kSmemBytes = 200 * 1024;
+
+enum class Method { kOwn, kPull, kPush, kBulk, kGlobal };
+constexpr const char* kMethodNames[] = {"own", "pull", "push", "bulk", "global"};
+
+__device__ __forceinline__ std::uint64_t global_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ std::uint32_t cluster_rank() {
+  std::uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ std::uint32_t cluster_size() {
+  std::uint32_t n;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+  return n;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                   : "memory");
+}
+__device__ __forceinline__ std::uint32_t smem_address(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ std::uint32_t peer_address(std::uint32_t local, std::uint32_t rank) {
+  std::uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+__device__ __forceinline__ float4 load_peer(std::uint32_t remote) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(remote)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_peer(std::uint32_t remote, float4 v) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(remote), "f"(v.x),
+               "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+
+__device__ __forceinline__ float4 add(float4 a, float4 b) {
+  return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+__device__ __forceinline__ void store_bf16x4(__nv_bfloat16* out, float4 v) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+  uint2 bits;
+  bits.x = *reinterpret_cast<const unsigned*>(&lo);
+  bits.y = *reinterpret_cast<const unsigned*>(&hi);
+  *reinterpret_cast<uint2*>(out) = bits;
+}
+
+// Shared memory: the tile [S][F] floats, an inbox [S][F] (slot j: peer j's copy of this CTA's
+// share), and the bulk copies' mbarrier. Global workspace (kGlobal): [cluster][dest][source][F].
+template <Method kMethod>
+__global__ void exchange(int share_floats, float* workspace, __nv_bfloat16* out,
+                         unsigned long long* times) {
+  extern __shared__ __align__(16) std::uint8_t smem[];
+  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  const int cta = static_cast<int>(blockIdx.x);
+  const auto splits = static_cast<int>(cluster_size());
+  const auto rank = static_cast<int>(cluster_rank());
+  const int cluster = cta / splits;
+  const int f = share_floats;
+  auto* tile = reinterpret_cast<float*>(smem);
+  float* inbox = tile + splits * f;
+  auto* barrier = reinterpret_cast<std::uint64_t*>(inbox + splits * f);
+  for (int i = tid; i < splits * f; i += threads) tile[i] = static_cast<float>(i % 977 + cta);
+  if (tid == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_address(barrier)));
+    asm volatile("fence.mbarrier_init.release.cluster;");
+  }
+  __syncthreads();
+  if constexpr (kMethod == Method::kBulk) {
+    // The inbox expects every peer's share before any peer may send (the barrier below).
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    if (tid == 0) {
+      const auto bytes = static_cast<std::uint32_t>((splits - 1) * f * 4);
+      asm volatile(
+          "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(barrier)),
+          "r"(bytes)
+          : "memory");
+    }
+  }
+  cluster_sync();
+  const std::uint64_t start = global_ns();
+  __nv_bfloat16* const my_out = out + static_cast<long long>(cta) * f;
+  const float* const own = tile + rank * f;
+  if constexpr (kMethod == Method::kOwn) {
+    for (int e = 4 * tid; e < f; e += 4 * threads) {
+      store_bf16x4(my_out + e, *reinterpret_cast<const float4*>(own + e));
+    }
+  } else if constexpr (kMethod == Method::kPull) {
+    const std::uint32_t share = smem_address(own);
+    for (int e = 4 * tid; e < f; e += 4 * threads) {
+      float4 v = load_peer(peer_address(share + 4u * e, 0));
+      for (int j = 1; j < splits; ++j) v = add(v, load_peer(peer_address(share + 4u * e, j)));
+      store_bf16x4(my_out + e, v);
+    }
+    cluster_sync();  // no CTA leaves while a peer reads it
+  } else if constexpr (kMethod == Method::kPush || kMethod == Method::kGlobal) {
+    for (int j = 0; j < splits; ++j) {
+      if (j == rank) continue;
+      const float* src = tile + j * f;
+      if constexpr (kMethod == Method::kPush) {
+        const std::uint32_t dst = peer_address(smem_address(inbox + rank * f), j);
+        for (int e = 4 * tid; e < f; e += 4 * threads) {
+          store_peer(dst + 4u * e, *reinterpret_cast<const float4*>(src + e));
+        }
+      } else {
+        float* dst =
+            workspace + ((static_cast<long long>(cluster) * splits + j) * splits + rank) * f;
+        for (int e = 4 * tid; e < f; e += 4 * threads) {
+          *reinterpret_cast<float4*>(dst + e) = *reinterpret_cast<const float4*>(src + e);
+        }
+      }
+    }
+    cluster_sync();  // every share in place (release / acquire at cluster scope)
+    const float* slots =
+        kMethod == Method::kPush
+            ? inbox
+            : workspace + (static_cast<long long>(cluster) * splits + rank) * splits * f;
+    for (int e = 4 * tid; e < f; e += 4 * threads) {
+      float4 v = *reinterpret_cast<const float4*>(own + e);
+      for (int j = 0; j < splits; ++j) {
+        if (j != rank) v = add(v, *reinterpret_cast<const float4*>(slots + j * f + e));
+      }
+      store_bf16x4(my_out + e, v);
+    }
+  } else {  // kBulk
+    if (tid == 0) {
+      const auto bytes = static_cast<std::uint32_t>(f * 4);
+      for (int j = 0; j < splits; ++j) {
+        if (j == rank) continue;
+        const std::uint32_t dst = peer_address(smem_address(inbox + rank * f), j);
+        const std::uint32_t bar = peer_address(smem_address(barrier), j);
+        asm volatile(
+            "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], "
+            "%2, [%3];" ::"r"(dst),
+            "r"(smem_address(tile + j * f)), "r"(bytes), "r"(bar)
+            : "memory");
+      }
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+    asm volatile(
+        "{\n.reg .pred done;\nwait:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
+        "@!done bra wait;\n}" ::"r"(smem_address(barrier))
+        : "memory");
+    for (int e = 4 * tid; e < f; e += 4 * threads) {
+      float4 v = *reinterpret_cast<const float4*>(own + e);
+      for (int j = 0; j < splits; ++j) {
+        if (j != rank) v = add(v, *reinterpret_cast<const float4*>(inbox + j * f + e));
+      }
+      store_bf16x4(my_out + e, v);
+    }
+    if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+  }
+  __syncthreads();
+  const std::uint64_t end = global_ns();
+  if (tid == 0) {
+    times[2 * cta] = start;
+    times[2 * cta + 1] = end;
+  }
+}
+
+int check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+  return e == cudaSuccess ? 0 : 1;
+}
+
+template <Method kMethod>
+int run(int splits, int share_floats, int threads, int ctas, float* workspace, __nv_bfloat16* out,
+        unsigned long long* times, const char* label) {
+  if (check(cudaFuncSetAttribute(exchange<kMethod>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 kSmemBytes),
+            "smem attribute")) {
+    return 1;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(ctas));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = kSmemBytes;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = static_cast<unsigned>(splits);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  std::vector<double> per_cta;
+  for (int rep = 0; rep < 5; ++rep) {  // the last of five: code and translations warm
+    if (check(cudaLaunchKernelEx(&config, exchange<kMethod>, share_floats, workspace, out, times),
+              "launch") ||
+        check(cudaDeviceSynchronize(), "exchange")) {
+      return 1;
+    }
+    std::vector<unsigned long long> t(2 * static_cast<std::size_t>(ctas));
+    if (check(cudaMemcpy(t.data(), times, t.size() * sizeof(t[0]), cudaMemcpyDeviceToHost),
+              "download")) {
+      return 1;
+    }
+    per_cta.clear();
+    for (int c = 0; c < ctas; ++c) {
+      per_cta.push_back(static_cast<double>(t[2 * c + 1] - t[2 * c]) * 1e-3);
+    }
+  }
+  std::sort(per_cta.begin(), per_cta.end());
+  std::printf("%-22s %6s %6d %7d %8.1f %7d %10.2f %10.2f\n", label,
+              kMethodNames[static_cast<int>(kMethod)], splits, ctas, share_floats * 4 / 1024.0,
+              threads, per_cta[per_cta.size() / 2], per_cta.back());
+  return 0;
+}
+
+}  // namespace
+
+int main() {
+  struct Case {
+    const char* label;  // the prefill tile and split count it stands for
+    int splits, share_floats, threads, ctas;
+  };
+  // Shares as ShareLayout lays them out: (rows per share + 4) x tokens floats.
+  const Case cases[] = {
+      {"128x128 split2 M=128", 2, 68 * 128, 256, 96},  // dense gate_up
+      {"128x128 split4 M=128", 4, 36 * 128, 256, 80},  // qkv
+      {"64x128 split4 M=128", 4, 20 * 128, 128, 96},   // shared gate_up
+      {"64x32 split4 M=32", 4, 20 * 32, 256, 96},      // shared gate_up at M = 32
+  };
+  std::size_t workspace_floats = 0, out_floats = 0;
+  for (const Case& c : cases) {
+    workspace_floats = std::max(workspace_floats, static_cast<std::size_t>(c.ctas) * c.splits *
+                                                      static_cast<std::size_t>(c.share_floats));
+    out_floats = std::max(out_floats, static_cast<std::size_t>(c.ctas) * c.share_floats);
+  }
+  float* workspace = nullptr;
+  __nv_bfloat16* out = nullptr;
+  unsigned long long* times = nullptr;
+  if (check(cudaMalloc(&workspace, workspace_floats * 4), "cudaMalloc") ||
+      check(cudaMalloc(&out, out_floats * 2), "cudaMalloc") ||
+      check(cudaMalloc(&times, 2 * sizeof(unsigned long long) * 132), "cudaMalloc")) {
+    return 1;
+  }
+  std::printf("%-22s %6s %6s %7s %8s %7s %10s %10s\n", "case", "method", "splits", "CTAs",
+              "share KB", "threads", "median us", "max us");
+  for (const Case& c : cases) {
+    const int failed = run<Method::kOwn>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
+                                         out, times, c.label) +
+                       run<Method::kPull>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
+                                          out, times, c.label) +
+                       run<Method::kPush>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
+                                          out, times, c.label) +
+                       run<Method::kBulk>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
+                                          out, times, c.label) +
+                       run<Method::kGlobal>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
+                                            out, times, c.label);
+    if (failed != 0) return 1;
+  }
+  cudaFree(times);
+  cudaFree(out);
+  cudaFree(workspace);
+  return 0;
+}
