@@ -22,7 +22,13 @@
 #include <cstdio>
 #include <vector>
 
+#include "cta_span.cuh"
+
 namespace {
+
+using mxlinear::micro::check;
+using mxlinear::micro::global_ns;
+using mxlinear::micro::record_cta_span;
 
 // More than half an SM's shared memory: one CTA an SM, as in the GEMM.
 constexpr int kSmemBytes = 200 * 1024;
@@ -30,11 +36,6 @@ constexpr int kSmemBytes = 200 * 1024;
 enum class Method { kOwn, kPull, kPush, kBulk, kGlobal };
 constexpr const char* kMethodNames[] = {"own", "pull", "push", "bulk", "global"};
 
-__device__ __forceinline__ std::uint64_t global_ns() {
-  std::uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 __device__ __forceinline__ std::uint32_t cluster_rank() {
   std::uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
@@ -188,17 +189,7 @@ __global__ void exchange(int share_floats, float* workspace, __nv_bfloat16* out,
     }
     if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
   }
-  __syncthreads();
-  const std::uint64_t end = global_ns();
-  if (tid == 0) {
-    times[2 * cta] = start;
-    times[2 * cta + 1] = end;
-  }
-}
-
-int check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-  return e == cudaSuccess ? 0 : 1;
+  record_cta_span(times, cta, start);
 }
 
 template <Method kMethod>

@@ -17,18 +17,18 @@
 #include <cstdio>
 #include <vector>
 
+#include "cta_span.cuh"
+
 namespace {
+
+using mxlinear::micro::check;
+using mxlinear::micro::global_ns;
+using mxlinear::micro::record_cta_span;
 
 constexpr int kThreads = 128;
 // Enough dynamic shared memory that two CTAs never share an SM; and the most, as the GEMM
 // takes (what is left of the SM's 256 KB is its L1).
 constexpr int kSmemBytes = 120 * 1024, kMaxSmemBytes = 227 * 1024;
-
-__device__ __forceinline__ std::uint64_t global_ns() {
-  std::uint64_t t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
-}
 
 // CTA c writes `steps` x 128 threads x 16 bytes. Strided: token rows of 128 bytes (8 threads a
 // row) at a stride of `row_stride` bytes, the CTA's column block at 128 * c; contiguous: the
@@ -52,17 +52,7 @@ __global__ void __launch_bounds__(kThreads)
     const unsigned bits = __float_as_uint(v);
     *reinterpret_cast<uint4*>(dst) = make_uint4(bits, bits + 1, bits + 2, bits + 3);
   }
-  __syncthreads();
-  const std::uint64_t end = global_ns();
-  if (tid == 0) {
-    times[2 * cta] = start;
-    times[2 * cta + 1] = end;
-  }
-}
-
-int check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-  return e == cudaSuccess ? 0 : 1;
+  record_cta_span(times, cta, start);
 }
 
 }  // namespace
