@@ -106,9 +106,9 @@ struct PrefillTile {
   static_assert(kTokens == 32 || kTokens == 64 || kTokens == 128 || kTokens == 160 ||
                     kTokens == 192 || kTokens == 256,
                 "compiled wgmma widths");
-  // Other split counts' tiles can be larger (launch checks them: prefill_gemm_splits_fit).
   static_assert(Tile16Bit<kRows, kTokens>::kBytes <= kBarrierOffset,
                 "the 16-bit output tile reuses the ring");
+  // Other split counts' tiles can be larger (launch checks them: prefill_gemm_splits_fit).
   static_assert(Shares::bytes(1) <= kBarrierOffset && Shares::bytes(2) <= kBarrierOffset &&
                     Shares::bytes(4) <= kBarrierOffset && Shares::bytes(8) <= kBarrierOffset,
                 "the reduction tile reuses the ring");
