@@ -15,19 +15,9 @@
 #include "device/epilogue.cuh"
 #include "device/gemm_params.hpp"
 #include "device/hopper_ptx.cuh"
+#include "device/tile16_layout.hpp"
 
 namespace mxlinear::device {
-
-template <int kRows_, int kTokens_>
-struct Tile16Bit {
-  static constexpr int kRows = kRows_;
-  static constexpr int kTokens = kTokens_;
-  // 16 bytes of padding a token: the 8 consecutive tokens a matrix of an stmatrix writes then
-  // start in 8 different 16-byte bank groups (without it all 8 share one: 8-way conflicts).
-  static constexpr int kStrideBytes = 2 * kRows + 16;
-  static constexpr int kBytes = kTokens * kStrideBytes;
-  static_assert(kTokens % 16 == 0, "stmatrix.x4 covers two 8-token blocks");
-};
 
 // Whether the tile at (n0, t0) takes this path: a 16-bit output whose rows all start 16-byte
 // aligned, and the tile wholly inside it.
@@ -63,17 +53,14 @@ __device__ __forceinline__ void stage(std::uint32_t tile, const float (&acc)[Lay
   auto pair = [&](int i, float bias) {
     return has_bias ? packed<T>(acc[i] + bias, acc[i + 1] + bias) : packed<T>(acc[i], acc[i + 1]);
   };
-  // Matrix q of an stmatrix: rows 8 (q % 2) .. + 7 of the warp's 16, tokens of block j + q / 2;
-  // transposed, its row (lane % 8) is one token's 8 values.
-  const int q = lane >> 3;
   const std::uint32_t address =
-      tile + static_cast<std::uint32_t>((8 * (q >> 1) + (lane & 7)) * Layout::kStrideBytes +
-                                        2 * (row_base + 16 * warp + 8 * (q & 1)));
+      tile + static_cast<std::uint32_t>(Layout::stmatrix_row_offset(warp, lane, row_base));
 #pragma unroll
   for (int j = 0; j < Layout::kTokens / 8; j += 2) {
-    hopper::stmatrix_x4_trans(address + static_cast<std::uint32_t>(8 * j * Layout::kStrideBytes),
-                              pair(4 * j, bias0), pair(4 * j + 2, bias8), pair(4 * j + 4, bias0),
-                              pair(4 * j + 6, bias8));
+    hopper::stmatrix_x4_trans(
+        address + static_cast<std::uint32_t>(8 * j * Layout::kStrideBytes),
+        pair(Layout::accumulator_of(j, 0), bias0), pair(Layout::accumulator_of(j, 1), bias8),
+        pair(Layout::accumulator_of(j, 2), bias0), pair(Layout::accumulator_of(j, 3), bias8));
   }
 }
 
@@ -107,8 +94,7 @@ __device__ __forceinline__ void store_16bit_tile(const GemmParams& p, const std:
 #pragma unroll
   for (int s = 0; s < Layout::kTokens / kTokensPerStep; ++s) {
     const int token = first_token + s * kTokensPerStep;
-    const uint4 v =
-        *reinterpret_cast<const uint4*>(tile + token * Layout::kStrideBytes + 16 * piece);
+    const uint4 v = *reinterpret_cast<const uint4*>(tile + Layout::offset(8 * piece, token));
     *reinterpret_cast<uint4*>(out + 2 * static_cast<std::int64_t>(token) * p.ld_out) = v;
   }
 }
