@@ -98,6 +98,53 @@ double round_bf16(double x) {
   return std::nearbyint(std::ldexp(x, -quantum)) * std::ldexp(1.0, quantum);
 }
 
+// One operand with scale bytes 0..3, so that it dequantizes to 2^-136..2^-115: below 2^-126
+// bf16 rounds those values to its subnormal grid (the activations in the pre-pass, the weights
+// in the main loop's widening). The result must equal the fp64 product with that operand rounded
+// (within the accumulation tolerance), and differ from the exact MX result by at most
+// 2^-134 * sum_k |other operand| (half a subnormal step per rounded element).
+enum class TinyScales { kActivation, kWeight };
+
+void check_flush_bound(const GemmRunner& run, TinyScales tiny, std::mt19937_64& rng) {
+  MxOperand a = random_operand(9, 1024, rng);
+  MxOperand w = random_operand(70, 1024, rng);
+  std::uniform_int_distribution<int> small(0, 3);
+  for (auto& s : (tiny == TinyScales::kActivation ? a : w).scales) {
+    s = static_cast<std::uint8_t>(small(rng));
+  }
+  const std::vector<double> exact = reference(a, w, {});
+  std::vector<double> rounded(exact.size(), 0.0), bound(exact.size(), 0.0), abs_sums(exact.size());
+  for (std::int64_t m = 0; m < a.rows; ++m) {
+    for (std::int64_t n = 0; n < w.rows; ++n) {
+      double sum = 0, abs_sum = 0, other_abs = 0;
+      for (std::int64_t k = 0; k < a.k; ++k) {
+        double av =
+            static_cast<double>(e4m3_to_float(a.data[static_cast<std::size_t>(m * a.k + k)])) *
+            e8m0_to_float(a.scales[static_cast<std::size_t>(m * (a.k / 32) + k / 32)]);
+        double wv =
+            static_cast<double>(e4m3_to_float(w.data[static_cast<std::size_t>(n * w.k + k)])) *
+            e8m0_to_float(w.scales[static_cast<std::size_t>(n * (w.k / 32) + k / 32)]);
+        double& rounded_value = tiny == TinyScales::kActivation ? av : wv;
+        other_abs += std::fabs(tiny == TinyScales::kActivation ? wv : av);
+        rounded_value = round_bf16(rounded_value);
+        sum += av * wv;
+        abs_sum += std::fabs(av * wv);
+      }
+      const auto i = static_cast<std::size_t>(m * w.rows + n);
+      rounded[i] = sum;
+      abs_sums[i] = abs_sum;
+      bound[i] = std::ldexp(other_abs, -134);
+    }
+  }
+  const auto out = run(a, w, DType::kF32, nullptr, device::BiasType::kNone);
+  expect_within_tolerance(out, rounded, abs_sums, 2 * a.k, DType::kF32);
+  for (std::size_t i = 0; i < exact.size(); ++i) {
+    const double tol = tolerance(rounded[i], abs_sums[i], 2 * a.k, DType::kF32);
+    ASSERT_LE(std::fabs(output_value(out, DType::kF32, i) - exact[i]), bound[i] + tol)
+        << "flat index " << i;
+  }
+}
+
 // Tails on purpose: M and N not multiples of the tiles (or of 8), more than one tile of each;
 // K chunks (of 128) that the splits do not divide evenly (10). Output rows 16-byte aligned or
 // not (N = 200 and 196 take the epilogue's vector stores, 196 in fp32 with a last group of 4).
@@ -201,47 +248,16 @@ TEST_P(PrefillGemmInstance, RandomInputsWithinDerivedTolerance) {
   check_random_on_shapes(runner(), shapes(), 2, rng);
 }
 
-// Activations with scale bytes 0..3 dequantize to 2^-136..2^-115: below 2^-126 bf16 rounds them
-// to its subnormal grid. The result must equal the fp64 product with those rounded activations
-// (within the accumulation tolerance), and differ from the exact MX result by at most
-// 2^-134 * sum_k |w[n, k]| (half a subnormal step per activation element).
 TEST_P(PrefillGemmInstance, SubnormalActivationsStayWithinTheFlushBound) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  MxOperand a = random_operand(9, 1024, rng);
-  const MxOperand w = random_operand(70, 1024, rng);
-  std::uniform_int_distribution<int> tiny(0, 3);
-  for (auto& s : a.scales) s = static_cast<std::uint8_t>(tiny(rng));
-  const std::vector<double> exact = reference(a, w, {});
-  // The same layer with every dequantized activation rounded to bf16.
-  std::vector<double> rounded(exact.size(), 0.0), bound(exact.size(), 0.0), abs_sums(exact.size());
-  for (std::int64_t m = 0; m < a.rows; ++m) {
-    for (std::int64_t n = 0; n < w.rows; ++n) {
-      double sum = 0, abs_sum = 0, w_abs = 0;
-      for (std::int64_t k = 0; k < a.k; ++k) {
-        const double av =
-            static_cast<double>(e4m3_to_float(a.data[static_cast<std::size_t>(m * a.k + k)])) *
-            e8m0_to_float(a.scales[static_cast<std::size_t>(m * (a.k / 32) + k / 32)]);
-        const double wv =
-            static_cast<double>(e4m3_to_float(w.data[static_cast<std::size_t>(n * w.k + k)])) *
-            e8m0_to_float(w.scales[static_cast<std::size_t>(n * (w.k / 32) + k / 32)]);
-        sum += round_bf16(av) * wv;
-        abs_sum += std::fabs(round_bf16(av) * wv);
-        w_abs += std::fabs(wv);
-      }
-      const auto i = static_cast<std::size_t>(m * w.rows + n);
-      rounded[i] = sum;
-      abs_sums[i] = abs_sum;
-      bound[i] = std::ldexp(w_abs, -134);
-    }
-  }
-  const auto out = runner()(a, w, DType::kF32, nullptr, device::BiasType::kNone);
-  expect_within_tolerance(out, rounded, abs_sums, 2 * a.k, DType::kF32);
-  for (std::size_t i = 0; i < exact.size(); ++i) {
-    const double tol = tolerance(rounded[i], abs_sums[i], 2 * a.k, DType::kF32);
-    ASSERT_LE(std::fabs(output_value(out, DType::kF32, i) - exact[i]), bound[i] + tol)
-        << "flat index " << i;
-  }
+  check_flush_bound(runner(), TinyScales::kActivation, rng);
+}
+
+TEST_P(PrefillGemmInstance, SubnormalWeightsStayWithinTheFlushBound) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  check_flush_bound(runner(), TinyScales::kWeight, rng);
 }
 
 // A seed-sized layer (several tiles both ways, K = 6144), run 4 times: bitwise stable, and
