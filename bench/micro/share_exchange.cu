@@ -6,20 +6,27 @@
 // shared memory, ends up with the sum of share r of all S tiles (r its rank), and stores it as
 // bf16; by
 //   own     its own share only, no exchange (the floor: an unsplit tile's stores);
+//   sync    the same, then the cluster barrier that ends every exchange (its fixed cost);
 //   pull    16-byte distributed shared memory loads of every peer's share (the shipped meeting);
 //   push    16-byte distributed shared memory stores into each peer's inbox, then local adds;
 //   bulk    one cp.async.bulk copy a peer into its inbox, completing on its mbarrier;
 //   global  16-byte stores of the peers' shares to global memory (L2), a cluster barrier, then
-//           16-byte loads of this CTA's share from the peers' slots.
+//           16-byte loads of this CTA's share from the peers' slots;
+//   bulk-l2 the same through L2 by bulk copies: one cp.async.bulk a peer's share out to global,
+//           a cluster barrier, one a peer's slot back into the inbox, completing on the mbarrier.
 //   build/bench/mxlinear_share_exchange (the CMake target mxlinear_share_exchange)
 // Prints, per case, the median and maximum microseconds from a CTA's start (after a cluster
-// barrier) to its last store issued, over the last of five launches.
+// barrier) to its last store issued, over the last of five launches, and whether that launch's
+// sums are right (checked on the host; the program fails if not). The 64 x T split-4 cases
+// sweep the share's size at one split count and CTA shape: a time that grows with the bytes is
+// the exchange's bandwidth, one that does not is a fixed cost.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "cta_span.cuh"
@@ -33,8 +40,8 @@ using mxlinear::micro::record_cta_span;
 // More than half an SM's shared memory: one CTA an SM, as in the GEMM.
 constexpr int kSmemBytes = 200 * 1024;
 
-enum class Method { kOwn, kPull, kPush, kBulk, kGlobal };
-constexpr const char* kMethodNames[] = {"own", "pull", "push", "bulk", "global"};
+enum class Method { kOwn, kSync, kPull, kPush, kBulk, kGlobal, kBulkL2 };
+constexpr const char* kMethodNames[] = {"own", "sync", "pull", "push", "bulk", "global", "bulk-l2"};
 
 __device__ __forceinline__ std::uint32_t cluster_rank() {
   std::uint32_t r;
@@ -104,7 +111,7 @@ __global__ void exchange(int share_floats, float* workspace, __nv_bfloat16* out,
     asm volatile("fence.mbarrier_init.release.cluster;");
   }
   __syncthreads();
-  if constexpr (kMethod == Method::kBulk) {
+  if constexpr (kMethod == Method::kBulk || kMethod == Method::kBulkL2) {
     // The inbox expects every peer's share before any peer may send (the barrier below).
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     if (tid == 0) {
@@ -119,10 +126,11 @@ __global__ void exchange(int share_floats, float* workspace, __nv_bfloat16* out,
   const std::uint64_t start = global_ns();
   __nv_bfloat16* const my_out = out + static_cast<long long>(cta) * f;
   const float* const own = tile + rank * f;
-  if constexpr (kMethod == Method::kOwn) {
+  if constexpr (kMethod == Method::kOwn || kMethod == Method::kSync) {
     for (int e = 4 * tid; e < f; e += 4 * threads) {
       store_bf16x4(my_out + e, *reinterpret_cast<const float4*>(own + e));
     }
+    if constexpr (kMethod == Method::kSync) cluster_sync();
   } else if constexpr (kMethod == Method::kPull) {
     const std::uint32_t share = smem_address(own);
     for (int e = 4 * tid; e < f; e += 4 * threads) {
@@ -160,6 +168,44 @@ __global__ void exchange(int share_floats, float* workspace, __nv_bfloat16* out,
       }
       store_bf16x4(my_out + e, v);
     }
+  } else if constexpr (kMethod == Method::kBulkL2) {
+    float* const slots = workspace + static_cast<long long>(cluster) * splits * splits * f;
+    const auto bytes = static_cast<std::uint32_t>(f * 4);
+    if (tid == 0) {
+      for (int j = 0; j < splits; ++j) {
+        if (j == rank) continue;
+        float* dst = slots + (j * splits + rank) * f;  // peer j's slot from this CTA
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst),
+                     "r"(smem_address(tile + j * f)), "r"(bytes)
+                     : "memory");
+      }
+      asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group 0;" ::: "memory");
+      // The async proxy's writes, before the barrier's release publishes them.
+      asm volatile("fence.proxy.async.global;" ::: "memory");
+    }
+    cluster_sync();  // every share in its slot
+    if (tid == 0) {
+      for (int j = 0; j < splits; ++j) {
+        if (j == rank) continue;
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+            "[%3];" ::"r"(smem_address(inbox + j * f)),
+            "l"(slots + (rank * splits + j) * f), "r"(bytes), "r"(smem_address(barrier))
+            : "memory");
+      }
+    }
+    asm volatile(
+        "{\n.reg .pred done;\nwait:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
+        "@!done bra wait;\n}" ::"r"(smem_address(barrier))
+        : "memory");
+    for (int e = 4 * tid; e < f; e += 4 * threads) {
+      float4 v = *reinterpret_cast<const float4*>(own + e);
+      for (int j = 0; j < splits; ++j) {
+        if (j != rank) v = add(v, *reinterpret_cast<const float4*>(inbox + j * f + e));
+      }
+      store_bf16x4(my_out + e, v);
+    }
   } else {  // kBulk
     if (tid == 0) {
       const auto bytes = static_cast<std::uint32_t>(f * 4);
@@ -192,6 +238,35 @@ __global__ void exchange(int share_floats, float* workspace, __nv_bfloat16* out,
   record_cta_span(times, cta, start);
 }
 
+// bf16 bits of x, rounded to nearest even (x finite).
+std::uint16_t bf16_bits(float x) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  return static_cast<std::uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// How many of the last launch's sums differ from the host's (-1 if the download failed). CTA c
+// (rank r = c % S of cluster c / S) holds tile[i] = i % 977 + c, so its output e is the sum over
+// the cluster's CTAs j of (r F + e) % 977 + j: small integers, exact in fp32 in any order.
+int wrong_sums(const __nv_bfloat16* out, int splits, int share_floats, int ctas) {
+  std::vector<std::uint16_t> got(static_cast<std::size_t>(ctas) * share_floats);
+  if (check(cudaMemcpy(got.data(), out, got.size() * 2, cudaMemcpyDeviceToHost), "download")) {
+    return -1;
+  }
+  int wrong = 0;
+  for (int c = 0; c < ctas; ++c) {
+    const int rank = c % splits, first = c - rank;
+    for (int e = 0; e < share_floats; ++e) {
+      float sum = 0;
+      for (int j = first; j < first + splits; ++j) {
+        sum += static_cast<float>((rank * share_floats + e) % 977 + j);
+      }
+      if (got[static_cast<std::size_t>(c) * share_floats + e] != bf16_bits(sum)) ++wrong;
+    }
+  }
+  return wrong;
+}
+
 template <Method kMethod>
 int run(int splits, int share_floats, int threads, int ctas, float* workspace, __nv_bfloat16* out,
         unsigned long long* times, const char* label) {
@@ -213,7 +288,9 @@ int run(int splits, int share_floats, int threads, int ctas, float* workspace, _
   config.numAttrs = 1;
   std::vector<double> per_cta;
   for (int rep = 0; rep < 5; ++rep) {  // the last of five: code and translations warm
-    if (check(cudaLaunchKernelEx(&config, exchange<kMethod>, share_floats, workspace, out, times),
+    // Poisoned (bf16 NaN) before each launch, so a sum the launch did not write fails the check.
+    if (check(cudaMemset(out, 0xFF, static_cast<std::size_t>(ctas) * share_floats * 2), "poison") ||
+        check(cudaLaunchKernelEx(&config, exchange<kMethod>, share_floats, workspace, out, times),
               "launch") ||
         check(cudaDeviceSynchronize(), "exchange")) {
       return 1;
@@ -229,10 +306,13 @@ int run(int splits, int share_floats, int threads, int ctas, float* workspace, _
     }
   }
   std::sort(per_cta.begin(), per_cta.end());
-  std::printf("%-22s %6s %6d %7d %8.1f %7d %10.2f %10.2f\n", label,
+  const int wrong = wrong_sums(out, splits, share_floats, ctas);
+  if (wrong < 0) return 1;
+  std::printf("%-22s %7s %6d %7d %8.1f %7d %10.2f %10.2f  %s\n", label,
               kMethodNames[static_cast<int>(kMethod)], splits, ctas, share_floats * 4 / 1024.0,
-              threads, per_cta[per_cta.size() / 2], per_cta.back());
-  return 0;
+              threads, per_cta[per_cta.size() / 2], per_cta.back(),
+              wrong == 0 ? "ok" : "WRONG SUMS");
+  return wrong == 0 ? 0 : 1;
 }
 
 }  // namespace
@@ -248,6 +328,10 @@ int main() {
       {"128x128 split4 M=128", 4, 36 * 128, 256, 80},  // qkv
       {"64x128 split4 M=128", 4, 20 * 128, 128, 96},   // shared gate_up
       {"64x32 split4 M=32", 4, 20 * 32, 256, 96},      // shared gate_up at M = 32
+      // The 64 x 128 split-4 CTA with fewer tokens: the share's size swept.
+      {"64x16 split4 128thr", 4, 20 * 16, 128, 96},
+      {"64x32 split4 128thr", 4, 20 * 32, 128, 96},
+      {"64x64 split4 128thr", 4, 20 * 64, 128, 96},
   };
   std::size_t workspace_floats = 0, out_floats = 0;
   for (const Case& c : cases) {
@@ -263,11 +347,13 @@ int main() {
       check(cudaMalloc(&times, 2 * sizeof(unsigned long long) * 132), "cudaMalloc")) {
     return 1;
   }
-  std::printf("%-22s %6s %6s %7s %8s %7s %10s %10s\n", "case", "method", "splits", "CTAs",
-              "share KB", "threads", "median us", "max us");
+  std::printf("%-22s %7s %6s %7s %8s %7s %10s %10s  %s\n", "case", "method", "splits", "CTAs",
+              "share KB", "threads", "median us", "max us", "sums");
   for (const Case& c : cases) {
     const int failed = run<Method::kOwn>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
                                          out, times, c.label) +
+                       run<Method::kSync>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
+                                          out, times, c.label) +
                        run<Method::kPull>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
                                           out, times, c.label) +
                        run<Method::kPush>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
@@ -275,6 +361,8 @@ int main() {
                        run<Method::kBulk>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
                                           out, times, c.label) +
                        run<Method::kGlobal>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
+                                            out, times, c.label) +
+                       run<Method::kBulkL2>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
                                             out, times, c.label);
     if (failed != 0) return 1;
   }
