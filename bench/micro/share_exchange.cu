@@ -90,6 +90,29 @@ __device__ __forceinline__ void store_bf16x4(__nv_bfloat16* out, float4 v) {
   *reinterpret_cast<uint2*>(out) = bits;
 }
 
+// The bulk copies into this CTA's inbox have all landed (phase 0 of its mbarrier).
+__device__ __forceinline__ void wait_for_inbox(const std::uint64_t* barrier) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
+      "@!done bra wait;\n}" ::"r"(smem_address(barrier))
+      : "memory");
+}
+
+// This CTA's own share plus the peers' copies in slots[j] (j != rank, F floats each), stored
+// as bf16 by the CTA's threads 4 floats at a time.
+__device__ __forceinline__ void add_slots_and_store(const float* own, const float* slots,
+                                                    int splits, int rank, int f,
+                                                    __nv_bfloat16* out) {
+  for (int e = 4 * static_cast<int>(threadIdx.x); e < f; e += 4 * static_cast<int>(blockDim.x)) {
+    float4 v = *reinterpret_cast<const float4*>(own + e);
+    for (int j = 0; j < splits; ++j) {
+      if (j != rank) v = add(v, *reinterpret_cast<const float4*>(slots + j * f + e));
+    }
+    store_bf16x4(out + e, v);
+  }
+}
+
 // Shared memory: the tile [S][F] floats, an inbox [S][F] (slot j: peer j's copy of this CTA's
 // share), and the bulk copies' mbarrier. Global workspace (kGlobal): [cluster][dest][source][F].
 template <Method kMethod>
@@ -161,13 +184,7 @@ __global__ void exchange(int share_floats, float* workspace, __nv_bfloat16* out,
         kMethod == Method::kPush
             ? inbox
             : workspace + (static_cast<long long>(cluster) * splits + rank) * splits * f;
-    for (int e = 4 * tid; e < f; e += 4 * threads) {
-      float4 v = *reinterpret_cast<const float4*>(own + e);
-      for (int j = 0; j < splits; ++j) {
-        if (j != rank) v = add(v, *reinterpret_cast<const float4*>(slots + j * f + e));
-      }
-      store_bf16x4(my_out + e, v);
-    }
+    add_slots_and_store(own, slots, splits, rank, f, my_out);
   } else if constexpr (kMethod == Method::kBulkL2) {
     float* const slots = workspace + static_cast<long long>(cluster) * splits * splits * f;
     const auto bytes = static_cast<std::uint32_t>(f * 4);
@@ -194,18 +211,8 @@ __global__ void exchange(int share_floats, float* workspace, __nv_bfloat16* out,
             : "memory");
       }
     }
-    asm volatile(
-        "{\n.reg .pred done;\nwait:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
-        "@!done bra wait;\n}" ::"r"(smem_address(barrier))
-        : "memory");
-    for (int e = 4 * tid; e < f; e += 4 * threads) {
-      float4 v = *reinterpret_cast<const float4*>(own + e);
-      for (int j = 0; j < splits; ++j) {
-        if (j != rank) v = add(v, *reinterpret_cast<const float4*>(inbox + j * f + e));
-      }
-      store_bf16x4(my_out + e, v);
-    }
+    wait_for_inbox(barrier);
+    add_slots_and_store(own, inbox, splits, rank, f, my_out);
   } else {  // kBulk
     if (tid == 0) {
       const auto bytes = static_cast<std::uint32_t>(f * 4);
@@ -221,18 +228,8 @@ __global__ void exchange(int share_floats, float* workspace, __nv_bfloat16* out,
       }
       asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     }
-    asm volatile(
-        "{\n.reg .pred done;\nwait:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
-        "@!done bra wait;\n}" ::"r"(smem_address(barrier))
-        : "memory");
-    for (int e = 4 * tid; e < f; e += 4 * threads) {
-      float4 v = *reinterpret_cast<const float4*>(own + e);
-      for (int j = 0; j < splits; ++j) {
-        if (j != rank) v = add(v, *reinterpret_cast<const float4*>(inbox + j * f + e));
-      }
-      store_bf16x4(my_out + e, v);
-    }
+    wait_for_inbox(barrier);
+    add_slots_and_store(own, inbox, splits, rank, f, my_out);
     if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
   }
   record_cta_span(times, cta, start);
