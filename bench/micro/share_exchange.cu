@@ -13,7 +13,9 @@
 //   global  16-byte stores of the peers' shares to global memory (L2), a cluster barrier, then
 //           16-byte loads of this CTA's share from the peers' slots;
 //   bulk-l2 the same through L2 by bulk copies: one cp.async.bulk a peer's share out to global,
-//           a cluster barrier, one a peer's slot back into the inbox, completing on the mbarrier.
+//           a cluster barrier, one a peer's slot back into the inbox, completing on the mbarrier;
+//   l2-read only bulk-l2's reads (no writes, no barrier): what bringing the bytes in from L2
+//           costs alone. It reads the slots bulk-l2 left, so it runs right after it.
 //   build/bench/mxlinear_share_exchange (the CMake target mxlinear_share_exchange)
 // Prints, per case, the median and maximum microseconds from a CTA's start (after a cluster
 // barrier) to its last store issued, over the last of five launches, and whether that launch's
@@ -40,8 +42,9 @@ using mxlinear::micro::record_cta_span;
 // More than half an SM's shared memory: one CTA an SM, as in the GEMM.
 constexpr int kSmemBytes = 200 * 1024;
 
-enum class Method { kOwn, kSync, kPull, kPush, kBulk, kGlobal, kBulkL2 };
-constexpr const char* kMethodNames[] = {"own", "sync", "pull", "push", "bulk", "global", "bulk-l2"};
+enum class Method { kOwn, kSync, kPull, kPush, kBulk, kGlobal, kBulkL2, kL2Read };
+constexpr const char* kMethodNames[] = {"own",  "sync",   "pull",    "push",
+                                        "bulk", "global", "bulk-l2", "l2-read"};
 
 __device__ __forceinline__ std::uint32_t cluster_rank() {
   std::uint32_t r;
@@ -134,7 +137,8 @@ __global__ void exchange(int share_floats, float* workspace, __nv_bfloat16* out,
     asm volatile("fence.mbarrier_init.release.cluster;");
   }
   __syncthreads();
-  if constexpr (kMethod == Method::kBulk || kMethod == Method::kBulkL2) {
+  if constexpr (kMethod == Method::kBulk || kMethod == Method::kBulkL2 ||
+                kMethod == Method::kL2Read) {
     // The inbox expects every peer's share before any peer may send (the barrier below).
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     if (tid == 0) {
@@ -185,10 +189,10 @@ __global__ void exchange(int share_floats, float* workspace, __nv_bfloat16* out,
             ? inbox
             : workspace + (static_cast<long long>(cluster) * splits + rank) * splits * f;
     add_slots_and_store(own, slots, splits, rank, f, my_out);
-  } else if constexpr (kMethod == Method::kBulkL2) {
+  } else if constexpr (kMethod == Method::kBulkL2 || kMethod == Method::kL2Read) {
     float* const slots = workspace + static_cast<long long>(cluster) * splits * splits * f;
     const auto bytes = static_cast<std::uint32_t>(f * 4);
-    if (tid == 0) {
+    if (kMethod == Method::kBulkL2 && tid == 0) {
       for (int j = 0; j < splits; ++j) {
         if (j == rank) continue;
         float* dst = slots + (j * splits + rank) * f;  // peer j's slot from this CTA
@@ -200,7 +204,7 @@ __global__ void exchange(int share_floats, float* workspace, __nv_bfloat16* out,
       // The async proxy's writes, before the barrier's release publishes them.
       asm volatile("fence.proxy.async.global;" ::: "memory");
     }
-    cluster_sync();  // every share in its slot
+    if constexpr (kMethod == Method::kBulkL2) cluster_sync();  // every share in its slot
     if (tid == 0) {
       for (int j = 0; j < splits; ++j) {
         if (j == rank) continue;
@@ -360,6 +364,8 @@ int main() {
                        run<Method::kGlobal>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
                                             out, times, c.label) +
                        run<Method::kBulkL2>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
+                                            out, times, c.label) +
+                       run<Method::kL2Read>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
                                             out, times, c.label);
     if (failed != 0) return 1;
   }
