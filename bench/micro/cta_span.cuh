@@ -27,6 +27,29 @@ __device__ __forceinline__ void record_cta_span(unsigned long long* times, int c
   }
 }
 
+// The same with the SM's cycles over the span (clock64), so that the host can tell the clock
+// the span ran at: times[3 cta .. 3 cta + 2] = start, end (ns), cycles.
+__device__ __forceinline__ void record_cta_span_and_cycles(unsigned long long* times, int cta,
+                                                           std::uint64_t start,
+                                                           long long start_cycles) {
+  __syncthreads();
+  const std::uint64_t end = global_ns();
+  const long long cycles = clock64() - start_cycles;
+  if (threadIdx.x == 0) {
+    times[3 * cta] = start;
+    times[3 * cta + 1] = end;
+    times[3 * cta + 2] = static_cast<unsigned long long>(cycles);
+  }
+}
+
+// Keeps every SM busy for about `cycles` clocks: launched before a measurement, it lifts the
+// clocks from idle, as a kernel in a model's stream finds them.
+__global__ inline void keep_busy(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
 // 0 on success; else prints what failed and returns 1.
 inline int check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));

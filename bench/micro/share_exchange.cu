@@ -18,7 +18,9 @@
 //           costs alone. It reads the slots bulk-l2 left, so it runs right after it.
 //   build/bench/mxlinear_share_exchange (the CMake target mxlinear_share_exchange)
 // Prints, per case, the median and maximum microseconds from a CTA's start (after a cluster
-// barrier) to its last store issued, over the last of five launches, and whether that launch's
+// barrier) to its last store issued, over the last of five launches (after ~100 us of every SM
+// kept busy, so the clocks are up; the median SM clock over the spans is printed), and whether
+// that launch's
 // sums are right (checked on the host; the program fails if not). The 64 x T split-4 cases
 // sweep the share's size at one split count and CTA shape: a time that grows with the bytes is
 // the exchange's bandwidth, one that does not is a fixed cost.
@@ -37,7 +39,8 @@ namespace {
 
 using mxlinear::micro::check;
 using mxlinear::micro::global_ns;
-using mxlinear::micro::record_cta_span;
+using mxlinear::micro::keep_busy;
+using mxlinear::micro::record_cta_span_and_cycles;
 
 // More than half an SM's shared memory: one CTA an SM, as in the GEMM.
 constexpr int kSmemBytes = 200 * 1024;
@@ -151,6 +154,7 @@ __global__ void exchange(int share_floats, float* workspace, __nv_bfloat16* out,
   }
   cluster_sync();
   const std::uint64_t start = global_ns();
+  const long long start_cycles = clock64();
   __nv_bfloat16* const my_out = out + static_cast<long long>(cta) * f;
   const float* const own = tile + rank * f;
   if constexpr (kMethod == Method::kOwn || kMethod == Method::kSync) {
@@ -236,7 +240,7 @@ __global__ void exchange(int share_floats, float* workspace, __nv_bfloat16* out,
     add_slots_and_store(own, inbox, splits, rank, f, my_out);
     if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
   }
-  record_cta_span(times, cta, start);
+  record_cta_span_and_cycles(times, cta, start, start_cycles);
 }
 
 // bf16 bits of x, rounded to nearest even (x finite).
@@ -288,7 +292,10 @@ int run(int splits, int share_floats, int threads, int ctas, float* workspace, _
   cluster.val.clusterDim.z = 1;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  std::vector<double> per_cta;
+  // ~100 us of every SM busy first: the clocks up, as in a model's stream.
+  keep_busy<<<264, 128>>>(200000);
+  if (check(cudaGetLastError(), "keep_busy")) return 1;
+  std::vector<double> per_cta, mhz;
   for (int rep = 0; rep < 5; ++rep) {  // the last of five: code and translations warm
     // Poisoned (bf16 NaN) before each launch, so a sum the launch did not write fails the check.
     if (check(cudaMemset(out, 0xFF, static_cast<std::size_t>(ctas) * share_floats * 2), "poison") ||
@@ -297,24 +304,28 @@ int run(int splits, int share_floats, int threads, int ctas, float* workspace, _
         check(cudaDeviceSynchronize(), "exchange")) {
       return 1;
     }
-    std::vector<unsigned long long> t(2 * static_cast<std::size_t>(ctas));
+    std::vector<unsigned long long> t(3 * static_cast<std::size_t>(ctas));
     if (check(cudaMemcpy(t.data(), times, t.size() * sizeof(t[0]), cudaMemcpyDeviceToHost),
               "download")) {
       return 1;
     }
     per_cta.clear();
+    mhz.clear();
     for (int c = 0; c < ctas; ++c) {
-      per_cta.push_back(static_cast<double>(t[2 * c + 1] - t[2 * c]) * 1e-3);
+      const auto ns = static_cast<double>(t[3 * c + 1] - t[3 * c]);
+      per_cta.push_back(ns * 1e-3);
+      if (ns > 0) mhz.push_back(static_cast<double>(t[3 * c + 2]) / ns * 1e3);
     }
   }
   std::sort(per_cta.begin(), per_cta.end());
+  std::sort(mhz.begin(), mhz.end());
   const int wrong = wrong_sums(out, splits, share_floats, ctas,
                                kMethod != Method::kOwn && kMethod != Method::kSync);
   if (wrong < 0) return 1;
-  std::printf("%-22s %7s %6d %7d %8.1f %7d %10.2f %10.2f  %s\n", label,
+  std::printf("%-22s %7s %6d %7d %8.1f %7d %10.2f %10.2f %8.0f  %s\n", label,
               kMethodNames[static_cast<int>(kMethod)], splits, ctas, share_floats * 4 / 1024.0,
               threads, per_cta[per_cta.size() / 2], per_cta.back(),
-              wrong == 0 ? "ok" : "WRONG SUMS");
+              mhz.empty() ? 0.0 : mhz[mhz.size() / 2], wrong == 0 ? "ok" : "WRONG SUMS");
   return wrong == 0 ? 0 : 1;
 }
 
@@ -347,11 +358,11 @@ int main() {
   unsigned long long* times = nullptr;
   if (check(cudaMalloc(&workspace, workspace_floats * 4), "cudaMalloc") ||
       check(cudaMalloc(&out, out_floats * 2), "cudaMalloc") ||
-      check(cudaMalloc(&times, 2 * sizeof(unsigned long long) * 132), "cudaMalloc")) {
+      check(cudaMalloc(&times, 3 * sizeof(unsigned long long) * 132), "cudaMalloc")) {
     return 1;
   }
-  std::printf("%-22s %7s %6s %7s %8s %7s %10s %10s  %s\n", "case", "method", "splits", "CTAs",
-              "share KB", "threads", "median us", "max us", "outputs");
+  std::printf("%-22s %7s %6s %7s %8s %7s %10s %10s %8s  %s\n", "case", "method", "splits", "CTAs",
+              "share KB", "threads", "median us", "max us", "SM MHz", "outputs");
   for (const Case& c : cases) {
     const int failed = run<Method::kOwn>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
                                          out, times, c.label) +
