@@ -8,6 +8,9 @@
 #               fence only showed there; docs/PERF.md)
 #   timeline    per-CTA phase stamps of decode, gemv and prefill configs ($TIMELINE_TARGETS) from a
 #               -DMXLINEAR_TIMELINE=ON build in build-timeline (mxlinear timeline)
+#   micro       the micro-benchmarks named in $MICRO (CMake targets under bench/micro, default
+#               mxlinear_share_exchange), built here and run one after another; micro-NAME.txt
+#               each (a failing check inside one fails the step)
 #   profile     Nsight Compute (speed of light, warp states, source-level stall counters, launch
 #               stats) on one launch per target; one ncu-NAME.txt each. $PROFILE_TARGETS, space
 #               separated, each either
@@ -265,6 +268,17 @@ prefill:w128_t128_st4_overlap_split2:128:6144:6144 prefill:w128_t256_st4_k64_ove
     IFS=: read -r kernel config m n k <<<"$target"
     build-timeline/tools/mxlinear timeline --kernel "$kernel" --config "$config" --m "$m" \
       --n "$n" --k "$k" ${TIMELINE_ARGS:-} 2>&1 | tee -a "$OUT/timeline.txt" || status=1
+  done
+fi
+
+if [[ " $steps " == *" micro "* ]]; then
+  for dir in "${!side_builds[@]}"; do wait_side_build "$dir"; done  # nothing compiles beside them
+  for name in ${MICRO:-mxlinear_share_exchange}; do
+    cmake --build build-device -j "$(nproc)" --target "$name" >"/tmp/micro-$name.log" 2>&1 ||
+      { echo "BUILD FAILED: $name"; tail -20 "/tmp/micro-$name.log"; status=1; continue; }
+    echo "== micro $name"
+    timeout 120 "build-device/bench/$name" 2>&1 | tee "$OUT/micro-$name.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
 fi
 
