@@ -44,7 +44,7 @@ __device__ __forceinline__ void record_cta_span_and_cycles(unsigned long long* t
 
 // Keeps every SM busy for about `cycles` clocks: launched before a measurement, it lifts the
 // clocks from idle, as a kernel in a model's stream finds them.
-__global__ inline void keep_busy(long long cycles) {
+static __global__ void keep_busy(long long cycles) {
   const long long start = clock64();
   while (clock64() - start < cycles) {
   }
