@@ -50,7 +50,8 @@ class DeviceBuffer {
     return out;
   }
   void download_to(void* dst, std::size_t bytes) const;
-  // Fills with 0xFF bytes: NaN in bf16, fp16 and fp32, so an unwritten element fails.
+  // Fills with 0xFF bytes (NaN in bf16, fp16 and fp32, so an unwritten element fails); done on
+  // return, so work on any stream sees it.
   void poison();
 
  private:
