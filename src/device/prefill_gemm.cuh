@@ -73,8 +73,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const std::uint32_t empty = full + 8 * Tile::kStages;
   const int tid = static_cast<int>(threadIdx.x);
 
-  // Full: the producer's expect_tx arrival; empty: one arrival per warp that consumes a stage.
-  if (tid == 0) hopper::init_ring(full, empty, Tile::kStages, 1, 4 * Tile::kRowGroups);
+  // Full and weights full: the producer's expect_tx arrival; empty: one arrival per warp that
+  // consumes a stage.
+  if (tid == 0) {
+    for (int s = 0; s < Tile::kStages; ++s) {
+      hopper::mbarrier_init(smem + Tile::kWeightsFullOffset + 8 * s, 1);
+    }
+    hopper::init_ring(full, empty, Tile::kStages, 1, 4 * Tile::kRowGroups);  // fences all inits
+  }
   __syncthreads();
   // A walking CTA lets the next kernel launch at once (it holds its SM to the end anyway); a
   // tile CTA once its main loop ended (below).

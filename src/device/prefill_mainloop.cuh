@@ -79,12 +79,15 @@ struct PrefillTile {
   // 256-token tiles stage 64 tokens a round (35 KB fits beside their 160 KB rings and the scales
   // of K = 6144): 4 rounds instead of 16, each costing two barriers and a store's latency.
   static constexpr int kStagedTokens = kTokens_ == 256 ? 64 : 16, kStagedStride = 68;
-  static constexpr int kStagingOffset = kBarrierOffset + 2 * kStages * 8;
+  // Three barriers a slot: full (the activation copies landed), empty (the consumers released
+  // it) and weights full (the weight copy landed), so that a stage's weights, copied before the
+  // wait on the previous kernel, are widened while its activation copies are still in flight.
+  static constexpr int kWeightsFullOffset = kBarrierOffset + 2 * kStages * 8;
+  static constexpr int kStagingOffset = kBarrierOffset + 3 * kStages * 8;
   static constexpr int kStagingBytes =
       kPersistent ? kConsumerGroups * kStagedTokens * kStagedStride * 4 : 0;
   static constexpr int kScaleOffset = kStagingOffset + kStagingBytes;
   static constexpr int kFixedSmemBytes = kScaleOffset + 1024;  // + alignment slack
-  static constexpr std::uint32_t kTxBytes = kWTileBytes + kATileBytes;
   static constexpr int kAccRegs = kTokens / 2;
   // After the main loop the ring holds the CTA's fp32 tile, for the store or the cluster
   // reduction: split-share-major (share_tile.cuh), which with one split is the padded
@@ -149,14 +152,16 @@ __device__ __forceinline__ void produce(const CUtensorMap* w_map, const CUtensor
                                         std::uint32_t smem, std::uint32_t full, std::uint32_t empty,
                                         int c_begin, int chunks, int n0, int t0,
                                         int ring_base = 0) {
+  const std::uint32_t weights_full = smem + Tile::kWeightsFullOffset;
   auto weights = [&](int c) {
     const int s = (ring_base + c) % Tile::kStages;
-    hopper::mbarrier_arrive_expect_tx(full + 8 * s, Tile::kTxBytes);
+    hopper::mbarrier_arrive_expect_tx(weights_full + 8 * s, Tile::kWTileBytes);
     hopper::tma_load_2d(smem + Tile::kWTileOffset + s * Tile::kWTileBytes, w_map,
-                        128 * c_begin + c * Tile::kBK, n0, full + 8 * s);
+                        128 * c_begin + c * Tile::kBK, n0, weights_full + 8 * s);
   };
   auto activations = [&](int c) {
     const int s = (ring_base + c) % Tile::kStages;
+    hopper::mbarrier_arrive_expect_tx(full + 8 * s, Tile::kATileBytes);
     const std::uint32_t dst = smem + Tile::kATileOffset + s * Tile::kATileBytes;
     const int k0 = 128 * c_begin + c * Tile::kBK;
 #pragma unroll
@@ -302,7 +307,8 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
     }
     const int g = ring_base + c;
     const int s = g % Tile::kStages;
-    hopper::mbarrier_wait(full + 8 * s, (g / Tile::kStages) & 1);
+    const std::uint32_t phase = (g / Tile::kStages) & 1;
+    hopper::mbarrier_wait(smem + Tile::kWeightsFullOffset + 8 * s, phase);
     const std::uint8_t* w_tile = smem_ptr + Tile::kWTileOffset + s * Tile::kWTileBytes;
     // One word load per row and stage: the stage's blocks lie in one chunk's word.
     const int b0 = Tile::kBlocksPerStage * c;
@@ -320,6 +326,7 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
       mx::e4m3x4_scaled_to_bf16x2x2(r0.y, s0, a[block][1][0], a[block][1][2]);
       mx::e4m3x4_scaled_to_bf16x2x2(r8.y, s8, a[block][1][1], a[block][1][3]);
     }
+    hopper::mbarrier_wait(full + 8 * s, phase);  // the stage's activations
     hopper::pin(acc);
     hopper::wgmma_fence();
 #pragma unroll
