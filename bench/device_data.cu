@@ -55,7 +55,8 @@ __global__ void read_all_kernel(const uint4* data, std::size_t count, unsigned* 
 // would ideally do, without the GEMM.
 constexpr int kStreamLoads = 4;
 
-__global__ void stream_read_kernel(const uint4* data, std::size_t count, unsigned* sink) {
+__device__ __forceinline__ void stream_read_words(const uint4* data, std::size_t count,
+                                                  unsigned* sink) {
   const std::size_t first =
       (blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x) * kStreamLoads;
   uint4 v[kStreamLoads];
@@ -66,6 +67,19 @@ __global__ void stream_read_kernel(const uint4* data, std::size_t count, unsigne
 #pragma unroll
   for (int i = 0; i < kStreamLoads; ++i) acc ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
   if (acc == 0x12345678u) *sink = acc;
+}
+
+__global__ void stream_read_kernel(const uint4* data, std::size_t count, unsigned* sink) {
+  stream_read_words(data, count, sink);
+}
+
+// The same read as a programmatic dependent that lets the next kernel launch at once and never
+// waits for the one before (it reads only weights, which nothing writes): consecutive reads
+// overlap as far as the hardware lets them, with no launch gap or tail between them.
+__global__ void stream_read_overlapped_kernel(const uint4* data, std::size_t count,
+                                              unsigned* sink) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  stream_read_words(data, count, sink);
 }
 
 // The decode kernel's access pattern without its arithmetic: CTA (tile, split) reads rows
@@ -145,6 +159,25 @@ void stream_read(const void* data, std::size_t bytes, unsigned* sink, cudaStream
   const auto blocks = static_cast<unsigned>((count + per_block - 1) / per_block);
   if (blocks == 0) return;
   stream_read_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint4*>(data), count, sink);
+}
+
+cudaError_t stream_read_overlapped(const void* data, std::size_t bytes, unsigned* sink,
+                                   cudaStream_t stream) {
+  const std::size_t count = bytes / 16;
+  const std::size_t per_block = std::size_t{kThreads} * kStreamLoads;
+  const auto blocks = static_cast<unsigned>((count + per_block - 1) / per_block);
+  if (blocks == 0) return cudaSuccess;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, stream_read_overlapped_kernel, static_cast<const uint4*>(data),
+                            count, sink);
 }
 
 void read_tiles(const void* data, std::int64_t n, std::int64_t k, int splits, unsigned* sink,

@@ -25,6 +25,12 @@ void read_all(const void* data, std::size_t bytes, unsigned* sink, cudaStream_t 
 // of as many CTAs as that takes: how fast a plain kernel streams a layer's weights.
 void stream_read(const void* data, std::size_t bytes, unsigned* sink, cudaStream_t stream);
 
+// stream_read launched as a programmatic dependent that lets the next kernel launch at its entry
+// and never waits: a chain of them overlaps each read with the next one's launch and ramp, the
+// least time any chain of kernels reading those weights in order can take.
+cudaError_t stream_read_overlapped(const void* data, std::size_t bytes, unsigned* sink,
+                                   cudaStream_t stream);
+
 // Reads the [n, k] e4m3 weight the way the decode kernel's CTAs do (64-row tiles, `splits` K
 // ranges, 128-byte pieces a row apart), all loads issued at once; does nothing for shapes
 // outside that pattern (n % 64, k % (128 splits), K / splits > 768).
