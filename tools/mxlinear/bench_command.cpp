@@ -13,10 +13,10 @@
 #include <random>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "anchor_table.hpp"
 #include "anchors.hpp"
 #include "bench_layer.hpp"
 #include "device_data.hpp"
@@ -102,28 +102,6 @@ Ceilings measure_ceilings(bench::Anchors& anchors, double warm_seconds, cudaStre
                         1, timing, stream));
   c.fp8_flops = flops / (fp8.median * 1e-6);
   return c;
-}
-
-// tri_mx (Triton dot_scaled) from the brief's table, keyed by (n, k, m).
-std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, double> load_tri_mx(
-    const std::string& path) {
-  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, double> table;
-  if (path.empty()) return table;
-  std::ifstream in(path);
-  if (!in) {
-    throw Error(ErrorCode::kInvalidArgument, "anchors",
-                fmt::format("bench: argument 'anchors' is '{}', which cannot be opened", path));
-  }
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#' || line.rfind("layer,", 0) == 0) continue;
-    std::stringstream ss(line);
-    std::vector<std::string> f;
-    for (std::string field; std::getline(ss, field, ',');) f.push_back(field);
-    if (f.size() < 8) continue;
-    table[{std::stoll(f[1]), std::stoll(f[2]), std::stoll(f[3])}] = std::stod(f[7]);
-  }
-  return table;
 }
 
 // The activation quantizer alone, its bf16 inputs rotating through copies worth >= 3x L2 like
@@ -451,6 +429,9 @@ int run_bench(const BenchOptions& o) {
       return 2;
     }
   }
+  // The input files first: a bad one is reported with or without a GPU.
+  const auto tri_mx = bench::load_tri_mx(o.anchors);
+  const std::vector<ModelLayer> layers = load_model(o.model);
   if (!gpu_available()) {
     fmt::print(stderr, "mxlinear bench: SKIPPED: no sm_90 GPU; nothing to time\n");
     return kExitSkipped;
@@ -500,8 +481,6 @@ int run_bench(const BenchOptions& o) {
               {"rows", json::array()},
               {"geomeans", json::array()}};
   if (!o.ceilings_only) {
-    const auto tri_mx = load_tri_mx(o.anchors);
-    const std::vector<ModelLayer> layers = load_model(o.model);
     std::vector<std::pair<std::int64_t, std::int64_t>> shapes;
     std::map<std::pair<std::int64_t, std::int64_t>, std::string> names;
     for (const auto& l : layers) {

@@ -26,6 +26,10 @@ int main(int argc, char** argv) {
   } catch (const mxlinear::Error& e) {
     fmt::print(stderr, "mxlinear: {}: {}\n", mxlinear::to_string(e.code()), e.what());
     return 2;
+  } catch (const std::exception& e) {
+    // Anything else (a library below us, the standard library): reported, never a terminate.
+    fmt::print(stderr, "mxlinear: error: {}\n", e.what());
+    return 2;
   }
   return exit_code;
 }
