@@ -6,11 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <map>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <random>
 #include <regex>
 #include <set>
 #include <string>
@@ -19,6 +18,8 @@
 #include "anchor_table.hpp"
 #include "anchors.hpp"
 #include "bench_layer.hpp"
+#include "bench_rates.hpp"
+#include "bench_step.hpp"
 #include "device_data.hpp"
 #include "device_memory.hpp"
 #include "harness.hpp"
@@ -67,83 +68,6 @@ struct SweepFilter {
 };
 
 void cuda(cudaError_t e, const char* what) { cuda_or_throw(e, what); }
-
-struct Ceilings {
-  double read_bytes_per_s = 0, bf16_flops = 0, fp8_flops = 0;
-};
-
-// Read bandwidth over 2 GiB, and the cuBLAS bf16 / cuBLASLt FP8 rates at 8192^3.
-Ceilings measure_ceilings(bench::Anchors& anchors, double warm_seconds, cudaStream_t stream) {
-  const bench::Timing timing{5, warm_seconds};
-  Ceilings c;
-  const std::size_t bytes = std::size_t{2} << 30;
-  {
-    DeviceMemory data(bytes), sink(16);
-    bench::fill_e4m3(data.bytes(), bytes, 7, stream);
-    const auto t = bench::summarize(bench::time_graph(
-        [&](int) { bench::read_all(data.ptr, bytes, static_cast<unsigned*>(sink.ptr), stream); }, 3,
-        1, timing, stream));
-    c.read_bytes_per_s = static_cast<double>(bytes) / (t.median * 1e-6);
-  }
-  const int n = 8192;
-  const std::size_t elems = static_cast<std::size_t>(n) * n;
-  DeviceMemory a(elems * 2), b(elems * 2), out(elems * 2);
-  bench::fill_bf16(a.ptr, elems, 1, stream);
-  bench::fill_bf16(b.ptr, elems, 2, stream);
-  const double flops = 2.0 * n * n * n;
-  const auto bf16 = bench::summarize(
-      bench::time_graph([&](int) { anchors.bf16_gemm(a.ptr, b.ptr, out.ptr, n, n, n, stream); }, 3,
-                        1, timing, stream));
-  c.bf16_flops = flops / (bf16.median * 1e-6);
-  bench::fill_e4m3(a.bytes(), elems, 3, stream);
-  bench::fill_e4m3(b.bytes(), elems, 4, stream);
-  const auto fp8 = bench::summarize(
-      bench::time_graph([&](int) { anchors.fp8_gemm(a.ptr, b.ptr, out.ptr, n, n, n, stream); }, 3,
-                        1, timing, stream));
-  c.fp8_flops = flops / (fp8.median * 1e-6);
-  return c;
-}
-
-// The activation quantizer alone, its bf16 inputs rotating through copies worth >= 3x L2 like
-// the weights (issue 3's goal: >= 80% of read bandwidth for M >= 512).
-json bench_quantize(std::int64_t m, std::int64_t k, std::size_t l2, const Ceilings& ceil,
-                    const bench::Timing& timing, cudaStream_t stream) {
-  const std::size_t bytes = static_cast<std::size_t>(m * k) * 2;
-  const int copies = std::min(bench::rotation_copies(bytes, l2), 256);
-  DeviceMemory x(bytes * static_cast<std::size_t>(copies)), q(static_cast<std::size_t>(m * k)),
-      s(static_cast<std::size_t>(m * k / 32));
-  bench::fill_bf16(x.ptr, static_cast<std::size_t>(m * k) * static_cast<std::size_t>(copies), 5,
-                   stream);
-  const TensorView qv = TensorView::contiguous(q.ptr, {m, k}, DType::kE4M3, Location::kDevice);
-  const TensorView sv = TensorView::contiguous(s.ptr, {m, k / 32}, DType::kE8M0, Location::kDevice);
-  const auto t = bench::summarize(bench::time_graph(
-      [&](int i) {
-        quantize(TensorView::contiguous(x.bytes() + static_cast<std::size_t>(i % copies) * bytes,
-                                        {m, k}, DType::kBF16, Location::kDevice),
-                 qv, sv, stream);
-      },
-      std::max(copies, 8), 2, timing, stream));
-  // The same bytes in and out with no arithmetic: what this traffic allows.
-  const auto copy = bench::summarize(bench::time_graph(
-      [&](int i) {
-        bench::narrowing_copy(x.bytes() + static_cast<std::size_t>(i % copies) * bytes,
-                              static_cast<std::size_t>(m * k), q.ptr, s.ptr, stream);
-      },
-      std::max(copies, 8), 2, timing, stream));
-  const double read_per_s = static_cast<double>(bytes) / (t.median * 1e-6);
-  // Every byte moved: bf16 in, e4m3 and one scale byte per 32 elements out.
-  const double moved = static_cast<double>(bytes) + static_cast<double>(m * k) * (1.0 + 1.0 / 32);
-  const double moved_per_s = moved / (t.median * 1e-6);
-  return {{"m", m},
-          {"k", k},
-          {"us", t.median},
-          {"read_tb_s", read_per_s / 1e12},
-          {"fraction_of_read_ceiling", read_per_s / ceil.read_bytes_per_s},
-          {"moved_tb_s", moved_per_s / 1e12},
-          {"moved_fraction_of_read_ceiling", moved_per_s / ceil.read_bytes_per_s},
-          {"narrowing_copy_us", copy.median},
-          {"rotation_copies", copies}};
-}
 
 std::string dispatch_name(std::int64_t n, std::int64_t k, std::int64_t m) {
   const DeviceDescription device = DeviceDescription::current();
@@ -336,85 +260,6 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     if (!configs_waves.empty()) row["configs_waves"] = configs_waves;
   }
   if (!std::isnan(tri_mx)) row["tri_mx_us"] = tri_mx;
-  return row;
-}
-
-// The decode step: every layer instance of the model with its own weights, back to back in one
-// graph, for our linear (bf16 activations, quantized inside) and the two anchors.
-json bench_step(const std::vector<ModelLayer>& layers, std::int64_t m, bench::Anchors& anchors,
-                const bench::Timing& timing, cudaStream_t stream) {
-  std::int64_t max_n = 0, max_k = 0;
-  std::vector<ModelLayer> instances;
-  for (const auto& l : layers) {
-    for (int c = 0; c < l.count; ++c) instances.push_back(l);
-    max_n = std::max(max_n, l.n);
-    max_k = std::max(max_k, l.k);
-  }
-  std::vector<std::unique_ptr<DeviceMemory>> data, scales, bf16;
-  double weight_bytes = 0;
-  for (std::size_t i = 0; i < instances.size(); ++i) {
-    const auto nk = static_cast<std::size_t>(instances[i].n * instances[i].k);
-    data.push_back(std::make_unique<DeviceMemory>(nk));
-    scales.push_back(std::make_unique<DeviceMemory>(nk / 32));
-    bf16.push_back(std::make_unique<DeviceMemory>(nk * 2));
-    bench::fill_e4m3(data.back()->bytes(), nk, 100 + i, stream);
-    bench::fill_scales(scales.back()->bytes(), nk / 32, 200 + i, 117, 124, stream);
-    bench::fill_bf16(bf16.back()->ptr, nk, 300 + i, stream);
-    weight_bytes += static_cast<double>(nk) * (1.0 + 1.0 / 32);
-  }
-  const std::int64_t mp = bench::pad16(m);
-  DeviceMemory x(static_cast<std::size_t>(mp * max_k) * 2),
-      xq(static_cast<std::size_t>(mp * max_k)), xs(static_cast<std::size_t>(mp * max_k / 32)),
-      out(static_cast<std::size_t>(mp * max_n) * 2), ws(linear_workspace_bytes(m, max_k));
-  bench::fill_bf16(x.ptr, static_cast<std::size_t>(mp * max_k), 9, stream);
-  cuda(cudaMemsetAsync(xq.ptr, 0, static_cast<std::size_t>(mp * max_k), stream), "zero");
-  const Workspace workspace{ws.ptr, linear_workspace_bytes(m, max_k)};
-  const int calls = static_cast<int>(instances.size());
-  auto step_ms = [&](const std::function<void(int)>& f) {
-    return bench::summarize(bench::time_graph(f, calls, 2, timing, stream)).median * calls / 1000;
-  };
-  json row = {{"m", m}, {"gemms", calls}, {"weight_bytes", weight_bytes}};
-  DeviceMemory sink(16);
-  row["weight_stream_ms"] = step_ms([&](int i) {
-    const auto& l = instances[static_cast<std::size_t>(i)];
-    bench::stream_read(data[static_cast<std::size_t>(i)]->ptr, static_cast<std::size_t>(l.n * l.k),
-                       static_cast<unsigned*>(sink.ptr), stream);
-  });
-  // The same reads overlapped (each kernel lets the next launch at once and waits for nothing):
-  // what a step of weight-bound kernels could take at best if one layer's weights streamed while
-  // the layer before still ran, the bar for the decode-step goals (issue 6).
-  row["weight_stream_overlapped_ms"] = step_ms([&](int i) {
-    const auto& l = instances[static_cast<std::size_t>(i)];
-    cuda(bench::stream_read_overlapped(data[static_cast<std::size_t>(i)]->ptr,
-                                       static_cast<std::size_t>(l.n * l.k),
-                                       static_cast<unsigned*>(sink.ptr), stream),
-         "overlapped weight read");
-  });
-  row["mxlinear_ms"] = step_ms([&](int i) {
-    const auto& l = instances[static_cast<std::size_t>(i)];
-    linear(TensorView::contiguous(x.ptr, {m, l.k}, DType::kBF16, Location::kDevice),
-           MxWeight{TensorView::contiguous(data[static_cast<std::size_t>(i)]->ptr, {l.n, l.k},
-                                           DType::kE4M3, Location::kDevice),
-                    TensorView::contiguous(scales[static_cast<std::size_t>(i)]->ptr,
-                                           {l.n, l.k / 32}, DType::kE8M0, Location::kDevice)},
-           std::nullopt, TensorView::contiguous(out.ptr, {m, l.n}, DType::kBF16, Location::kDevice),
-           stream, workspace);
-  });
-  try {
-    row["cublas_bf16_ms"] = step_ms([&](int i) {
-      const auto& l = instances[static_cast<std::size_t>(i)];
-      anchors.bf16_gemm(x.ptr, bf16[static_cast<std::size_t>(i)]->ptr, out.ptr, static_cast<int>(m),
-                        static_cast<int>(l.n), static_cast<int>(l.k), stream);
-    });
-    row["cublaslt_fp8_tensor_ms"] = step_ms([&](int i) {
-      const auto& l = instances[static_cast<std::size_t>(i)];
-      anchors.fp8_gemm(xq.ptr, data[static_cast<std::size_t>(i)]->ptr, out.ptr,
-                       static_cast<int>(mp), static_cast<int>(l.n), static_cast<int>(l.k), stream);
-    });
-  } catch (const std::exception& e) {
-    row["anchor_error"] = e.what();
-    (void)cudaGetLastError();
-  }
   return row;
 }
 
