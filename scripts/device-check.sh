@@ -31,6 +31,7 @@
 #               build-variant-timeline: bench-variant.json, bench-variant.txt and
 #               timeline-variant.txt (VARIANT_BENCH=0: timelines only). Next to `bench` in the
 #               same call, like `ab`. The timeline and variant builds run beside the main one
+# Each step but sass and select appends "STEP ended at N s" (since the call began) to machine.txt.
 # PACK_OUT=1 packs everything the call wrote into $OUT/out.tgz as it ends (a build failure
 # included): the device returns at most 8 files, which a call with several steps outgrows.
 # Extra bench arguments go in $BENCH_ARGS (SAMPLE_CLOCKS=1 also samples the clocks meanwhile);
@@ -66,6 +67,8 @@ fi
 cat "$OUT/machine.txt"
 
 t0=$(date +%s)
+# How long each step took, for planning device time: "STEP ended at N s" in machine.txt.
+step_ended() { echo "$1 ended at $(( $(date +%s) - t0 )) s" | tee -a "$OUT/machine.txt"; }
 # The CLI builds that the timeline and variant steps need start now, in the background beside
 # the main build: each is bound by one long translation unit (prefill_gemm.cu), so side by side
 # they cost little more than one. side_build DIR FLAGS... starts one; wait_side_build DIR waits.
@@ -122,6 +125,7 @@ if [[ " $steps " == *" test "* ]]; then
     >"$OUT/ctest.log" 2>&1 || status=1
   tail -5 "$OUT/ctest.log"
   grep -E "Failed|\*\*\*" "$OUT/ctest.log" | head -20
+  step_ended test
 fi
 
 if [[ " $steps " == *" sanitize "* ]]; then
@@ -165,6 +169,7 @@ if [[ " $steps " == *" sanitize "* ]]; then
   done
   for job in $(jobs -p); do wait "$job" || status=1; done
   rm -f "$OUT/.sanitize.lock"
+  step_ended sanitize
 fi
 
 if [[ " $steps " == *" sass "* ]]; then
@@ -226,6 +231,7 @@ if [[ " $steps " == *" stress "* ]]; then
       $first_failure --out-dtype fp32 --repeat 1 --seed 7 >>"$log" 2>&1
     grep -E "RACECHECK SUMMARY|Race reported" "$log" | head -5
   fi
+  step_ended stress
 fi
 
 if [[ " $steps " == *" profile "* ]]; then
@@ -254,6 +260,7 @@ check:decode:decode:t8_st4_split8:1:2560:6144 check:gemv_ring:gemv:t8_w8_r4:1:25
     grep -E "Duration|Compute \(SM\) Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy" \
       "$OUT/ncu-$name.txt" | head -8
   done
+  step_ended profile
 fi
 
 if [[ " $steps " == *" timeline "* ]]; then
@@ -269,6 +276,7 @@ prefill:w128_t128_st4_overlap_split2:128:6144:6144 prefill:w128_t256_st4_k64_ove
     build-timeline/tools/mxlinear timeline --kernel "$kernel" --config "$config" --m "$m" \
       --n "$n" --k "$k" ${TIMELINE_ARGS:-} 2>&1 | tee -a "$OUT/timeline.txt" || status=1
   done
+  step_ended timeline
 fi
 
 if [[ " $steps " == *" micro "* ]]; then
@@ -280,6 +288,7 @@ if [[ " $steps " == *" micro "* ]]; then
     timeout 120 "build-device/bench/$name" 2>&1 | tee "$OUT/micro-$name.txt"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
+  step_ended micro
 fi
 
 if [[ " $steps " == *" bench "* ]]; then
@@ -301,6 +310,7 @@ if [[ " $steps " == *" bench "* ]]; then
     wait "$sampler" 2>/dev/null
     python3 scripts/clock_summary.py "$OUT/clocks.csv" | tee -a "$OUT/bench.txt"
   fi
+  step_ended bench
 fi
 
 if [[ " $steps " == *" ab "* ]]; then
@@ -333,6 +343,7 @@ if [[ " $steps " == *" ab "* ]]; then
   done
   "$base/build-plain/tools/mxlinear" bench ${BENCH_ARGS:-} --json "$OUT/bench-base.json" 2>&1 |
     tee "$OUT/bench-base.txt"
+  step_ended ab
 fi
 if [[ " $steps " == *" variant "* ]]; then
   # Several variants: flag sets separated by ';', measured one after another (outputs suffixed
@@ -355,5 +366,6 @@ if [[ " $steps " == *" variant "* ]]; then
         tee "$OUT/bench-variant$suffix.txt"
     fi
   done
+  step_ended variant
 fi
 exit $status
