@@ -331,6 +331,17 @@ int run(int splits, int share_floats, int threads, int ctas, float* workspace, _
 
 }  // namespace
 
+// Every method in the order given (a comma fold: left to right, as the table prints), returning
+// how many failed.
+template <Method... kMethods>
+int run_methods(int splits, int share_floats, int threads, int ctas, float* workspace,
+                __nv_bfloat16* out, unsigned long long* times, const char* label) {
+  int failed = 0;
+  ((failed += run<kMethods>(splits, share_floats, threads, ctas, workspace, out, times, label)),
+   ...);
+  return failed;
+}
+
 int main() {
   struct Case {
     const char* label;  // the prefill tile and split count it stands for
@@ -364,22 +375,10 @@ int main() {
   std::printf("%-22s %7s %6s %7s %8s %7s %10s %10s %8s  %s\n", "case", "method", "splits", "CTAs",
               "share KB", "threads", "median us", "max us", "SM MHz", "outputs");
   for (const Case& c : cases) {
-    const int failed = run<Method::kOwn>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
-                                         out, times, c.label) +
-                       run<Method::kSync>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
-                                          out, times, c.label) +
-                       run<Method::kPull>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
-                                          out, times, c.label) +
-                       run<Method::kPush>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
-                                          out, times, c.label) +
-                       run<Method::kBulk>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
-                                          out, times, c.label) +
-                       run<Method::kGlobal>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
-                                            out, times, c.label) +
-                       run<Method::kBulkL2>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
-                                            out, times, c.label) +
-                       run<Method::kL2Read>(c.splits, c.share_floats, c.threads, c.ctas, workspace,
-                                            out, times, c.label);
+    const int failed =
+        run_methods<Method::kOwn, Method::kSync, Method::kPull, Method::kPush, Method::kBulk,
+                    Method::kGlobal, Method::kBulkL2, Method::kL2Read>(
+            c.splits, c.share_floats, c.threads, c.ctas, workspace, out, times, c.label);
     if (failed != 0) return 1;
   }
   cudaFree(times);
