@@ -153,10 +153,19 @@ void read_all(const void* data, std::size_t bytes, unsigned* sink, cudaStream_t 
                                                         sink);
 }
 
+namespace {
+
+// CTAs of a stream read of `count` 16-byte words: kStreamLoads a thread.
+unsigned stream_read_ctas(std::size_t count) {
+  const std::size_t per_block = std::size_t{kThreads} * kStreamLoads;
+  return static_cast<unsigned>((count + per_block - 1) / per_block);
+}
+
+}  // namespace
+
 void stream_read(const void* data, std::size_t bytes, unsigned* sink, cudaStream_t stream) {
   const std::size_t count = bytes / 16;
-  const std::size_t per_block = std::size_t{kThreads} * kStreamLoads;
-  const auto blocks = static_cast<unsigned>((count + per_block - 1) / per_block);
+  const unsigned blocks = stream_read_ctas(count);
   if (blocks == 0) return;
   stream_read_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint4*>(data), count, sink);
 }
@@ -164,8 +173,7 @@ void stream_read(const void* data, std::size_t bytes, unsigned* sink, cudaStream
 cudaError_t stream_read_overlapped(const void* data, std::size_t bytes, unsigned* sink,
                                    cudaStream_t stream) {
   const std::size_t count = bytes / 16;
-  const std::size_t per_block = std::size_t{kThreads} * kStreamLoads;
-  const auto blocks = static_cast<unsigned>((count + per_block - 1) / per_block);
+  const unsigned blocks = stream_read_ctas(count);
   if (blocks == 0) return cudaSuccess;
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
