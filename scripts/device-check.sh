@@ -23,13 +23,15 @@
 #   ab          the same bench ($BENCH_ARGS) and timelines ($TIMELINE_TARGETS, when set) on a
 #               base: this tree with the diff $AB_PATCH (a file in the tree, e.g. from
 #               `git diff BASE > ab.patch`) reversed, built in /tmp/ab-base; bench-base.json,
-#               bench-base.txt and timeline-base.txt. Same machine, same call: the only fair
-#               comparison (machines differ by up to ~10%)
+#               bench-base.txt, timeline-base.txt and ab-summary.md (scripts/ab_summary.py:
+#               change / base per M, with `bench` in the same call). Same machine, same call: the
+#               only fair comparison (machines differ by up to ~10%)
 #   variant     the same bench ($BENCH_ARGS) and timelines ($TIMELINE_TARGETS, when set) on this
 #               tree built with $VARIANT_FLAGS added to the CUDA flags (a measurement-only
 #               switch, e.g. -DMXLINEAR_PREFETCH_ALL; several sets separated by ';'), in build-variant and
-#               build-variant-timeline: bench-variant.json, bench-variant.txt and
-#               timeline-variant.txt (VARIANT_BENCH=0: timelines only). Next to `bench` in the
+#               build-variant-timeline: bench-variant.json, bench-variant.txt,
+#               variant-summary.md (this tree / the variant, per M) and timeline-variant.txt
+#               (VARIANT_BENCH=0: timelines only). Next to `bench` in the
 #               same call, like `ab`. The timeline and variant builds run beside the main one
 # Each step but sass and select appends "STEP ended at N s" (since the call began) to machine.txt.
 # PACK_OUT=1 packs everything the call wrote into $OUT/out.tgz as it ends (a build failure
@@ -343,6 +345,9 @@ if [[ " $steps " == *" ab "* ]]; then
   done
   "$base/build-plain/tools/mxlinear" bench ${BENCH_ARGS:-} --json "$OUT/bench-base.json" 2>&1 |
     tee "$OUT/bench-base.txt"
+  # The change against its base, per M (needs the bench step's bench.json from this call).
+  [ -f "$OUT/bench.json" ] && python3 scripts/ab_summary.py "$OUT/bench.json" "$OUT/bench-base.json" |
+    tee "$OUT/ab-summary.md"
   step_ended ab
 fi
 if [[ " $steps " == *" variant "* ]]; then
@@ -364,6 +369,9 @@ if [[ " $steps " == *" variant "* ]]; then
       wait_side_build "build-variant$suffix" || exit 1
       build-variant$suffix/tools/mxlinear bench ${BENCH_ARGS:-} --json "$OUT/bench-variant$suffix.json" 2>&1 |
         tee "$OUT/bench-variant$suffix.txt"
+      # The tree against its variant build, per M.
+      [ -f "$OUT/bench.json" ] && python3 scripts/ab_summary.py "$OUT/bench.json" \
+        "$OUT/bench-variant$suffix.json" | tee "$OUT/variant$suffix-summary.md"
     fi
   done
   step_ended variant
