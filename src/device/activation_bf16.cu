@@ -15,6 +15,14 @@ constexpr int kThreads = 256;
 // (GroupWalk): no division per group. Each thread loads its next group before converting the
 // current one, so a load is always in flight (a load-then-store loop waits out a memory round
 // trip per group).
+//
+// The block's 64 output bytes are four 16-byte pieces, piece i holding pair i of groups 0-3.
+// The four groups of a block sit in four neighbouring lanes (a lane's group index and its lane
+// index agree mod 4, since the stride and K / 8 are multiples of 4), so the quad transposes its
+// 4 x 4 words and each lane stores one whole piece: a warp's store is 512 contiguous bytes
+// (storing each group's four words in place took four stores of 4 bytes, 16 apart, each
+// touching every sector of the warp's span half; session 25's one-block-a-thread stores, 64
+// bytes apart across the warp, were 1.4-1.9x slower still).
 struct PrePassGroup {
   uint2 bytes;
   std::uint8_t scale;
@@ -26,6 +34,36 @@ __device__ __forceinline__ PrePassGroup load_group(const ActivationBf16Params& p
   const std::int64_t r = at.row;
   return {*reinterpret_cast<const uint2*>(p.q + r * p.ld_q + 8 * at.group),
           p.scales[r * p.ld_scales + at.group / 4]};
+}
+
+// Lane t of a quad holds row t of a 4 x 4 matrix of words (group t's pairs 0-3); afterwards it
+// holds column t (pair t of groups 0-3). Two exchanges: the off-diagonal 2 x 2 blocks with the
+// lane two away, then each 2 x 2 block's off-diagonal words with the neighbouring lane. Every
+// lane of a quad takes part: the walk keeps a block's four groups together.
+__device__ __forceinline__ void transpose_in_quad(std::uint32_t (&w)[4], int t) {
+  const unsigned quad = 0xFu << (static_cast<int>(threadIdx.x) & 28);
+  const bool low_half = t < 2;
+  std::uint32_t send0 = low_half ? w[2] : w[0], send1 = low_half ? w[3] : w[1];
+  std::uint32_t got0 = __shfl_xor_sync(quad, send0, 2), got1 = __shfl_xor_sync(quad, send1, 2);
+  if (low_half) {
+    w[2] = got0;
+    w[3] = got1;
+  } else {
+    w[0] = got0;
+    w[1] = got1;
+  }
+  const bool even = (t & 1) == 0;
+  send0 = even ? w[1] : w[0];
+  send1 = even ? w[3] : w[2];
+  got0 = __shfl_xor_sync(quad, send0, 1);
+  got1 = __shfl_xor_sync(quad, send1, 1);
+  if (even) {
+    w[1] = got0;
+    w[3] = got1;
+  } else {
+    w[0] = got0;
+    w[2] = got1;
+  }
 }
 
 __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const ActivationBf16Params p) {
@@ -49,13 +87,13 @@ __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const Activat
     const PrePassGroup next = load_group(p, walk.at);
     const int block = at.group / 4, t = at.group % 4;
     const float scale = mx::scale_from_byte(current.scale);
-    std::uint32_t out[4];
-    mx::e4m3x4_scaled_to_bf16x2x2(current.bytes.x, scale, out[0], out[1]);
-    mx::e4m3x4_scaled_to_bf16x2x2(current.bytes.y, scale, out[2], out[3]);
+    std::uint32_t w[4];
+    mx::e4m3x4_scaled_to_bf16x2x2(current.bytes.x, scale, w[0], w[1]);
+    mx::e4m3x4_scaled_to_bf16x2x2(current.bytes.y, scale, w[2], w[3]);
+    transpose_in_quad(w, t);
     auto* dst = static_cast<std::uint16_t*>(p.out) + static_cast<std::int64_t>(at.row) * p.ld_out +
-                32 * block + 2 * t;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) *reinterpret_cast<std::uint32_t*>(dst + 8 * i) = out[i];
+                32 * block + 8 * t;
+    *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
     current = next;
   }
 }
@@ -63,6 +101,10 @@ __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const Activat
 }  // namespace
 
 cudaError_t launch_activation_bf16(const ActivationBf16Params& p, cudaStream_t stream) {
+  // Each lane stores a 16-byte piece.
+  if (reinterpret_cast<std::uintptr_t>(p.out) % 16 != 0 || p.ld_out % 8 != 0) {
+    return cudaErrorInvalidValue;
+  }
   const std::int64_t threads = static_cast<std::int64_t>(p.m) * (p.k / 8);
   if (threads == 0) return cudaSuccess;
   dim3 grid;

@@ -16,8 +16,8 @@ struct ActivationBf16Params {
   const std::uint8_t* q = nullptr;       // [M, K] e4m3, rows 8-byte aligned
   const std::uint8_t* scales = nullptr;  // [M, K/32] e8m0
   std::int64_t ld_q = 0, ld_scales = 0;  // bytes
-  void* out = nullptr;                   // [M, K] bf16, permuted, row stride ld_out elements
-  std::int64_t ld_out = 0;
+  void* out = nullptr;        // [M, K] bf16, permuted, 16-byte aligned, row stride ld_out elements
+  std::int64_t ld_out = 0;    // a multiple of 8
   int m = 0, k = 0;           // k % 32 == 0
   ZeroedWords zero_for_next;  // the prefill GEMM's stream-K flags, when it runs one
 };

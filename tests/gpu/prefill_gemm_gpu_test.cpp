@@ -221,11 +221,26 @@ TEST(ActivationBf16, EqualsTheDequantizedValuesAtTheirPermutedPositions) {
 }
 
 // More 8-byte groups than two sweeps of the pre-pass's grid, with groups per row (132) that do
-// not divide its stride: every position advance, including the carry into the next row.
+// not divide its stride: every position advance, including the carry into the next row (where a
+// warp's quads of lanes, each one block's groups, span two rows).
 TEST(ActivationBf16, InputLargerThanTheGridIsWalkedExactly) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
   expect_prepass_matches_cpu(random_operand(4100, 1056, rng));
+}
+
+// Each lane stores a 16-byte piece of the output: an output (or output row) that is not 16-byte
+// aligned is refused before anything runs (no GPU needed).
+TEST(ActivationBf16, RefusesAnOutputThatIsNot16ByteAligned) {
+  device::ActivationBf16Params p;
+  p.m = 1;
+  p.k = 32;
+  p.ld_out = 32;
+  p.out = reinterpret_cast<void*>(std::uintptr_t{4096 + 8});
+  EXPECT_EQ(device::launch_activation_bf16(p, nullptr), cudaErrorInvalidValue);
+  p.out = reinterpret_cast<void*>(std::uintptr_t{4096});
+  p.ld_out = 36;
+  EXPECT_EQ(device::launch_activation_bf16(p, nullptr), cudaErrorInvalidValue);
 }
 
 TEST(ActivationBf16, RowsOnlyEightByteAlignedConvertExactly) {
