@@ -16,13 +16,13 @@ constexpr int kThreads = 256;
 // current one, so a load is always in flight (a load-then-store loop waits out a memory round
 // trip per group).
 //
-// The block's 64 output bytes are four 16-byte pieces, piece i holding pair i of groups 0-3.
-// The four groups of a block sit in four neighbouring lanes (a lane's group index and its lane
-// index agree mod 4, since the stride and K / 8 are multiples of 4), so the quad transposes its
-// 4 x 4 words and each lane stores one whole piece: a warp's store is 512 contiguous bytes
-// (storing each group's four words in place took four stores of 4 bytes, 16 apart, each
-// touching every sector of the warp's span half; session 25's one-block-a-thread stores, 64
-// bytes apart across the warp, were 1.4-1.9x slower still).
+// Two ways to store a block's 64 output bytes (four 16-byte pieces, piece i holding pair i of
+// groups 0-3), chosen per call by activation_bf16_quad_stores():
+// - in place: each lane stores its group's four words, four stores of 4 bytes 16 apart;
+// - by quads: the four groups of a block sit in four neighbouring lanes (a lane's group index and
+//   its lane index agree mod 4, since the stride and K / 8 are multiples of 4), so the quad
+//   transposes its 4 x 4 words and each lane stores one whole piece: a warp's store is 512
+//   contiguous bytes.
 struct PrePassGroup {
   uint2 bytes;
   std::uint8_t scale;
@@ -66,6 +66,7 @@ __device__ __forceinline__ void transpose_in_quad(std::uint32_t (&w)[4], int t) 
   }
 }
 
+template <bool kQuadStores>
 __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const ActivationBf16Params p) {
   // The prefill GEMM launched next (a programmatic dependent) may start its prologue at once:
   // it reads what this pass writes only after its own wait. Letting it launch here rather than
@@ -90,29 +91,49 @@ __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const Activat
     std::uint32_t w[4];
     mx::e4m3x4_scaled_to_bf16x2x2(current.bytes.x, scale, w[0], w[1]);
     mx::e4m3x4_scaled_to_bf16x2x2(current.bytes.y, scale, w[2], w[3]);
-    transpose_in_quad(w, t);
-    auto* dst = static_cast<std::uint16_t*>(p.out) + static_cast<std::int64_t>(at.row) * p.ld_out +
-                32 * block + 8 * t;
-    *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+    auto* block_out = static_cast<std::uint16_t*>(p.out) +
+                      static_cast<std::int64_t>(at.row) * p.ld_out + 32 * block;
+    if constexpr (kQuadStores) {
+      transpose_in_quad(w, t);
+      *reinterpret_cast<uint4*>(block_out + 8 * t) = make_uint4(w[0], w[1], w[2], w[3]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        *reinterpret_cast<std::uint32_t*>(block_out + 2 * t + 8 * i) = w[i];
+    }
     current = next;
   }
 }
 
+template <bool kQuadStores>
+cudaError_t launch(const ActivationBf16Params& p, std::int64_t threads, cudaStream_t stream) {
+  dim3 grid;
+  if (cudaError_t e = one_wave_grid<activation_bf16_kernel<kQuadStores>>(threads, kThreads, grid);
+      e != cudaSuccess) {
+    return e;
+  }
+  return launch_programmatic(activation_bf16_kernel<kQuadStores>, grid, dim3(kThreads), 0, stream,
+                             0, p);
+}
+
 }  // namespace
 
+// Measured on the H200 (session 26, bench/results/h200-2026-12-02-session26, the pre-pass alone):
+// the quads' stores took the pass at K = 6144 from 45.4 to 42.5 us at M = 8192 and from 10.6 to
+// 9.5 us at M = 2048, but were 3-12% slower at K = 768, 2048 and 3072 (every M measured) and at
+// K = 6144 with M = 128 (1.95 -> 2.1 us). So they run only where they were measured faster;
+// M between 128 and 2048 keeps the in-place stores until it is measured.
+bool activation_bf16_quad_stores(int m, int k) { return k >= 4096 && m >= 2048; }
+
 cudaError_t launch_activation_bf16(const ActivationBf16Params& p, cudaStream_t stream) {
-  // Each lane stores a 16-byte piece.
+  // The quads' stores write 16-byte pieces; one contract for both styles.
   if (reinterpret_cast<std::uintptr_t>(p.out) % 16 != 0 || p.ld_out % 8 != 0) {
     return cudaErrorInvalidValue;
   }
   const std::int64_t threads = static_cast<std::int64_t>(p.m) * (p.k / 8);
   if (threads == 0) return cudaSuccess;
-  dim3 grid;
-  if (cudaError_t e = one_wave_grid<activation_bf16_kernel>(threads, kThreads, grid);
-      e != cudaSuccess) {
-    return e;
-  }
-  return launch_programmatic(activation_bf16_kernel, grid, dim3(kThreads), 0, stream, 0, p);
+  return activation_bf16_quad_stores(p.m, p.k) ? launch<true>(p, threads, stream)
+                                               : launch<false>(p, threads, stream);
 }
 
 }  // namespace mxlinear::device

@@ -28,6 +28,10 @@ inline constexpr int permuted_position(int e) {
   return 16 * (within / 4) + 8 * ((within / 2) % 2) + 2 * t + within % 2;
 }
 
+// Whether a pass over an [m, k] activation stores each block's bytes by quads of lanes (whole
+// 16-byte pieces) rather than in place; both write the same bytes.
+bool activation_bf16_quad_stores(int m, int k);
+
 cudaError_t launch_activation_bf16(const ActivationBf16Params& p, cudaStream_t stream);
 
 }  // namespace mxlinear::device

@@ -220,13 +220,16 @@ TEST(ActivationBf16, EqualsTheDequantizedValuesAtTheirPermutedPositions) {
   expect_prepass_matches_cpu(a);
 }
 
-// More 8-byte groups than two sweeps of the pre-pass's grid, with groups per row (132) that do
-// not divide its stride: every position advance, including the carry into the next row (where a
-// warp's quads of lanes, each one block's groups, span two rows).
+// More 8-byte groups than two sweeps of the pre-pass's grid, with groups per row (132 and 520)
+// that do not divide its stride: every position advance, including the carry into the next row
+// (where a warp's quads of lanes, each one block's groups, span two rows), in both store styles.
 TEST(ActivationBf16, InputLargerThanTheGridIsWalkedExactly) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
+  ASSERT_FALSE(device::activation_bf16_quad_stores(4100, 1056));
   expect_prepass_matches_cpu(random_operand(4100, 1056, rng));
+  ASSERT_TRUE(device::activation_bf16_quad_stores(2048, 4160));
+  expect_prepass_matches_cpu(random_operand(2048, 4160, rng));
 }
 
 // Each lane stores a 16-byte piece of the output: an output (or output row) that is not 16-byte
