@@ -38,7 +38,8 @@
 # included): the device returns at most 8 files, which a call with several steps outgrows.
 # Extra bench arguments go in $BENCH_ARGS (SAMPLE_CLOCKS=1 also samples the clocks meanwhile);
 # $SANITIZE_TESTS (names of GPU test binaries) narrows the sanitizer step and $SANITIZE_FILTER (a
-# gtest filter, default: all but the seed-sized stress tests) the tests it runs. To spend less device time on one kernel: $BUILD_TARGETS
+# gtest filter, default: all but the seed-sized stress tests) the tests it runs; $SANITIZE_TOOLS
+# (default "memcheck racecheck") the tools. To spend less device time on one kernel: $BUILD_TARGETS
 # (CMake targets, default: every GPU test binary and the CLI) and $TEST_REGEX (ctest -R);
 # SKIP_BUILD=1 runs on build-device as it is.
 # Throughout, "A && B || C" means C on either failure, and $BENCH_ARGS / $BUILD_TARGETS are word
@@ -133,17 +134,21 @@ fi
 if [[ " $steps " == *" sanitize "* ]]; then
   # Every (tool, test binary) pair as its own processes, all at once: racecheck's host-side
   # analysis is the slow part and the device has 16 cores. The largest binaries run as several
-  # gtest shards ($SANITIZE_SHARDS: "binary:count ..."; the whole prefill binary's racecheck
-  # took more than 420 s as one process, and one of two decode shards more than 380 s). Each process appends its log to $OUT/sanitize.log the
-  # moment it ends, so a call cut short still returns what finished; $SANITIZE_TIMEOUT (seconds,
-  # default 500) ends one that would not.
+  # gtest shards ($SANITIZE_SHARDS: "binary:count ..."). The whole prefill binary's racecheck does
+  # not fit one call beside the others: in session 26 a shard of six, sharing 16 cores with 18
+  # other sanitizer processes, got through ~30 of its ~133 tests in 440 s; alone, 17 configs took
+  # ~4.4 s a test ($SANITIZE_TOOLS=racecheck gives it a call of its own). Each process appends
+  # its log to $OUT/sanitize.log the moment it ends, so a call cut short still returns what
+  # finished; $SANITIZE_TIMEOUT (seconds,
+  # default 500) ends one that would not (its log may then lack a last newline, which is added so
+  # that the next header starts a line).
   shards_of() {
     for entry in ${SANITIZE_SHARDS:-prefill_gemm_gpu_test:6 decode_gemm_gpu_test:4 linear_gpu_test:2}; do
       [ "${entry%%:*}" = "$1" ] && { echo "${entry##*:}"; return; }
     done
     echo 1
   }
-  for tool in memcheck racecheck; do
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     for t in "${gpu_tests[@]}"; do
       name=$(basename "$t")
       if [[ -n "${SANITIZE_TESTS:-}" && " $SANITIZE_TESTS " != *" $name "* ]]; then
@@ -163,7 +168,7 @@ if [[ " $steps " == *" sanitize "* ]]; then
          summary="$pair: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)"
          [ "$rc" -eq 124 ] && summary="$summary TIMED OUT"
          echo "$summary"
-         { flock 9; { echo "== $summary"; cat "$log"; } >>"$OUT/sanitize.log"; } 9>>"$OUT/.sanitize.lock"
+         { flock 9; { echo "== $summary"; cat "$log"; [ -z "$(tail -c 1 "$log")" ] || echo; } >>"$OUT/sanitize.log"; } 9>>"$OUT/.sanitize.lock"
          rm -f "$log"
          exit "$rc") &
       done
