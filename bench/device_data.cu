@@ -82,6 +82,29 @@ __global__ void stream_read_overlapped_kernel(const uint4* data, std::size_t cou
   stream_read_words(data, count, sink);
 }
 
+// As stream_read_overlapped, but each thread waits for the previous grid to complete (as a GEMM
+// must before it reads the activation the previous kernel wrote) after issuing its first
+// kStreamLoads - loads_after_wait loads, and issues the rest after the wait.
+__global__ void stream_read_dependent_kernel(const uint4* data, std::size_t count, unsigned* sink,
+                                             int loads_after_wait) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const std::size_t first =
+      (blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x) * kStreamLoads;
+  const int before = kStreamLoads - loads_after_wait;
+  uint4 v[kStreamLoads];
+#pragma unroll
+  for (int i = 0; i < kStreamLoads; ++i)
+    v[i] = i < before && first + i < count ? __ldcs(data + first + i) : uint4{};
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#pragma unroll
+  for (int i = 0; i < kStreamLoads; ++i)
+    if (i >= before && first + i < count) v[i] = __ldcs(data + first + i);
+  unsigned acc = 0;
+#pragma unroll
+  for (int i = 0; i < kStreamLoads; ++i) acc ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
+  if (acc == 0x12345678u) *sink = acc;
+}
+
 // The decode kernel's access pattern without its arithmetic: CTA (tile, split) reads rows
 // [64 tile, 64 tile + 64) of K columns [split K / splits, ...) in 128-byte pieces, one row per
 // 8 lanes, every load issued before any is used. Against stream_read (the same bytes in
@@ -161,17 +184,11 @@ unsigned stream_read_ctas(std::size_t count) {
   return static_cast<unsigned>((count + per_block - 1) / per_block);
 }
 
-}  // namespace
-
-void stream_read(const void* data, std::size_t bytes, unsigned* sink, cudaStream_t stream) {
-  const std::size_t count = bytes / 16;
-  const unsigned blocks = stream_read_ctas(count);
-  if (blocks == 0) return;
-  stream_read_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint4*>(data), count, sink);
-}
-
-cudaError_t stream_read_overlapped(const void* data, std::size_t bytes, unsigned* sink,
-                                   cudaStream_t stream) {
+template <typename... Args>
+cudaError_t launch_stream_read_programmatic(void (*kernel)(const uint4*, std::size_t, unsigned*,
+                                                           Args...),
+                                            const void* data, std::size_t bytes, unsigned* sink,
+                                            cudaStream_t stream, Args... args) {
   const std::size_t count = bytes / 16;
   const unsigned blocks = stream_read_ctas(count);
   if (blocks == 0) return cudaSuccess;
@@ -184,8 +201,28 @@ cudaError_t stream_read_overlapped(const void* data, std::size_t bytes, unsigned
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, stream_read_overlapped_kernel, static_cast<const uint4*>(data),
-                            count, sink);
+  return cudaLaunchKernelEx(&config, kernel, static_cast<const uint4*>(data), count, sink, args...);
+}
+
+}  // namespace
+
+void stream_read(const void* data, std::size_t bytes, unsigned* sink, cudaStream_t stream) {
+  const std::size_t count = bytes / 16;
+  const unsigned blocks = stream_read_ctas(count);
+  if (blocks == 0) return;
+  stream_read_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint4*>(data), count, sink);
+}
+
+cudaError_t stream_read_overlapped(const void* data, std::size_t bytes, unsigned* sink,
+                                   cudaStream_t stream) {
+  return launch_stream_read_programmatic(stream_read_overlapped_kernel, data, bytes, sink, stream);
+}
+
+cudaError_t stream_read_dependent(const void* data, std::size_t bytes, unsigned* sink,
+                                  cudaStream_t stream, int loads_after_wait) {
+  if (loads_after_wait < 0 || loads_after_wait > kStreamLoads) return cudaErrorInvalidValue;
+  return launch_stream_read_programmatic(stream_read_dependent_kernel, data, bytes, sink, stream,
+                                         loads_after_wait);
 }
 
 void read_tiles(const void* data, std::int64_t n, std::int64_t k, int splits, unsigned* sink,

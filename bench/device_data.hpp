@@ -31,6 +31,13 @@ void stream_read(const void* data, std::size_t bytes, unsigned* sink, cudaStream
 cudaError_t stream_read_overlapped(const void* data, std::size_t bytes, unsigned* sink,
                                    cudaStream_t stream);
 
+// stream_read_overlapped with the dependency a GEMM has: each thread waits for the previous grid
+// to complete after issuing all but `loads_after_wait` (0 to 4) of its four loads, and issues
+// those after the wait. A chain of them with 0 costs what waiting for the previous kernel costs
+// when all of a kernel's reads went out before; with 2, half of each read waits.
+cudaError_t stream_read_dependent(const void* data, std::size_t bytes, unsigned* sink,
+                                  cudaStream_t stream, int loads_after_wait);
+
 // Reads the [n, k] e4m3 weight the way the decode kernel's CTAs do (64-row tiles, `splits` K
 // ranges, 128-byte pieces a row apart), all loads issued at once; does nothing for shapes
 // outside that pattern (n % 64, k % (128 splits), K / splits > 768).

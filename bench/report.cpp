@@ -91,14 +91,18 @@ std::string markdown_report(const json& doc) {
   }
   if (doc.contains("step")) {
     s += "\nDecode-step replay (all layer instances, own weights, one graph), ms per step:\n\n"
-         "| M | mxlinear | cuBLAS bf16 | cuBLASLt FP8 | weights read alone | overlapped |\n"
-         "|---|---|---|---|---|---|\n";
+         "| M | mxlinear | cuBLAS bf16 | cuBLASLt FP8 | weights read alone | overlapped | "
+         "overlapped, "
+         "each waiting for the one before | half of each read after the wait |\n"
+         "|---|---|---|---|---|---|---|---|\n";
     for (const json& r : doc["step"]) {
-      s += fmt::format("| {} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} |\n",
+      s += fmt::format("| {} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} |\n",
                        r["m"].get<std::int64_t>(), value_or_nan(r, "mxlinear_ms"),
                        value_or_nan(r, "cublas_bf16_ms"), value_or_nan(r, "cublaslt_fp8_tensor_ms"),
                        value_or_nan(r, "weight_stream_ms"),
-                       value_or_nan(r, "weight_stream_overlapped_ms"));
+                       value_or_nan(r, "weight_stream_overlapped_ms"),
+                       value_or_nan(r, "weight_stream_waited_ms"),
+                       value_or_nan(r, "weight_stream_half_after_wait_ms"));
     }
   }
   return s;

@@ -402,11 +402,14 @@ int run_bench(const BenchOptions& o) {
         json row = bench_step(layers, m, anchors, timing, stream);
         fmt::print(
             "decode step M={}: mxlinear {:.3f} ms, cuBLAS bf16 {:.3f} ms, cuBLASLt FP8 {:.3f} "
-            "ms, only reading the weights {:.3f} ms ({:.3f} overlapped) ({} GEMMs){}\n",
+            "ms, only reading the weights {:.3f} ms ({:.3f} overlapped, {:.3f} waiting for the "
+            "previous kernel, {:.3f} with half the reads after the wait) ({} GEMMs){}\n",
             m, bench::value_or_nan(row, "mxlinear_ms"), bench::value_or_nan(row, "cublas_bf16_ms"),
             bench::value_or_nan(row, "cublaslt_fp8_tensor_ms"),
             bench::value_or_nan(row, "weight_stream_ms"),
-            bench::value_or_nan(row, "weight_stream_overlapped_ms"), row["gemms"].get<int>(),
+            bench::value_or_nan(row, "weight_stream_overlapped_ms"),
+            bench::value_or_nan(row, "weight_stream_waited_ms"),
+            bench::value_or_nan(row, "weight_stream_half_after_wait_ms"), row["gemms"].get<int>(),
             row.contains("anchor_error")
                 ? " anchor error: " + row["anchor_error"].get<std::string>()
                 : "");

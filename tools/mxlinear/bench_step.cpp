@@ -63,6 +63,18 @@ json bench_step(const std::vector<ModelLayer>& layers, std::int64_t m, bench::An
                                                 static_cast<unsigned*>(sink.ptr), stream),
                   "overlapped weight read");
   });
+  // The same with a GEMM's dependency (each kernel waits for the one before), all reads issued
+  // before the wait and half of them after it: how much of the bar the wait itself costs.
+  for (const auto& [key, loads_after_wait] : {std::pair{"weight_stream_waited_ms", 0},
+                                              std::pair{"weight_stream_half_after_wait_ms", 2}}) {
+    row[key] = step_ms([&, loads_after_wait = loads_after_wait](int i) {
+      const auto& l = instances[static_cast<std::size_t>(i)];
+      cuda_or_throw(bench::stream_read_dependent(
+                        data[static_cast<std::size_t>(i)]->ptr, static_cast<std::size_t>(l.n * l.k),
+                        static_cast<unsigned*>(sink.ptr), stream, loads_after_wait),
+                    "dependent weight read");
+    });
+  }
   row["mxlinear_ms"] = step_ms([&](int i) {
     const auto& l = instances[static_cast<std::size_t>(i)];
     linear(TensorView::contiguous(x.ptr, {m, l.k}, DType::kBF16, Location::kDevice),
