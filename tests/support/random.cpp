@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -21,6 +22,9 @@ std::uint64_t test_seed() {
       info ? std::string(info->test_suite_name()) + "." + info->name() : std::string("?");
   std::printf("[ seed     ] %s: MXLINEAR_TEST_SEED=%llu\n", name.c_str(),
               static_cast<unsigned long long>(seed));
+  // A test process the sanitizer step's timeout kills still shows which tests had started, and
+  // with which seeds (its stdout is a file, so unflushed lines would be lost).
+  std::fflush(stdout);
   return seed;
 }
 
