@@ -139,9 +139,8 @@ if [[ " $steps " == *" sanitize "* ]]; then
   # other sanitizer processes, got through ~30 of its ~133 tests in 440 s; alone, 17 configs took
   # ~4.4 s a test ($SANITIZE_TOOLS=racecheck gives it a call of its own). Each process appends
   # its log to $OUT/sanitize.log the moment it ends, so a call cut short still returns what
-  # finished; $SANITIZE_TIMEOUT (seconds,
-  # default 500) ends one that would not (its log may then lack a last newline, which is added so
-  # that the next header starts a line).
+  # finished; $SANITIZE_TIMEOUT (seconds, default 500) ends one that would not (its log may then
+  # lack a last newline, which is added so that the next header starts a line).
   shards_of() {
     for entry in ${SANITIZE_SHARDS:-prefill_gemm_gpu_test:6 decode_gemm_gpu_test:4 linear_gpu_test:2}; do
       [ "${entry%%:*}" = "$1" ] && { echo "${entry##*:}"; return; }

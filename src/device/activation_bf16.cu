@@ -119,10 +119,11 @@ cudaError_t launch(const ActivationBf16Params& p, std::int64_t threads, cudaStre
 }  // namespace
 
 // Measured on the H200 (session 26, bench/results/h200-2026-12-02-session26, the pre-pass alone):
-// the quads' stores took the pass at K = 6144 from 45.4 to 42.5 us at M = 8192 and from 10.6 to
-// 9.5 us at M = 2048, but were 3-12% slower at K = 768, 2048 and 3072 (every M measured) and at
-// K = 6144 with M = 128 (1.95 -> 2.1 us). So they run only where they were measured faster;
-// M between 128 and 2048 keeps the in-place stores until it is measured.
+// the quads' stores took the pass at K = 6144 from 45.7 to 42.5 us at M = 8192 and from 10.5 to
+// 9.5 us at M = 2048, but were 3-13% slower at K = 768, 2048 and 3072 with M >= 2048, 1-8%
+// slower at M = 128 (K = 6144: 2.0 -> 2.2 us) and within 4% either way at M = 32. So they run
+// only where they were measured faster; M between 128 and 2048 keeps the in-place stores until
+// it is measured.
 bool activation_bf16_quad_stores(int m, int k) { return k >= 4096 && m >= 2048; }
 
 cudaError_t launch_activation_bf16(const ActivationBf16Params& p, cudaStream_t stream) {

@@ -232,8 +232,9 @@ TEST(ActivationBf16, InputLargerThanTheGridIsWalkedExactly) {
   expect_prepass_matches_cpu(random_operand(2048, 4160, rng));
 }
 
-// Each lane stores a 16-byte piece of the output: an output (or output row) that is not 16-byte
-// aligned is refused before anything runs (no GPU needed).
+// The quads' stores write whole 16-byte pieces, and both store styles share one contract: an
+// output (or output row) that is not 16-byte aligned is refused before anything runs (no GPU
+// needed).
 TEST(ActivationBf16, RefusesAnOutputThatIsNot16ByteAligned) {
   device::ActivationBf16Params p;
   p.m = 1;
