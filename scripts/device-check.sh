@@ -135,9 +135,9 @@ if [[ " $steps " == *" sanitize "* ]]; then
   # Every (tool, test binary) pair as its own processes, all at once: racecheck's host-side
   # analysis is the slow part and the device has 16 cores. The largest binaries run as several
   # gtest shards ($SANITIZE_SHARDS: "binary:count ..."). The whole prefill binary's racecheck does
-  # not fit one call beside the others: in session 26 a shard of six, sharing 16 cores with 18
-  # other sanitizer processes, got through ~30 of its ~133 tests in 440 s; alone, 17 configs took
-  # ~4.4 s a test ($SANITIZE_TOOLS=racecheck gives it a call of its own). Each process appends
+  # not fit one call even alone ($SANITIZE_TOOLS=racecheck): racecheck's throughput on the H200
+  # stays near 1-1.6 tests a second however many shards run (7 in session 26, 15 in session 27),
+  # and its 798 tests took three calls. Each process appends
   # its log to $OUT/sanitize.log the moment it ends, so a call cut short still returns what
   # finished; $SANITIZE_TIMEOUT (seconds, default 500) ends one that would not (its log may then
   # lack a last newline, which is added so that the next header starts a line).
