@@ -30,7 +30,8 @@
 #               tree built with $VARIANT_FLAGS added to the CUDA flags (a measurement-only
 #               switch, e.g. -DMXLINEAR_PREFETCH_ALL; several sets separated by ';'), in build-variant and
 #               build-variant-timeline: bench-variant.json, bench-variant.txt,
-#               variant-summary.md (this tree / the variant, per M) and timeline-variant.txt
+#               variant-summary.md (the variant / this tree, per M: below 1, the variant is
+#               faster; before session 27 the other way round) and timeline-variant.txt
 #               (VARIANT_BENCH=0: timelines only). Next to `bench` in the
 #               same call, like `ab`. The timeline and variant builds run beside the main one
 # Each step but sass and select appends "STEP ended at N s" (since the call began) to machine.txt.
@@ -373,9 +374,9 @@ if [[ " $steps " == *" variant "* ]]; then
       wait_side_build "build-variant$suffix" || exit 1
       build-variant$suffix/tools/mxlinear bench ${BENCH_ARGS:-} --json "$OUT/bench-variant$suffix.json" 2>&1 |
         tee "$OUT/bench-variant$suffix.txt"
-      # The tree against its variant build, per M.
-      [ -f "$OUT/bench.json" ] && python3 scripts/ab_summary.py "$OUT/bench.json" \
-        "$OUT/bench-variant$suffix.json" | tee "$OUT/variant$suffix-summary.md"
+      # The variant is the change and this tree its base, as in `ab`.
+      [ -f "$OUT/bench.json" ] && python3 scripts/ab_summary.py "$OUT/bench-variant$suffix.json" \
+        "$OUT/bench.json" | tee "$OUT/variant$suffix-summary.md"
     fi
   done
   step_ended variant
