@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes src/device/wgmma_f16.cuh: one wrapper per wgmma m64nNk16 shape (f16 and bf16 inputs)
+"""Writes src/device/ptx/wgmma_f16.cuh: one wrapper per wgmma m64nNk16 shape (f16 and bf16 inputs)
 the kernels use.
 
 Inline PTX needs every accumulator register spelled out (N/2 per thread), so the wrappers are
@@ -52,7 +52,7 @@ struct Wgmma{kind.upper()}RS<{n}> {{
 def main() -> None:
     body = "".join(wrapper(kind, n) for kind, widths in WIDTHS.items() for n in widths)
     text = HEADER + body + "\n}  // namespace mxlinear::device::hopper\n"
-    out = pathlib.Path(__file__).resolve().parent.parent / "src/device/wgmma_f16.cuh"
+    out = pathlib.Path(__file__).resolve().parent.parent / "src/device/ptx/wgmma_f16.cuh"
     out.write_text(text)
     if shutil.which("clang-format"):
         subprocess.run(["clang-format", "-i", str(out)], check=True)

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "cta_span.cuh"
-#include "device/hopper_ptx.cuh"
-#include "device/mx_convert.cuh"
-#include "device/wgmma_f16.cuh"
+#include "device/common/mx_convert.cuh"
+#include "device/ptx/hopper_ptx.cuh"
+#include "device/ptx/wgmma_f16.cuh"
 
 namespace {
 

@@ -5,8 +5,8 @@
 #include <limits>
 #include <string>
 
-#include "device/activation_bf16.hpp"
-#include "device/timeline.hpp"
+#include "device/common/timeline.hpp"
+#include "device/kernels/prefill/activation_bf16.hpp"
 #include "host/cuda_check.hpp"
 #include "host/validate.hpp"
 

@@ -9,8 +9,8 @@
 #include <mutex>
 #include <tuple>
 
-#include "device/prefill_gemm.hpp"
-#include "device/quantize.hpp"
+#include "device/kernels/prefill/prefill_gemm.hpp"
+#include "device/kernels/quantize/quantize.hpp"
 #include "host/cuda_check.hpp"
 #include "host/log.hpp"
 #include "host/validate.hpp"

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "device/grid_walk.hpp"
+#include "device/common/grid_walk.hpp"
 
 namespace mxlinear::device {
 namespace {

@@ -11,9 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "device/activation_bf16.hpp"
-#include "device/decode_gemm.hpp"
-#include "device/gemv_ring_layout.hpp"
+#include "device/kernels/decode/decode_gemm.hpp"
+#include "device/kernels/gemv/gemv_ring_layout.hpp"
+#include "device/kernels/prefill/activation_bf16.hpp"
 #include "mxlinear/error.hpp"
 #include "mxlinear/linear.hpp"
 #include "mxlinear/registry.hpp"

@@ -1,15 +1,15 @@
-// The prefill kernel's split-share-major output tile (device/share_layout.hpp), checked on the
-// CPU for every tile the kernel compiles and every split count up to 8: every (row, token) has its
-// own float inside the bytes the kernel reserves, each split's share is one contiguous run, the
-// accumulator writes of a warp hit 32 different banks, and a warp's 16-byte reads of a share
-// stay within one short contiguous span.
+// The prefill kernel's split-share-major output tile (device/kernels/prefill/share_layout.hpp),
+// checked on the CPU for every tile the kernel compiles and every split count up to 8: every (row,
+// token) has its own float inside the bytes the kernel reserves, each split's share is one
+// contiguous run, the accumulator writes of a warp hit 32 different banks, and a warp's 16-byte
+// reads of a share stay within one short contiguous span.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
 #include <vector>
 
-#include "device/share_layout.hpp"
+#include "device/kernels/prefill/share_layout.hpp"
 
 namespace mxlinear::device {
 namespace {

@@ -1,14 +1,14 @@
-// The prefill kernel's staged 16-bit output tile (device/tile16_layout.hpp), checked on the CPU
-// for every tile the kernel compiles: stmatrix.x4.trans, fed the wgmma accumulator registers in
-// the order tile_store_16bit.cuh feeds them, puts every (row, token) of the tile at its place in
-// the output layout exactly once, and the 8 rows of each of its matrices start in 8 different
-// 16-byte bank groups.
+// The prefill kernel's staged 16-bit output tile (device/kernels/prefill/tile16_layout.hpp),
+// checked on the CPU for every tile the kernel compiles: stmatrix.x4.trans, fed the wgmma
+// accumulator registers in the order tile_store_16bit.cuh feeds them, puts every (row, token) of
+// the tile at its place in the output layout exactly once, and the 8 rows of each of its matrices
+// start in 8 different 16-byte bank groups.
 #include <gtest/gtest.h>
 
 #include <set>
 #include <vector>
 
-#include "device/tile16_layout.hpp"
+#include "device/kernels/prefill/tile16_layout.hpp"
 
 namespace mxlinear::device {
 namespace {

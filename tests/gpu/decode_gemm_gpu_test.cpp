@@ -5,7 +5,7 @@
 #include <tuple>
 #include <vector>
 
-#include "device/decode_gemm.hpp"
+#include "device/kernels/decode/decode_gemm.hpp"
 #include "gpu/gemm_checks.hpp"
 #include "gpu/gpu_support.hpp"
 #include "support/random.hpp"
@@ -35,7 +35,7 @@ class DecodeGemmConfig : public ::testing::TestWithParam<std::tuple<int, int>> {
       const int k = static_cast<int>(c.k);
       if ((k + 127) / 128 >= splits &&
           device::decode_gemm_smem_bytes(instance, k, splits, quantizing) <=
-              device::kDecodeMaxSmemBytes) {
+              device::kSm90MaxSmemPerCta) {
         fitting.push_back(c);
       }
     }

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "device/quantize.hpp"
+#include "device/kernels/quantize/quantize.hpp"
 
 namespace mxlinear::test {
 

@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "device/gemm_params.hpp"
+#include "device/common/gemm_params.hpp"
 #include "gpu/gpu_support.hpp"
 
 namespace mxlinear::test {

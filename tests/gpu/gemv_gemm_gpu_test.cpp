@@ -2,7 +2,7 @@
 // (MXFP8.md's checks), plus determinism and CUDA-graph capture with programmatic launch.
 #include <sstream>
 
-#include "device/gemv_gemm.hpp"
+#include "device/kernels/gemv/gemv_gemm.hpp"
 #include "gpu/gemm_checks.hpp"
 #include "gpu/gpu_support.hpp"
 #include "support/random.hpp"

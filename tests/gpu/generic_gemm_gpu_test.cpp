@@ -2,7 +2,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "device/generic_gemm.hpp"
+#include "device/kernels/generic/generic_gemm.hpp"
 #include "gpu/gemm_checks.hpp"
 #include "gpu/gpu_support.hpp"
 #include "support/random.hpp"

@@ -6,8 +6,8 @@
 #include <string>
 #include <tuple>
 
-#include "device/activation_bf16.hpp"
-#include "device/prefill_gemm.hpp"
+#include "device/kernels/prefill/activation_bf16.hpp"
+#include "device/kernels/prefill/prefill_gemm.hpp"
 #include "gpu/gemm_checks.hpp"
 #include "gpu/gpu_support.hpp"
 #include "host/registry/prefill_kernel.hpp"

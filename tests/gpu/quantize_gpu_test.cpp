@@ -8,8 +8,8 @@
 #include <cstring>
 #include <limits>
 
-#include "device/activation_bf16.hpp"
-#include "device/quantize.hpp"
+#include "device/kernels/prefill/activation_bf16.hpp"
+#include "device/kernels/quantize/quantize.hpp"
 #include "gpu/gpu_support.hpp"
 #include "mxlinear/quantize.hpp"
 #include "support/random.hpp"

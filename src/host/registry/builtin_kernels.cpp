@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "device/generic_gemm.hpp"
+#include "device/kernels/generic/generic_gemm.hpp"
 #include "host/cuda_check.hpp"
 #include "host/registry/decode_kernel.hpp"
 #include "host/registry/gemv_kernel.hpp"

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "device/decode_gemm.hpp"
+#include "device/kernels/decode/decode_gemm.hpp"
 #include "host/cuda_check.hpp"
 #include "host/registry/decode_kernel.hpp"
 #include "host/registry/kernel_params.hpp"
@@ -105,7 +105,7 @@ class DecodeKernel final : public Kernel {
     // A twin that fits fewer CTAs per SM than the plain instance loses more to the extra wave
     // than the quantize launch it saves: 36 us against 22 us at 1 x 6144 x 6144, t8_st4_split4
     // (3 against 4 CTAs per SM, ncu, session 6).
-    return twin_smem <= device::kDecodeMaxSmemBytes &&
+    return twin_smem <= device::kSm90MaxSmemPerCta &&
            device::decode_ctas_per_sm(twin_smem) >= device::decode_ctas_per_sm(plain_smem);
   }
 
@@ -158,11 +158,11 @@ class DecodeKernel final : public Kernel {
     }
     if (const int smem = device::decode_gemm_smem_bytes(parsed.instance, static_cast<int>(k),
                                                         parsed.splits, quantizing);
-        smem > device::kDecodeMaxSmemBytes) {
+        smem > device::kSm90MaxSmemPerCta) {
       return {
           fmt::format("is '{}'; K = {} needs {} bytes of shared memory per CTA with {} "
                       "splits, more than {}",
-                      config, k, smem, parsed.splits, device::kDecodeMaxSmemBytes)};
+                      config, k, smem, parsed.splits, device::kSm90MaxSmemPerCta)};
     }
     return {};
   }

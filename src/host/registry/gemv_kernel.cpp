@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "device/gemv_gemm.hpp"
+#include "device/kernels/gemv/gemv_gemm.hpp"
 #include "host/cuda_check.hpp"
 #include "host/registry/gemv_kernel.hpp"
 #include "host/registry/kernel_params.hpp"
@@ -79,7 +79,8 @@ class GemvKernel final : public Kernel {
       return {fmt::format("needs 16-byte aligned e4m3 rows; the layer's are {}-byte aligned",
                           layer.alignment)};
     }
-    if (device::gemv_gemm_smem_bytes(0, 1, static_cast<int>(layer.k)) > device::kGemvMaxSmemBytes) {
+    if (device::gemv_gemm_smem_bytes(0, 1, static_cast<int>(layer.k)) >
+        device::kSm90MaxSmemPerCta) {
       return {fmt::format("K = {} does not fit one token's activation in shared memory", layer.k)};
     }
     return {};
@@ -109,11 +110,11 @@ class GemvKernel final : public Kernel {
     const int instance = find_config(config).instance;
     if (instance < 0) return {fmt::format("is '{}', not a gemv config", config)};
     if (const int smem = device::gemv_gemm_smem_bytes(instance, m, static_cast<int>(k));
-        smem > device::kGemvMaxSmemBytes) {
+        smem > device::kSm90MaxSmemPerCta) {
       return {
           fmt::format("is '{}'; M = {}, K = {} needs {} bytes of shared memory per CTA, more "
                       "than {}",
-                      config, m, k, smem, device::kGemvMaxSmemBytes)};
+                      config, m, k, smem, device::kSm90MaxSmemPerCta)};
     }
     return {};
   }

@@ -1,7 +1,7 @@
 // A validated call as the plain launch parameters the device kernels take.
 #pragma once
 
-#include "device/gemm_params.hpp"
+#include "device/common/gemm_params.hpp"
 #include "mxlinear/registry.hpp"
 
 namespace mxlinear::detail {

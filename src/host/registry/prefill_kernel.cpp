@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "device/activation_bf16.hpp"
-#include "device/prefill_gemm.hpp"
+#include "device/kernels/prefill/activation_bf16.hpp"
+#include "device/kernels/prefill/prefill_gemm.hpp"
 #include "host/cuda_check.hpp"
 #include "host/registry/kernel_params.hpp"
 #include "host/registry/named_configs.hpp"
@@ -90,7 +90,7 @@ class PrefillKernel final : public Kernel {
     }
     for (std::size_t i = 0; i < device::prefill_gemm_instances().size(); ++i) {
       if (device::prefill_gemm_smem_bytes(static_cast<int>(i), static_cast<int>(layer.k), 1) <=
-          kSmemLimit) {
+          device::kSm90MaxSmemPerCta) {
         return {};
       }
     }
@@ -153,9 +153,9 @@ class PrefillKernel final : public Kernel {
       return {fmt::format("is '{}'; K = {} has only {} chunks of 128 to split", config, k, chunks)};
     }
     if (const int smem = device::prefill_gemm_smem_bytes(c.instance, static_cast<int>(k), c.splits);
-        smem > kSmemLimit) {
+        smem > device::kSm90MaxSmemPerCta) {
       return {fmt::format("is '{}'; K = {} needs {} bytes of shared memory per CTA, more than {}",
-                          config, k, smem, kSmemLimit)};
+                          config, k, smem, device::kSm90MaxSmemPerCta)};
     }
     return {};
   }
@@ -232,8 +232,6 @@ class PrefillKernel final : public Kernel {
   }
 
  private:
-  static constexpr int kSmemLimit = 227 * 1024;
-
   static std::size_t activation_bytes(const LinearShape& shape) {
     const auto bytes = static_cast<std::size_t>(shape.m * shape.k) * 2;
     return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;

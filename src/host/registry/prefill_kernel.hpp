@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "device/prefill_gemm.hpp"
+#include "device/kernels/prefill/prefill_gemm.hpp"
 #include "mxlinear/registry.hpp"
 
 namespace mxlinear {

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "device/gemm_params.hpp"
+#include "device/common/gemm_params.hpp"
 
 namespace mxlinear::device::epilogue {
 

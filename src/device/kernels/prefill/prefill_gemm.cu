@@ -1,11 +1,11 @@
 #include <algorithm>
 #include <array>
 
-#include "device/launch_util.hpp"
-#include "device/prefill_gemm.cuh"
-#include "device/prefill_gemm.hpp"
-#include "device/timeline.hpp"
-#include "device/tma_map.hpp"
+#include "device/common/launch_util.hpp"
+#include "device/common/timeline.hpp"
+#include "device/common/tma_map.hpp"
+#include "device/kernels/prefill/prefill_gemm.cuh"
+#include "device/kernels/prefill/prefill_gemm.hpp"
 
 namespace mxlinear::device {
 
@@ -66,8 +66,6 @@ using Tile64x64Alternating = PrefillTile<8, true, 2, 64, 128, true>;
 // memory in 1.6 us) and is not compiled.
 using Tile64x128 = PrefillTile<4, true, 1, 128>;
 
-constexpr int kMaxSmemBytes = 227 * 1024;
-
 template <class Tile>
 constexpr PrefillInstanceInfo info() {
   return {Tile::kRows,           Tile::kTokens, Tile::kStages,      Tile::kOverlap,
@@ -122,11 +120,11 @@ cudaError_t grid_of(int m, int n, int k, int splits, dim3* grid) {
 template <class Tile>
 cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf16, int splits,
                    cudaStream_t stream) {
-  if (cudaError_t e = ensure_max_dynamic_smem<prefill_gemm_kernel<Tile>>(kMaxSmemBytes);
+  if (cudaError_t e = ensure_max_dynamic_smem<prefill_gemm_kernel<Tile>>(kSm90MaxSmemPerCta);
       e != cudaSuccess)
     return e;
   const int smem = Tile::smem_bytes(chunks_per_cta(p.k, splits));
-  if (smem > kMaxSmemBytes) return cudaErrorInvalidValue;
+  if (smem > kSm90MaxSmemPerCta) return cudaErrorInvalidValue;
   CUtensorMap w_map{}, a_map{};
   if (!encode_tma_2d(&w_map, TmaElement::kU8, p.w, p.n, p.k, p.ld_w, Tile::kBK, Tile::kRows,
                      Tile::kBK == 64 ? TmaSwizzle::k64B : TmaSwizzle::k128B) ||
@@ -152,11 +150,11 @@ cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf
 // times SMs for a plain launch.
 template <class Tile>
 cudaError_t footprint(int m, int n, int k, int splits, PrefillFootprint* out) {
-  if (cudaError_t e = ensure_max_dynamic_smem<prefill_gemm_kernel<Tile>>(kMaxSmemBytes);
+  if (cudaError_t e = ensure_max_dynamic_smem<prefill_gemm_kernel<Tile>>(kSm90MaxSmemPerCta);
       e != cudaSuccess)
     return e;
   const int smem = Tile::smem_bytes(chunks_per_cta(k, splits));
-  if (smem > kMaxSmemBytes) return cudaErrorInvalidValue;
+  if (smem > kSm90MaxSmemPerCta) return cudaErrorInvalidValue;
   dim3 grid;
   if (cudaError_t e = grid_of<Tile>(m, n, k, splits, &grid); e != cudaSuccess) return e;
   out->ctas = static_cast<long long>(grid.x) * grid.y * grid.z;

@@ -5,10 +5,10 @@
 
 #include <cstdint>
 
-#include "device/gemm_params.hpp"
-#include "device/grid_walk.hpp"
-#include "device/mx_convert.cuh"
-#include "device/ptx.cuh"
+#include "device/common/gemm_params.hpp"
+#include "device/common/grid_walk.hpp"
+#include "device/common/mx_convert.cuh"
+#include "device/ptx/ptx.cuh"
 #include "mxlinear/format.hpp"
 
 namespace mxlinear::device::gemv_detail {

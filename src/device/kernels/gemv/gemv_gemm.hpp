@@ -8,7 +8,8 @@
 #include <span>
 #include <string_view>
 
-#include "device/gemm_params.hpp"
+#include "device/common/gemm_params.hpp"
+#include "device/common/sm90.hpp"
 
 namespace mxlinear::device {
 
@@ -21,8 +22,6 @@ struct GemvInstanceInfo {
 };
 
 std::span<const GemvInstanceInfo> gemv_gemm_instances();
-
-inline constexpr int kGemvMaxSmemBytes = 227 * 1024;
 
 // Shared memory of one CTA of `instance` at M x K: its min(M, tokens) staged e4m3 rows and
 // scale bytes, and the warps' partial tiles.

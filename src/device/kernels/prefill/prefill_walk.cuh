@@ -7,11 +7,11 @@
 #include <cstdint>
 #include <utility>
 
-#include "device/epilogue.cuh"
-#include "device/gemm_params.hpp"
-#include "device/hopper_ptx.cuh"
-#include "device/prefill_mainloop.cuh"
-#include "device/timeline.cuh"
+#include "device/common/epilogue.cuh"
+#include "device/common/gemm_params.hpp"
+#include "device/common/timeline.cuh"
+#include "device/kernels/prefill/prefill_mainloop.cuh"
+#include "device/ptx/hopper_ptx.cuh"
 
 namespace mxlinear::device::prefill_detail {
 

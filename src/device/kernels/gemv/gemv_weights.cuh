@@ -7,11 +7,11 @@
 
 #include <cstdint>
 
-#include "device/gemm_params.hpp"
-#include "device/gemv_activation.cuh"
-#include "device/gemv_ring_layout.hpp"
-#include "device/mx_convert.cuh"
-#include "device/ptx.cuh"
+#include "device/common/gemm_params.hpp"
+#include "device/common/mx_convert.cuh"
+#include "device/kernels/gemv/gemv_activation.cuh"
+#include "device/kernels/gemv/gemv_ring_layout.hpp"
+#include "device/ptx/ptx.cuh"
 #include "mxlinear/format.hpp"
 
 namespace mxlinear::device::gemv_detail {

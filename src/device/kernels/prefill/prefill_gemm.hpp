@@ -8,7 +8,8 @@
 #include <span>
 #include <string_view>
 
-#include "device/gemm_params.hpp"
+#include "device/common/gemm_params.hpp"
+#include "device/common/sm90.hpp"
 
 namespace mxlinear::device {
 

@@ -22,15 +22,15 @@
 
 #include <cstdint>
 
-#include "device/gemm_params.hpp"
-#include "device/grid_walk.hpp"
-#include "device/hopper_ptx.cuh"
-#include "device/prefill_mainloop.cuh"
-#include "device/prefill_walk.cuh"
-#include "device/share_tile.cuh"
-#include "device/split_k.cuh"
-#include "device/tile_store_16bit.cuh"
-#include "device/timeline.cuh"
+#include "device/common/gemm_params.hpp"
+#include "device/common/grid_walk.hpp"
+#include "device/common/split_k.cuh"
+#include "device/common/timeline.cuh"
+#include "device/kernels/prefill/prefill_mainloop.cuh"
+#include "device/kernels/prefill/prefill_walk.cuh"
+#include "device/kernels/prefill/share_tile.cuh"
+#include "device/kernels/prefill/tile_store_16bit.cuh"
+#include "device/ptx/hopper_ptx.cuh"
 
 namespace mxlinear::device {
 

@@ -5,12 +5,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "device/grid_walk.hpp"
-#include "device/hopper_ptx.cuh"
-#include "device/launch_util.hpp"
-#include "device/mx_convert.cuh"
-#include "device/ptx.cuh"
-#include "device/quantize.hpp"
+#include "device/common/grid_walk.hpp"
+#include "device/common/launch_util.hpp"
+#include "device/common/mx_convert.cuh"
+#include "device/kernels/quantize/quantize.hpp"
+#include "device/ptx/hopper_ptx.cuh"
+#include "device/ptx/ptx.cuh"
 
 namespace mxlinear::device {
 namespace {

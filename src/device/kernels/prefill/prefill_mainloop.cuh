@@ -7,13 +7,14 @@
 
 #include <cstdint>
 
-#include "device/gemm_params.hpp"
-#include "device/hopper_ptx.cuh"
-#include "device/mx_convert.cuh"
-#include "device/ptx.cuh"
-#include "device/share_tile.cuh"
-#include "device/tile_store_16bit.cuh"
-#include "device/wgmma_f16.cuh"
+#include "device/common/gemm_params.hpp"
+#include "device/common/mx_convert.cuh"
+#include "device/common/swizzle.cuh"
+#include "device/kernels/prefill/share_tile.cuh"
+#include "device/kernels/prefill/tile_store_16bit.cuh"
+#include "device/ptx/hopper_ptx.cuh"
+#include "device/ptx/ptx.cuh"
+#include "device/ptx/wgmma_f16.cuh"
 #include "mxlinear/format.hpp"
 
 namespace mxlinear::device {
@@ -128,17 +129,12 @@ struct PrefillTile {
 
 namespace prefill_detail {
 
-// Byte offset of byte `col` of row `row` in a TMA tile of 128-byte rows (128-byte swizzle).
-__device__ __forceinline__ int swizzled(int row, int col) {
-  return row * 128 + (((col >> 4) ^ (row & 7)) << 4) + (col & 15);
-}
-
 // The same in the weight tile of a stage: 128-byte rows as above, or 64-byte rows with TMA's
 // 64-byte swizzle (16-byte chunk bits 4-5 XOR offset bits 7-8, i.e. row / 2).
 template <int kBK>
 __device__ __forceinline__ int weight_offset(int row, int col) {
   if constexpr (kBK == 128) {
-    return swizzled(row, col);
+    return swizzle128_offset(row, col);
   } else {
     return row * 64 + ((((col >> 4) & 3) ^ ((row >> 1) & 3)) << 4) + (col & 15);
   }

@@ -1,8 +1,8 @@
-#include "device/activation_bf16.hpp"
-#include "device/grid_walk.hpp"
-#include "device/hopper_ptx.cuh"
-#include "device/launch_util.hpp"
-#include "device/mx_convert.cuh"
+#include "device/common/grid_walk.hpp"
+#include "device/common/launch_util.hpp"
+#include "device/common/mx_convert.cuh"
+#include "device/kernels/prefill/activation_bf16.hpp"
+#include "device/ptx/hopper_ptx.cuh"
 
 namespace mxlinear::device {
 namespace {

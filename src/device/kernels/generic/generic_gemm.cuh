@@ -12,9 +12,11 @@
 
 #include <cstdint>
 
-#include "device/epilogue.cuh"
-#include "device/gemm_params.hpp"
-#include "device/ptx.cuh"
+#include "device/common/epilogue.cuh"
+#include "device/common/gemm_params.hpp"
+#include "device/common/sm90.hpp"
+#include "device/common/swizzle.cuh"
+#include "device/ptx/ptx.cuh"
 #include "mxlinear/format.hpp"
 
 namespace mxlinear::device {
@@ -49,14 +51,15 @@ struct GenericTile {
   static_assert(kBlocksPerStage % kWarpsK == 0, "K warps split a stage's blocks evenly");
   static constexpr int kReduceBytes = (kWarpsK - 1) * kBM * kBN * 4;
   static_assert(kReduceBytes <= kSmemBytes, "the K-warp reduction reuses the pipeline's memory");
-  static_assert(kSmemBytes <= 227 * 1024, "over the sm_90 shared-memory limit");
+  static_assert(kSmemBytes <= kSm90MaxSmemPerCta, "over the sm_90 shared-memory limit");
 };
 
 namespace generic_detail {
 
-// Byte offset of 16-byte chunk `chunk` of tile row `row` (rows are 128 bytes).
-__device__ __forceinline__ int swizzled(int row, int chunk) {
-  return row * 128 + ((chunk ^ (row & 7)) << 4);
+// Byte offset of 16-byte chunk `chunk` of tile row `row` (rows are 128 bytes, swizzled as TMA's
+// 128-byte mode does, though cp.async writes them here).
+__device__ __forceinline__ int chunk_offset(int row, int chunk) {
+  return swizzle128_offset(row, 16 * chunk);
 }
 
 template <class Tile>
@@ -77,7 +80,7 @@ __device__ __forceinline__ void load_data_stage(const GemmParams& p, std::uint8_
     const std::uint8_t* base = is_a ? p.a : p.w;
     const std::int64_t ld = is_a ? p.ld_a : p.ld_w;
     const std::uint8_t* src = valid ? base + global_row * ld + k : base;
-    ptx::cp_async_16((is_a ? a_base : w_base) + swizzled(row, chunk), src, valid ? 16 : 0);
+    ptx::cp_async_16((is_a ? a_base : w_base) + chunk_offset(row, chunk), src, valid ? 16 : 0);
   }
 }
 
@@ -144,7 +147,7 @@ __device__ __forceinline__ void compute_stage(const std::uint8_t* stage, const f
     for (int mf = 0; mf < Tile::kMF; ++mf) {
       const int row = warp_m * Tile::kWM + mf * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
       std::uint32_t r[4];
-      ptx::ldmatrix_x4(r, a_base + swizzled(row, 2 * j + (lane >> 4)));
+      ptx::ldmatrix_x4(r, a_base + chunk_offset(row, 2 * j + (lane >> 4)));
       // Logical k 2t+e of an m16n8k16 takes physical byte 4t+e, and 2t+8+e takes 4t+2+e; the B
       // fragments below use the same map, so the dot product is unchanged.
       ptx::e4m3x4_to_f16x2x2(r[0], af[mf][0][0], af[mf][0][2]);
@@ -157,7 +160,7 @@ __device__ __forceinline__ void compute_stage(const std::uint8_t* stage, const f
     for (int np = 0; np < Tile::kNF / 2; ++np) {
       const int row = warp_n * Tile::kWN + np * 16 + (lane & 7) + ((lane >> 4) & 1) * 8;
       std::uint32_t q[4];
-      ptx::ldmatrix_x4(q, w_base + swizzled(row, 2 * j + ((lane >> 3) & 1)));
+      ptx::ldmatrix_x4(q, w_base + chunk_offset(row, 2 * j + ((lane >> 3) & 1)));
       ptx::e4m3x4_to_f16x2x2(q[0], bf[2 * np][0][0], bf[2 * np][0][1]);
       ptx::e4m3x4_to_f16x2x2(q[1], bf[2 * np][1][0], bf[2 * np][1][1]);
       ptx::e4m3x4_to_f16x2x2(q[2], bf[2 * np + 1][0][0], bf[2 * np + 1][0][1]);

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "device/zeroed_words.hpp"
+#include "device/common/zeroed_words.hpp"
 #include "mxlinear/format.hpp"
 
 namespace mxlinear::device {

@@ -1,9 +1,9 @@
 #include <array>
 
-#include "device/gemv_gemm.cuh"
-#include "device/gemv_gemm.hpp"
-#include "device/launch_util.hpp"
-#include "device/timeline.hpp"
+#include "device/common/launch_util.hpp"
+#include "device/common/timeline.hpp"
+#include "device/kernels/gemv/gemv_gemm.cuh"
+#include "device/kernels/gemv/gemv_gemm.hpp"
 
 namespace mxlinear::device {
 namespace {
@@ -50,11 +50,11 @@ int staged_tokens(std::int64_t m) {
 
 template <class Tile>
 cudaError_t launch(const GemmParams& p, cudaStream_t stream) {
-  if (cudaError_t e = ensure_max_dynamic_smem<gemv_gemm_kernel<Tile>>(kGemvMaxSmemBytes);
+  if (cudaError_t e = ensure_max_dynamic_smem<gemv_gemm_kernel<Tile>>(kSm90MaxSmemPerCta);
       e != cudaSuccess)
     return e;
   const int smem = Tile::smem_bytes(p.k, staged_tokens<Tile>(p.m));
-  if (smem > kGemvMaxSmemBytes) return cudaErrorInvalidValue;
+  if (smem > kSm90MaxSmemPerCta) return cudaErrorInvalidValue;
   const dim3 grid((p.n + Tile::kCtaRows - 1) / Tile::kCtaRows, Tile::kSplits,
                   (p.m + Tile::kTokens - 1) / Tile::kTokens);
   if (grid.z > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first

@@ -1,8 +1,8 @@
 #include <array>
 
-#include "device/generic_gemm.cuh"
-#include "device/generic_gemm.hpp"
-#include "device/launch_util.hpp"
+#include "device/common/launch_util.hpp"
+#include "device/kernels/generic/generic_gemm.cuh"
+#include "device/kernels/generic/generic_gemm.hpp"
 
 namespace mxlinear::device {
 namespace {

@@ -6,7 +6,7 @@
 #include <span>
 #include <string_view>
 
-#include "device/gemm_params.hpp"
+#include "device/common/gemm_params.hpp"
 
 namespace mxlinear::device {
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "device/ptx.cuh"
+#include "device/ptx/ptx.cuh"
 #include "mxlinear/format.hpp"
 
 namespace mxlinear::device::mx {

@@ -6,10 +6,10 @@
 
 #include <cstdint>
 
-#include "device/epilogue.cuh"
-#include "device/gemm_params.hpp"
-#include "device/grid_walk.hpp"
-#include "device/hopper_ptx.cuh"
+#include "device/common/epilogue.cuh"
+#include "device/common/gemm_params.hpp"
+#include "device/common/grid_walk.hpp"
+#include "device/ptx/hopper_ptx.cuh"
 
 namespace mxlinear::device {
 

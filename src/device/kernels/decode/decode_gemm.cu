@@ -2,11 +2,11 @@
 #include <mutex>
 #include <type_traits>
 
-#include "device/decode_gemm.cuh"
-#include "device/decode_gemm.hpp"
-#include "device/launch_util.hpp"
-#include "device/timeline.hpp"
-#include "device/tma_map.hpp"
+#include "device/common/launch_util.hpp"
+#include "device/common/timeline.hpp"
+#include "device/common/tma_map.hpp"
+#include "device/kernels/decode/decode_gemm.cuh"
+#include "device/kernels/decode/decode_gemm.hpp"
 
 namespace mxlinear::device {
 
@@ -47,11 +47,9 @@ constexpr std::array<DecodeInstanceInfo, 6> kInstances = {
     info<Tile8, Tile8Q>(),     info<Tile32>(),   info<Tile128>(),
     info<Tile8x2, Tile8x2Q>(), info<Tile32x2>(), info<Tile8s6, Tile8s6Q>()};
 
-constexpr int kMaxSmemBytes = kDecodeMaxSmemBytes;
-
 template <class Tile>
 cudaError_t launch(const GemmParams& p, int splits, cudaStream_t stream) {
-  if (cudaError_t e = ensure_max_dynamic_smem<decode_gemm_kernel<Tile>>(kMaxSmemBytes);
+  if (cudaError_t e = ensure_max_dynamic_smem<decode_gemm_kernel<Tile>>(kSm90MaxSmemPerCta);
       e != cudaSuccess)
     return e;
   CUtensorMap w_map{}, a_map{};
@@ -74,7 +72,7 @@ cudaError_t launch(const GemmParams& p, int splits, cudaStream_t stream) {
   if (grid.z > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
   const int chunks_per_cta = ((p.k + 127) / 128 + splits - 1) / splits;
   const auto smem = static_cast<std::size_t>(Tile::smem_bytes(chunks_per_cta));
-  if (smem > kMaxSmemBytes) return cudaErrorInvalidValue;
+  if (smem > kSm90MaxSmemPerCta) return cudaErrorInvalidValue;
   return launch_programmatic(decode_gemm_kernel<Tile>, grid, dim3(Tile::kThreads), smem, stream,
                              static_cast<unsigned>(splits), w_map, a_map, p);
 }

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "device/zeroed_words.hpp"
+#include "device/common/zeroed_words.hpp"
 
 namespace mxlinear::device {
 

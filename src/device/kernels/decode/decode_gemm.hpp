@@ -6,7 +6,8 @@
 #include <span>
 #include <string_view>
 
-#include "device/gemm_params.hpp"
+#include "device/common/gemm_params.hpp"
+#include "device/common/sm90.hpp"
 
 namespace mxlinear::device {
 
@@ -24,11 +25,12 @@ struct DecodeInstanceInfo {
 // Shared memory of one CTA of `instance` (or, `quantizing`, of its twin that quantizes x itself)
 // at K with `splits` K splits; at most 227 KiB launch.
 int decode_gemm_smem_bytes(int instance, int k, int splits, bool quantizing = false);
-inline constexpr int kDecodeMaxSmemBytes = 227 * 1024;
 
 // CTAs of `smem_bytes` each that one SM's 228 KiB of shared memory holds (the runtime reserves
 // 1 KiB per CTA); the decode kernel's residency is bounded by shared memory, not registers.
-constexpr int decode_ctas_per_sm(int smem_bytes) { return 228 * 1024 / (smem_bytes + 1024); }
+constexpr int decode_ctas_per_sm(int smem_bytes) {
+  return kSm90SmemPerSm / (smem_bytes + kSm90SmemReservedPerCta);
+}
 
 // The compiled instances (template configurations), in the order their index names them.
 std::span<const DecodeInstanceInfo> decode_gemm_instances();

@@ -4,11 +4,11 @@
 
 #include <cstdint>
 
-#include "device/epilogue.cuh"
-#include "device/gemm_params.hpp"
-#include "device/hopper_ptx.cuh"
-#include "device/share_layout.hpp"
-#include "device/split_k.cuh"
+#include "device/common/epilogue.cuh"
+#include "device/common/gemm_params.hpp"
+#include "device/common/split_k.cuh"
+#include "device/kernels/prefill/share_layout.hpp"
+#include "device/ptx/hopper_ptx.cuh"
 
 namespace mxlinear::device {
 

@@ -31,13 +31,13 @@
 
 #include <cstdint>
 
-#include "device/epilogue.cuh"
-#include "device/gemm_params.hpp"
-#include "device/gemv_activation.cuh"
-#include "device/gemv_weights.cuh"
-#include "device/hopper_ptx.cuh"
-#include "device/ptx.cuh"
-#include "device/timeline.cuh"
+#include "device/common/epilogue.cuh"
+#include "device/common/gemm_params.hpp"
+#include "device/common/timeline.cuh"
+#include "device/kernels/gemv/gemv_activation.cuh"
+#include "device/kernels/gemv/gemv_weights.cuh"
+#include "device/ptx/hopper_ptx.cuh"
+#include "device/ptx/ptx.cuh"
 #include "mxlinear/format.hpp"
 
 namespace mxlinear::device {

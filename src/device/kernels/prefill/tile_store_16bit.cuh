@@ -12,10 +12,10 @@
 #include <cstdint>
 #include <cstring>
 
-#include "device/epilogue.cuh"
-#include "device/gemm_params.hpp"
-#include "device/hopper_ptx.cuh"
-#include "device/tile16_layout.hpp"
+#include "device/common/epilogue.cuh"
+#include "device/common/gemm_params.hpp"
+#include "device/kernels/prefill/tile16_layout.hpp"
+#include "device/ptx/hopper_ptx.cuh"
 
 namespace mxlinear::device {
 

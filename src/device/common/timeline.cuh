@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "device/timeline.hpp"
+#include "device/common/timeline.hpp"
 
 namespace mxlinear::device::timeline {
 namespace {

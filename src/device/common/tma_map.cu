@@ -1,7 +1,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
-#include "device/tma_map.hpp"
+#include "device/common/tma_map.hpp"
 
 namespace mxlinear::device {
 namespace {

@@ -22,15 +22,16 @@
 
 #include <cstdint>
 
-#include "device/epilogue.cuh"
-#include "device/gemm_params.hpp"
-#include "device/grid_walk.hpp"
-#include "device/hopper_ptx.cuh"
-#include "device/mx_convert.cuh"
-#include "device/ptx.cuh"
-#include "device/split_k.cuh"
-#include "device/timeline.cuh"
-#include "device/wgmma_f16.cuh"
+#include "device/common/epilogue.cuh"
+#include "device/common/gemm_params.hpp"
+#include "device/common/grid_walk.hpp"
+#include "device/common/mx_convert.cuh"
+#include "device/common/split_k.cuh"
+#include "device/common/swizzle.cuh"
+#include "device/common/timeline.cuh"
+#include "device/ptx/hopper_ptx.cuh"
+#include "device/ptx/ptx.cuh"
+#include "device/ptx/wgmma_f16.cuh"
 #include "mxlinear/format.hpp"
 
 namespace mxlinear::device {
@@ -215,11 +216,6 @@ __device__ __forceinline__ int wide_offset(int token, int byte) {
          (col & 15);
 }
 
-// Byte offset of byte `col` of row `row` in a TMA tile of 128-byte rows (128-byte swizzle).
-__device__ __forceinline__ int swizzled(int row, int col) {
-  return row * 128 + (((col >> 4) ^ (row & 7)) << 4) + (col & 15);
-}
-
 // Four e4m3 activations (bytes 4 * word .. 4 * word + 3 of a token's 128-K stage) widened to f16
 // where the wgmma B descriptor reads them: word = 8 * block + 2t + step holds the f16 bytes of
 // logical k = 2t, 2t + 1 (low pair) and 8 + 2t, 9 + 2t (high pair) of k16 step
@@ -247,7 +243,7 @@ __device__ __forceinline__ void widen_activations(const std::uint8_t* tile8, std
   for (int w = tid; w < Tile::kTokens * 32; w += 128) {
     const int token = w >> 5, word = w & 31;
     const std::uint32_t x =
-        *reinterpret_cast<const std::uint32_t*>(tile8 + swizzled(token, 4 * word));
+        *reinterpret_cast<const std::uint32_t*>(tile8 + swizzle128_offset(token, 4 * word));
     store_widened<Tile>(wide, token, word, x);
   }
 }
@@ -264,7 +260,7 @@ __device__ __forceinline__ void quantize_activations(const std::uint8_t* tile16,
     const int token = e >> 4, group = e & 15;
     const int k = 8 * group;
     const uint4 raw = *reinterpret_cast<const uint4*>(tile16 + (k >> 6) * Tile::kAAtomBytes +
-                                                      swizzled(token, 2 * (k & 63)));
+                                                      swizzle128_offset(token, 2 * (k & 63)));
     float v[8];
     mx::widen_eight(raw, is_f16, v);
     const mx::BlockExtent block = mx::block_extent_of_four_lanes(v);
@@ -279,7 +275,8 @@ __device__ __forceinline__ void quantize_activations(const std::uint8_t* tile16,
 }
 
 // This thread's f16 A fragments of the stage, [block][k16 step][reg], rows r and r + 8, from
-// bytes 8t..8t+7 of every block (see widen_activations); offsets[block] = swizzled(r, 32b + 8t).
+// bytes 8t..8t+7 of every block (see widen_activations); offsets[block] = swizzle128_offset(r, 32b
+// + 8t).
 __device__ __forceinline__ void load_weight_fragments(const std::uint8_t* tile8,
                                                       const int (&offsets)[4],
                                                       std::uint32_t (&a)[4][2][4]) {
@@ -317,7 +314,7 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kPartialRegs], std::u
   int fragment_offsets[4];
 #pragma unroll
   for (int block = 0; block < 4; ++block) {
-    fragment_offsets[block] = swizzled(row0, 32 * block + 8 * t);
+    fragment_offsets[block] = swizzle128_offset(row0, 32 * block + 8 * t);
   }
   std::uint8_t* const wide = smem_ptr + Tile::kWideOffset + group * Tile::kWideBytes;
   const std::uint64_t wide_descriptor =
