@@ -26,6 +26,7 @@
 #include "device/common/gemm_params.hpp"
 #include "device/common/grid_walk.hpp"
 #include "device/common/mx_convert.cuh"
+#include "device/common/ring_smem.cuh"
 #include "device/common/split_k.cuh"
 #include "device/common/swizzle.cuh"
 #include "device/common/timeline.cuh"
@@ -390,10 +391,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   using namespace decode_detail;
   timeline::Stamps stamps;
   stamps.mark(timeline::kEntry);
-  extern __shared__ std::uint8_t smem_raw[];
-  const auto [smem, smem_ptr] = hopper::align_smem_1024(smem_raw);
-  const std::uint32_t full = smem + Tile::kBarrierOffset;
-  const std::uint32_t empty = full + 8 * Tile::kStages;
+  const auto [smem, smem_ptr, full, empty] = ring_smem<Tile>();
 
   const auto [n0, t0, split, splits, c_begin, chunks] = split_tile<Tile::kRows, Tile::kTokens>(p.k);
   const int tid = static_cast<int>(threadIdx.x);

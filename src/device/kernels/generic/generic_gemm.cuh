@@ -197,6 +197,19 @@ __device__ __forceinline__ void compute_stage(const std::uint8_t* stage, const f
   }
 }
 
+// Calls f(accumulator, index) for each of a lane's accumulators with the index of its word in
+// a warp's block of the exchange buffer (lanes interleaved, so each store is coalesced).
+template <class Tile, class F>
+__device__ __forceinline__ void for_each_accumulator(float (&acc)[Tile::kMF][Tile::kNF][4],
+                                                     int lane, F&& f) {
+#pragma unroll
+  for (int mf = 0; mf < Tile::kMF; ++mf)
+#pragma unroll
+    for (int nf = 0; nf < Tile::kNF; ++nf)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) f(acc[mf][nf][i], ((mf * Tile::kNF + nf) * 4 + i) * 32 + lane);
+}
+
 // Sums the K warps' accumulators into warp_k == 0 in a fixed order; returns whether this warp
 // holds the result.
 template <class Tile>
@@ -209,26 +222,14 @@ __device__ __forceinline__ bool reduce_over_k_warps(std::uint8_t* smem, int warp
   __syncthreads();  // every warp is past the main loop: the pipeline's memory is free
   if (warp_k > 0) {
     float* mine = partials + ((warp_k - 1) * Tile::kWarpsMN + slot) * kPerWarp;
-#pragma unroll
-    for (int mf = 0; mf < Tile::kMF; ++mf)
-#pragma unroll
-      for (int nf = 0; nf < Tile::kNF; ++nf)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          mine[((mf * Tile::kNF + nf) * 4 + i) * 32 + lane] = acc[mf][nf][i];
+    for_each_accumulator<Tile>(acc, lane, [&](float& a, int at) { mine[at] = a; });
   }
   __syncthreads();
   if (warp_k > 0) return false;
 #pragma unroll 1
   for (int k = 1; k < Tile::kWarpsK; ++k) {
     const float* theirs = partials + ((k - 1) * Tile::kWarpsMN + slot) * kPerWarp;
-#pragma unroll
-    for (int mf = 0; mf < Tile::kMF; ++mf)
-#pragma unroll
-      for (int nf = 0; nf < Tile::kNF; ++nf)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          acc[mf][nf][i] += theirs[((mf * Tile::kNF + nf) * 4 + i) * 32 + lane];
+    for_each_accumulator<Tile>(acc, lane, [&](float& a, int at) { a += theirs[at]; });
   }
   return true;
 }

@@ -40,30 +40,26 @@ __device__ __forceinline__ PrePassGroup load_group(const ActivationBf16Params& p
 // holds column t (pair t of groups 0-3). Two exchanges: the off-diagonal 2 x 2 blocks with the
 // lane two away, then each 2 x 2 block's off-diagonal words with the neighbouring lane. Every
 // lane of a quad takes part: the walk keeps a block's four groups together.
+// Trades a pair of words with the lane `lane_xor` away: the pair (y0, y1) where `trade_y`,
+// else (x0, x1). Both lanes of an exchange trade the same positions' counterparts.
+__device__ __forceinline__ void trade_pair(std::uint32_t& x0, std::uint32_t& x1, std::uint32_t& y0,
+                                           std::uint32_t& y1, bool trade_y, unsigned lanes,
+                                           int lane_xor) {
+  const std::uint32_t got0 = __shfl_xor_sync(lanes, trade_y ? y0 : x0, lane_xor);
+  const std::uint32_t got1 = __shfl_xor_sync(lanes, trade_y ? y1 : x1, lane_xor);
+  if (trade_y) {
+    y0 = got0;
+    y1 = got1;
+  } else {
+    x0 = got0;
+    x1 = got1;
+  }
+}
+
 __device__ __forceinline__ void transpose_in_quad(std::uint32_t (&w)[4], int t) {
   const unsigned quad = 0xFu << (static_cast<int>(threadIdx.x) & 28);
-  const bool low_half = t < 2;
-  std::uint32_t send0 = low_half ? w[2] : w[0], send1 = low_half ? w[3] : w[1];
-  std::uint32_t got0 = __shfl_xor_sync(quad, send0, 2), got1 = __shfl_xor_sync(quad, send1, 2);
-  if (low_half) {
-    w[2] = got0;
-    w[3] = got1;
-  } else {
-    w[0] = got0;
-    w[1] = got1;
-  }
-  const bool even = (t & 1) == 0;
-  send0 = even ? w[1] : w[0];
-  send1 = even ? w[3] : w[2];
-  got0 = __shfl_xor_sync(quad, send0, 1);
-  got1 = __shfl_xor_sync(quad, send1, 1);
-  if (even) {
-    w[1] = got0;
-    w[3] = got1;
-  } else {
-    w[0] = got0;
-    w[2] = got1;
-  }
+  trade_pair(w[0], w[1], w[2], w[3], t < 2, quad, 2);
+  trade_pair(w[0], w[2], w[1], w[3], (t & 1) == 0, quad, 1);
 }
 
 template <bool kQuadStores>

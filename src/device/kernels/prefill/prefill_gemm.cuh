@@ -24,6 +24,7 @@
 
 #include "device/common/gemm_params.hpp"
 #include "device/common/grid_walk.hpp"
+#include "device/common/ring_smem.cuh"
 #include "device/common/split_k.cuh"
 #include "device/common/timeline.cuh"
 #include "device/kernels/prefill/prefill_mainloop.cuh"
@@ -67,10 +68,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   using namespace prefill_detail;
   timeline::Stamps stamps;  // thread 0: a consumer thread of warpgroup 0
   stamps.mark(timeline::kEntry);
-  extern __shared__ std::uint8_t smem_raw[];
-  const auto [smem, smem_ptr] = hopper::align_smem_1024(smem_raw);
-  const std::uint32_t full = smem + Tile::kBarrierOffset;
-  const std::uint32_t empty = full + 8 * Tile::kStages;
+  const auto [smem, smem_ptr, full, empty] = ring_smem<Tile>();
   const int tid = static_cast<int>(threadIdx.x);
 
   // Full and weights full: the producer's expect_tx arrival; empty: one arrival per warp that
