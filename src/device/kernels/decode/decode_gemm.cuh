@@ -388,10 +388,10 @@ template <class Tile>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     decode_gemm_kernel(const __grid_constant__ CUtensorMap w_map,
                        const __grid_constant__ CUtensorMap a_map, const GemmParams p) {
+  const auto [smem, smem_ptr, full, empty] = ring_smem<Tile>();  // address arithmetic only
   using namespace decode_detail;
   timeline::Stamps stamps;
   stamps.mark(timeline::kEntry);
-  const auto [smem, smem_ptr, full, empty] = ring_smem<Tile>();
 
   const auto [n0, t0, split, splits, c_begin, chunks] = split_tile<Tile::kRows, Tile::kTokens>(p.k);
   const int tid = static_cast<int>(threadIdx.x);
