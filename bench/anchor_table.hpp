@@ -1,6 +1,7 @@
-// The anchors measured once and kept in a CSV file (bench/anchors/*.csv, copied from the brief's
-// TARGETS.md): the tri_mx time (Triton tl.dot_scaled) of each (n, k, m). Any bytes give either
-// the table or an mxlinear::Error naming the source, the line and what was expected.
+// The anchors measured once outside mxlinear and kept in a CSV file (bench/anchors/*.csv): the
+// tri_mx time (Triton tl.dot_scaled, which the bench cannot run itself) of each (n, k, m). Any
+// bytes give either the table or an mxlinear::Error naming the source, the line and what was
+// expected.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The anchors every figure is compared with, called from the benchmark itself (TARGETS.md):
+// The anchors every figure is compared with, timed by the benchmark itself in the same run:
 // cuBLAS bf16 on bf16 weights, and cuBLASLt FP8 e4m3 with one fp32 scale per tensor.
 // All operands row-major: x [m, k], w [n, k], out [m, n] bf16.
 #pragma once

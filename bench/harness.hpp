@@ -1,5 +1,5 @@
-// The benchmark method (docs/TARGETS.md): weights rotate through copies that exceed L2, every
-// figure is the median over replays of one CUDA graph of many calls.
+// The benchmark method (docs/PERFORMANCE.md): weights rotate through copies that exceed L2,
+// every figure is the median over replays of one CUDA graph of many calls.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -43,7 +43,7 @@ std::string ratio_text(double geomean_value);
 // How a figure is timed: `replays` timed replays of its graph, after replaying it for at least
 // `warm_seconds` more (0: only the fixed warmup launches). Warming lets the card's clocks settle
 // where a sustained load runs them: the H200 runs large GEMMs under its 700 W power cap at
-// 1.4-1.7 GHz, against 1.98 GHz in a short burst (docs/PERF.md, session 15).
+// 1.4-1.7 GHz, against 1.98 GHz in a short burst (docs/PERFORMANCE.md).
 struct Timing {
   int replays = 10;
   double warm_seconds = 0.0;

@@ -5,7 +5,7 @@ Input: CSV rows without header, `timestamp, clocks.sm [MHz], clocks.mem [MHz], p
 temperature.gpu, utilization.gpu [%], clocks_event_reasons.active` (nounits). Only samples with the
 GPU busy (utilization >= 50%) count: idle gaps between figures would pull the clocks up. Prints
 the SM clock, power and temperature spread and how often each clock-event reason was active, so
-a run can say whether the card held its clocks (M = 8192 figures moved up to 7% between calls).
+a run can say whether the card held its clocks (M = 8192 figures moved up to 7% between runs).
 Unparsable lines (nvidia-smi errors, a torn last line) are counted and skipped.
 """
 import statistics

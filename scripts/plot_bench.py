@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Plots an `mxlinear bench --json` result: per shape and M, GEMM time of mxlinear and of the
-anchors measured in the same run (cuBLAS bf16, cuBLASLt FP8 per-tensor) and the brief's Triton
-dot_scaled figure, as speed relative to cuBLAS bf16 (higher is faster).
+anchors measured in the same run (cuBLAS bf16, cuBLASLt FP8 per-tensor) and the Triton
+dot_scaled figure of the anchor table (bench/anchors/), as speed relative to cuBLAS bf16 (higher
+is faster).
 
 Usage: plot_bench.py bench.json out.png
 """
@@ -14,7 +15,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 SERIES = [("gemm_us", "mxlinear (GEMM only)"), ("linear_us", "mxlinear (with quantization)"),
-          ("cublaslt_fp8_tensor_us", "cuBLASLt FP8 per-tensor"), ("tri_mx_us", "Triton dot_scaled (brief)")]
+          ("cublaslt_fp8_tensor_us", "cuBLASLt FP8 per-tensor"),
+          ("tri_mx_us", "Triton dot_scaled (anchor table)")]
 
 
 def main():

@@ -31,7 +31,7 @@ def main():
         for candidate, t in candidates.items():
             if t < us:
                 name, us = candidate, t
-                # sweeps before 2026-11-30 (session 2) kept only the default's error
+                # older reports keep only the dispatched config's error
                 error = config_errors.get(candidate, row["check_rel_error"])
         kernel, config = name.split("/")
         versions = doc.get("versions", {})

@@ -1,5 +1,5 @@
 // How fast the CTAs of a cluster can meet: the prefill kernel's split-K tiles spend 1.3-3.2 us
-// from their main loop to their stores (docs/PERF.md, session 23) where an unsplit tile stores
+// from their main loop to their stores (docs/PERFORMANCE.md) where an unsplit tile stores
 // as many outputs in 0.3-0.6 us, and three ways of moving the fp32 shares (remote loads, scalar
 // remote stores, one bulk copy a share) cost about the same at 128 tokens. This times the
 // meeting alone: every CTA of a cluster of S holds a tile of S fp32 shares of F floats in its

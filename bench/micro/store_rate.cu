@@ -1,10 +1,10 @@
 // How fast the SMs can issue a GEMM tile's 16-byte output stores: the prefill kernel's store
-// phase (128 threads, 8 consecutive bf16 outputs a thread and step) took ~1.25 us for a 64 x 128
-// tile on 96 SMs, in back-to-back calls and in one isolated call alike (docs/PERF.md, session
-// 22). This times the same store loop alone, one CTA per SM, over grids of 1 to 132 CTAs, with
-// the output tile laid out as in the GEMM (rows of 128 bytes at a stride of N outputs) or as one
-// contiguous block per CTA: if the time per CTA grows with the grid, the chip's write path is
-// the bound, if not, each SM's.
+// phase, written as a loop (128 threads, 8 consecutive bf16 outputs a thread and step), took
+// ~1.25 us for a 64 x 128 tile on 96 SMs, in back-to-back calls and in one isolated call alike
+// (docs/PERFORMANCE.md). This times the same store loop alone, one CTA per SM, over grids of 1
+// to 132 CTAs, with the output tile laid out as in the GEMM (rows of 128 bytes at a stride of N
+// outputs) or as one contiguous block per CTA: if the time per CTA grows with the grid, the
+// chip's write path is the bound, if not, each SM's.
 //   build/bench/mxlinear_store_rate (the CMake target mxlinear_store_rate)
 // Prints, per case, the median and maximum microseconds from a CTA's start to its last store
 // issued, and the GB/s of the whole grid (bytes over the span from the first start to the last

@@ -4,7 +4,7 @@
 // thread and stage, from shared memory, into the other of two register sets while the previous
 // stage's wgmma run), with one or two consumer warpgroups. No TMA, no barriers: if this runs near
 // the tensor pipe's 4096 bf16 flops a clock, the kernel's main loop (shared down at M = 128: ~1.1
-// us of wgmma and ~0.65 us of widening beyond its copies, docs/PERF.md sessions 22-24) is bound
+// us of wgmma and ~0.65 us of widening beyond its copies, docs/PERFORMANCE.md) is bound
 // by how its ring feeds the consumers, not by their own rate.
 //   build/bench/mxlinear_wgmma_rate (the CMake target mxlinear_wgmma_rate)
 // Prints, per way, the median over the SMs of cycles per stage and the flops per clock and SM.

@@ -36,7 +36,7 @@ std::string error_of(const std::string& text) {
 constexpr const char* kHeader = "layer,n,k,m,bf16_us,fp8_tensor_us,fp8_block_us,tri_mx_us\n";
 
 TEST(AnchorTable, CommittedH200FileHasEverySeedFigure) {
-  const auto table = load_tri_mx(MXLINEAR_SOURCE_DIR "/bench/anchors/h200-brief-2026-11-30.csv");
+  const auto table = load_tri_mx(MXLINEAR_SOURCE_DIR "/bench/anchors/h200-2026-11-30.csv");
   EXPECT_EQ(table.size(), 48u);  // 8 shapes x 6 M
   EXPECT_DOUBLE_EQ(table.at({2560, 6144, 1}), 72.4);
   EXPECT_DOUBLE_EQ(table.at({2560, 6144, 32}), 74.7);
@@ -77,7 +77,7 @@ TEST(AnchorTable, AFileThatCannotBeOpenedIsNamed) {
 // Random bytes, and random truncations and byte flips of the committed file: a table or an
 // Error, never anything else.
 TEST(AnchorTable, AnyBytesGiveATableOrAnError) {
-  std::ifstream in(MXLINEAR_SOURCE_DIR "/bench/anchors/h200-brief-2026-11-30.csv");
+  std::ifstream in(MXLINEAR_SOURCE_DIR "/bench/anchors/h200-2026-11-30.csv");
   const std::string valid((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   ASSERT_FALSE(valid.empty());
   std::mt19937_64 rng(std::random_device{}());
