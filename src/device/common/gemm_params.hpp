@@ -12,7 +12,7 @@ enum class BiasType : std::uint8_t { kNone, kBF16, kF32 };
 // activation is staged, right after its wait on the previous kernel, or at its entry. Earlier
 // lets the next kernel's CTAs take SM slots and start their weight copies sooner; later keeps
 // them off the SMs while this kernel stages its activation. Which is faster depends on the layer
-// (docs/PERF.md, session 19), so it is part of the GEMV's configs. The other kernels ignore it.
+// (docs/PERFORMANCE.md), so it is part of the GEMV's configs. The other kernels ignore it.
 enum class NextLaunch : std::uint8_t { kAfterActivation, kAfterWait, kAtEntry };
 
 // out[m, n] = sum_k deq(a)[m, k] * deq(w)[n, k] (+ bias[n]). Strides are in elements.

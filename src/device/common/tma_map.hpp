@@ -9,7 +9,7 @@ namespace mxlinear::device {
 
 enum class TmaElement : std::uint8_t { kU8, kBF16 };
 // The shared-memory swizzle of a box: its rows are this many bytes wide (box_cols * element
-// size equals it), 16-byte chunks XORed with the row phase (PRIMITIVES.md, Swizzle<B,4,3>).
+// size equals it), 16-byte chunks XORed with the row phase (CuTe's Swizzle<3,4,3>).
 enum class TmaSwizzle : std::uint8_t { k64B, k128B };
 
 // Whether the driver offers cuTensorMapEncodeTiled.

@@ -1,6 +1,6 @@
 // Words of the next kernel's scratch that a pass zeroes for it (the prefill kernel's stream-K
 // flags), so that kernel needs no memset of its own between the pass and itself: a memset there
-// broke their programmatic dependent launch (about 3 us a call, docs/PERF.md session 14).
+// broke their programmatic dependent launch (about 3 us a call).
 // The pass zeroes them after its own wait on the kernel before, which may still read them; the
 // next kernel reads them only after its wait on the pass.
 #pragma once

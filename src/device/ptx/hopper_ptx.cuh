@@ -1,6 +1,6 @@
 // Wrappers for the sm_90a instructions of the TMA/wgmma kernels: mbarriers, bulk and tensor
 // copies, wgmma descriptors and fences, clusters and programmatic dependent launch. Facts and
-// their sources: the brief's PRIMITIVES.md. Device code only.
+// their sources: the PTX ISA. Device code only.
 #pragma once
 
 #include <cuda.h>
@@ -147,7 +147,7 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// Moves a warpgroup's register budget (PRIMITIVES.md section 5): every warp of the warpgroup
+// Moves a warpgroup's register budget (setmaxnreg): every warp of the warpgroup
 // executes it, and ptxas honours it only with an entry register count (__launch_bounds__ with a
 // minimum of one CTA) and each role in its own branch with no code after the branches.
 template <int kRegisters>

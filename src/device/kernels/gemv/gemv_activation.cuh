@@ -32,7 +32,7 @@ __device__ __forceinline__ void copy_rows(const GemmParams& p, int t0, const Sta
   constexpr int kWordsPerBlock = kBlockSize / kBytes;
   const int w0 = s.first_block * kWordsPerBlock;
   // 32 bytes of a batch in registers: the first round of weights is in flight meanwhile (64
-  // bytes took the ring configs from 64 to 86 registers: session 17).
+  // bytes took the ring configs from 64 to 86 registers).
   copy_in_batches<32 / kBytes>(
       s.tokens, (s.end_block - s.first_block) * kWordsPerBlock, static_cast<int>(threadIdx.x),
       kThreads,
@@ -48,7 +48,7 @@ __device__ __forceinline__ void copy_rows(const GemmParams& p, int t0, const Sta
 // kScalesFirst: the first batch of scale loads goes out before the rows' words, so one round
 // trip after the wait on the previous kernel serves both (~0.2 us a call where the weights are
 // in flight through the ring; where they are in flight in registers, the register streamer's 128
-// were better spent as before: session 17).
+// were better spent as before).
 template <int kThreads, bool kScalesFirst>
 __device__ __forceinline__ void copy_activations(const GemmParams& p, int t0,
                                                  const StagedActivation& s) {

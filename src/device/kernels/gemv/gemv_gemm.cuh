@@ -1,6 +1,6 @@
 // The MX GEMV for the fewest tokens (M <= 16): each warp feeds 16 weight rows into mma.sync
 // fragments, with no CTA barrier, mbarrier or proxy fence in its loop. At these sizes a layer is
-// its weight bytes; what bounds a kernel is the chain of work per byte (session 5: the CUDA-core
+// its weight bytes; what bounds a kernel is the chain of work per byte (the CUDA-core
 // GEMV issued ~6 instructions per weight byte; the wgmma decode kernel waits out barriers and
 // fences per 8 KiB stage). Here a warp spends ~35 instructions per 16 rows x one MX block (SASS).
 //
@@ -18,7 +18,7 @@
 // - The CTA's tokens are staged in shared memory once (gemv_activation.cuh).
 // - Several 16-row tiles per CTA (kRowTiles > 1), each with its own kWarps: the CTA's tokens are
 //   staged once for all of them. At M = 1 the activation copy after the wait took 1.3 us on
-//   shared down (384 CTAs each reading the same ~800 bytes from one spot of L2: session 17); 128
+//   shared down (384 CTAs each reading the same ~800 bytes from one spot of L2); 128
 //   CTAs of three tiles read a third of those bytes.
 // - K split over the kSplits CTAs of a cluster (kSplits > 1): a layer with fewer 16-row tiles
 //   than SMs (N = 1536: 96 CTAs) gives every SM work. Each CTA adds its warps' tiles into one
@@ -65,7 +65,7 @@ struct GemvTile {
   // run the 384 CTAs of an N = 6144 layer in one wave, 8 warps per CTA the 160 of N = 2560. Two
   // token tiles need more registers than that (8 per SM).
   // 4-warp rings are small enough in shared memory for 7 CTAs per SM, the next layer's among
-  // them, if they keep to 72 registers (at 74 they fit 6: session 17).
+  // them, if they keep to 72 registers (at 74 they fit 6).
   // Several row tiles: two CTAs per SM, so the next layer's CTA is resident beside this one.
   static constexpr int kMinCtasPerSm = kRowTiles > 1 ? 2
                                        : kStages > 0 && kStages <= 4 && kWarps == 4

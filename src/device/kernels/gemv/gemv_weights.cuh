@@ -51,7 +51,7 @@ __device__ __forceinline__ void accumulate_block(float (&acc)[kTokenTiles][4], u
 // Runs block(i) for i < min(count, kBlocks) (count warp-uniform). A whole run is one branch-free
 // sequence, so the scheduler overlaps its blocks' shared-memory loads and mma chains; with a
 // branch before each block (the K tail's guard), every block waited out its own chain (~290
-// clocks a block and warp on shared down: session 18).
+// clocks a block and warp on shared down).
 template <int kBlocks, class Block>
 __device__ __forceinline__ void for_each_block(int count, const Block& block) {
   if (count >= kBlocks) {

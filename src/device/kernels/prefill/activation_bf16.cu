@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kThreads) activation_bf16_kernel(const Activat
   // The prefill GEMM launched next (a programmatic dependent) may start its prologue at once:
   // it reads what this pass writes only after its own wait. Letting it launch here rather than
   // past this pass's wait starts its CTAs and their weight copies while the GEMM before still
-  // runs: the GEMM alone at M = 32 and 128 took 3-11% less (session 19, call 8).
+  // runs: the GEMM alone at M = 32 and 128 took 3-11% less.
   hopper::allow_dependent_launch();
   // Launched as a programmatic dependent itself: the previous kernel (the producer of the
   // activation, or the previous layer's GEMM, which may still read the scratch written here)
@@ -114,7 +114,7 @@ cudaError_t launch(const ActivationBf16Params& p, std::int64_t threads, cudaStre
 
 }  // namespace
 
-// Measured on the H200 (session 26, bench/results/h200-2026-12-02-session26, the pre-pass alone):
+// Measured on the H200 (the pre-pass alone):
 // the quads' stores took the pass at K = 6144 from 45.7 to 42.5 us at M = 8192 and from 10.5 to
 // 9.5 us at M = 2048, but were 3-13% slower at K = 768, 2048 and 3072 with M >= 2048, 1-8%
 // slower at M = 128 (K = 6144: 2.0 -> 2.2 us) and within 4% either way at M = 32. So they run

@@ -2,7 +2,7 @@
 // plain bf16 wgmma main loop with fp32 accumulation over all of K (no per-block promotion).
 // Large tiles serve M >= 256; small ones with split-K serve the middle (M = 16..128).
 //
-// Design (docs/plans/prefill-kernel.md):
+// Design (docs/PERFORMANCE.md, "Kernels"):
 // - Swap A and B: weight rows on wgmma's M side, one to three consumer warpgroups of 64 rows
 //   each; tokens on the N side (32, 64, 128, 160, 192 or 256 per CTA).
 // - Weights stay e4m3 in memory (half of bf16's bytes). Each consumer thread loads its fragment
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       stamps.mark(timeline::kPrologue);
       consume<Tile>(acc, smem, smem_ptr, full, empty, chunks, warpgroup, scale_row_bytes);
       stamps.mark(timeline::kMainLoop);
-      // The next kernel may launch now (CUTLASS's sm90 point). Measured against it (session 20,
+      // The next kernel may launch now (CUTLASS's sm90 point). Measured against it (the
       // GEMM alone at M = 32 and 128): at entry, as before, 1-6% slower at M = 32 and level at
       // 128; after the producer's wait no better; at exit 1-15% slower. The first thread of a
       // CTA to get here counts for the CTA.

@@ -28,12 +28,12 @@ namespace mxlinear::device {
 // kAlternating: the two consumer warpgroups share the same 64 weight rows and take alternate
 // stages (even, odd), adding their accumulators at the end. A CTA then covers a longer K range
 // as fast, so at M = 32 a layer runs with fewer K splits, and less cluster reduction, than with
-// one warpgroup (7 of 8 seed shapes 4-16% faster, docs/PERF.md session 11). It was meant to
+// one warpgroup (7 of 8 seed shapes 4-16% faster). It was meant to
 // shorten each stage with a second consumer chain, which it did not.
 // Bytes per weight row of the scale area in shared memory for `chunks` 128-K chunks (a 4-byte
 // word each): an odd number of words, so the 8 rows of a warp's fragment loads fall in 8
 // different banks. With an even count, rows g and g + 2 shared a bank: the scale loads took 4
-// wavefronts each (ncu at M = 8192: 23% of the kernel's shared wavefronts were excess, session 15).
+// wavefronts each (ncu at M = 8192: 23% of the kernel's shared wavefronts were excess).
 constexpr int prefill_scale_row_bytes(int chunks) { return 4 * (chunks | 1); }
 
 template <int kStages_, bool kOverlap_ = false, int kConsumerGroups_ = 2, int kTokens_ = 128,
@@ -176,11 +176,11 @@ __device__ __forceinline__ void produce(const CUtensorMap* w_map, const CUtensor
   if (ring_base == 0) {
     // Static weights may move before the wait on the previous kernel, but copies into the ring
     // issued then delay the activation copies issued after it (each stage needs both): with
-    // every prologue stage's weights first, 8-stage rings lost to 4-stage ones (session 12). So
+    // every prologue stage's weights first, 8-stage rings lost to 4-stage ones. So
     // rings of 4 or more stages take two stages' weights before the wait and the rest of the
     // prologue's only into L2, and after the wait the copies go stage by stage. 3-stage rings
     // keep every prologue weight before the wait: stage by stage, the 128 x 192 tile at M = 2048
-    // lost 13% (session 13).
+    // lost 13%.
     const int prologue = chunks < Tile::kStages ? chunks : Tile::kStages;
     const int early = Tile::kStages >= 4 && prologue > 2 ? 2 : prologue;
     for (; c < early; ++c) weights(c);
@@ -220,7 +220,7 @@ __device__ __forceinline__ bool scale_words_copyable(const GemmParams& p) {
 // the 16 rows it reads, so no CTA barrier: the warpgroup's first two chunks in a first group that
 // its first stage waits for, the rest in a second group that its third chunk waits for, in flight
 // while the first two compute. Copying them all before the main loop cost every CTA 3-4 us at K =
-// 6144 (timeline, session 8); loading each thread's words into registers two chunks ahead of use
+// 6144 (timeline); loading each thread's words into registers two chunks ahead of use
 // left the 64-row tiles waiting on them. Where K % 128 != 0 or the scale rows are not 4-byte
 // aligned, the words are assembled byte by byte with plain loads instead (0, a finite 2^-127, for
 // blocks past K, whose data TMA zero-filled): the same layout, only slower to copy.

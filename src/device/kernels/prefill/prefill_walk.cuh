@@ -1,7 +1,7 @@
 // The persistent prefill walk: one CTA per SM takes output tiles (or, stream-K, runs of
 // (tile, 128-K chunk) units) one after another while the ring runs on, and stores each tile
 // through a small staging buffer beside the ring. A stream-K tile cut between CTAs is met in the
-// workspace by the CTA holding its first chunk (docs/plans/stream-k.md).
+// workspace by the CTA holding its first chunk (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cstdint>
@@ -164,7 +164,7 @@ __device__ __forceinline__ void publish_partial(const GemmParams& p,
 // It adds the partials of the CTAs after it that hold the tile's later chunks, nearest first:
 // the same order every run. Those partials are their runs' first stretches, so they are
 // published early; an owner holding the last chunk instead would wait for the previous CTA's
-// whole run, and every run for the one before it (session 14 call 2: 4-12x slower).
+// whole run, and every run for the one before it (4-12x slower).
 template <class Tile>
 __device__ __forceinline__ void add_partials(const GemmParams& p, float (&acc)[Tile::kAccRegs],
                                              const StretchWalk<Tile>& walk, long long tile_end) {

@@ -1,7 +1,7 @@
 // Activation quantization: 2 threads per MX block, 16 elements per thread, so the block's amax
 // and its "any non-finite" flag are one shuffle away and every thread stores 16 bytes at once.
 // The kernel is bound by instructions issued as much as by memory: per-group work (the walk, the
-// scale, the shuffle, the addresses) is paid once per 16 elements (v7 paid it per 8).
+// scale, the shuffle, the addresses) is paid once per 16 elements (paying it per 8 was slower).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -181,7 +181,7 @@ __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g,
 // A grid of one resident wave walks the groups (2 per MX block) in row-major order: a warp
 // takes kWalks runs of 32 consecutive groups, a grid-stride apart, and loads the next kWalks
 // groups before it quantizes the current ones, so 64 bytes of loads per thread stay in flight
-// across iterations (v3 kept 32 and streamed at 70% of the read ceiling counting the bytes
+// across iterations (keeping 32 streamed at 70% of the read ceiling counting the bytes
 // written). Positions advance by a fixed (rows, groups) step: no division per group.
 template <InType kIn>
 constexpr int kWalksFor = 64 / RawGroup<kIn>::kBytes;
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock, kMinResidentCtas)
   // A GEMM launched next as a programmatic dependent may start at once: it prefetches static
   // weights and reads what this kernel writes only after griddepcontrol.wait. Letting it launch
   // here rather than past this kernel's wait took the decode step at M = 32 from 2.385 to
-  // 2.331 ms (session 19, call 8; M = 128 level).
+  // 2.331 ms (M = 128 level).
   hopper::allow_dependent_launch();
   // Launched as a programmatic dependent itself: the previous kernel (say the previous layer's
   // GEMM, which may still read the workspace this kernel writes, or the producer of x) must
