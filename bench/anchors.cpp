@@ -19,6 +19,13 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
+// Sets one attribute of a matmul descriptor to `value`.
+template <class T>
+void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
+                   const T& value, const char* what) {
+  check(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value), what);
+}
+
 }  // namespace
 
 std::string cublas_version() {
@@ -82,10 +89,8 @@ const Anchors::Fp8Plan& Anchors::fp8_plan(int m, int n, int k, bool block_scaled
   Fp8Plan p;
   check(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "fp8 desc");
   const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa),
-        "fp8 transa");
-  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb),
-        "fp8 transb");
+  set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, transa, "fp8 transa");
+  set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, transb, "fp8 transb");
   float* a_scale = unit_scale_;
   float* b_scale = unit_scale_;
   if (block_scaled) {
@@ -96,19 +101,11 @@ const Anchors::Fp8Plan& Anchors::fp8_plan(int m, int n, int k, bool block_scaled
     b_scale = p.b_scales;
     const cublasLtMatmulMatrixScale_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     const cublasLtMatmulMatrixScale_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
-                                         sizeof a_mode),
-          "fp8 a scale mode");
-    check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
-                                         sizeof b_mode),
-          "fp8 b scale mode");
+    set_attribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, a_mode, "fp8 a scale mode");
+    set_attribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, b_mode, "fp8 b scale mode");
   }
-  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
-                                       sizeof a_scale),
-        "fp8 a scale");
-  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
-                                       sizeof b_scale),
-        "fp8 b scale");
+  set_attribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale, "fp8 a scale");
+  set_attribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale, "fp8 b scale");
   // The TN layout FP8 needs: A = w as [k, n] column-major transposed, B = x as [k, m].
   check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, k, n, k), "fp8 layout a");
   check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, k, m, k), "fp8 layout b");
