@@ -1,8 +1,8 @@
 // The MX GEMV for the fewest tokens (M <= 16): each warp feeds 16 weight rows into mma.sync
 // fragments, with no CTA barrier, mbarrier or proxy fence in its loop. At these sizes a layer is
-// its weight bytes; what bounds a kernel is the chain of work per byte (session 5: the CUDA-core
-// GEMV issued ~6 instructions per weight byte; the wgmma decode kernel waits out barriers and
-// fences per 8 KiB stage). Here a warp spends ~35 instructions per 16 rows x one MX block (SASS).
+// its weight bytes; what bounds a kernel is the chain of work per byte (a CUDA-core GEMV issued
+// ~6 instructions per weight byte; the wgmma decode kernel waits out barriers and fences per
+// 8 KiB stage). Here a warp spends ~35 instructions per 16 rows x one MX block (SASS).
 //
 // Design:
 // - A row tile is 16 weight rows (one or three per CTA); its kWarps warps split K into contiguous
@@ -11,14 +11,14 @@
 //   m16n8k16 mma per MX block with fp32 accumulation, promotion acc += (partial * sa) * sw, the
 //   generic kernel's arithmetic.
 // - The weights arrive through one of two streamers (gemv_weights.cuh): registers (kStages = 0;
-//   v3: 10.5 us for 2560 x 6144 at M = 1 with 4-block rounds, too few bytes in flight per warp)
+//   rounds of 4 blocks took 10.5 us for 2560 x 6144 at M = 1, too few bytes in flight per warp)
 //   or a per-warp cp.async ring in shared memory (kStages > 0) that keeps kStages - 1 stages of
 //   4 blocks in flight. Either way the first loads are issued before waiting on the previous
 //   kernel (weights are static).
 // - The CTA's tokens are staged in shared memory once (gemv_activation.cuh).
 // - Several 16-row tiles per CTA (kRowTiles > 1), each with its own kWarps: the CTA's tokens are
 //   staged once for all of them. At M = 1 the activation copy after the wait took 1.3 us on
-//   shared down (384 CTAs each reading the same ~800 bytes from one spot of L2: session 17); 128
+//   shared down (384 CTAs each reading the same ~800 bytes from one spot of L2); 128
 //   CTAs of three tiles read a third of those bytes.
 // - K split over the kSplits CTAs of a cluster (kSplits > 1): a layer with fewer 16-row tiles
 //   than SMs (N = 1536: 96 CTAs) gives every SM work. Each CTA adds its warps' tiles into one
@@ -42,14 +42,23 @@
 
 namespace mxlinear::device {
 
-template <int kTokenTiles_, int kWarps_, int kStages_ = 0, int kSplits_ = 1, int kRowTiles_ = 1>
+// A tile's shape, the template argument of GemvTile: GemvTile<GemvShape{.kwarps = 4, ...}>.
+struct GemvShape {
+  int token_tiles = 1;  // n8 mma tiles of tokens per CTA
+  int kwarps;           // K ranges per row tile, one warp each
+  int stages = 0;       // ring slots per warp; 0: weights through registers
+  int splits = 1;       // K ranges per cluster (grid.y)
+  int row_tiles = 1;    // 16-row tiles per CTA
+};
+
+template <GemvShape kShape>
 struct GemvTile {
-  static constexpr int kTokenTiles = kTokenTiles_;  // n8 mma tiles of tokens per CTA
-  static constexpr int kTokens = 8 * kTokenTiles;   // activation rows per CTA
-  static constexpr int kWarps = kWarps_;            // K ranges per row tile
-  static constexpr int kStages = kStages_;          // ring slots per warp; 0: registers
-  static constexpr int kSplits = kSplits_;          // K ranges per cluster (grid.y)
-  static constexpr int kRowTiles = kRowTiles_;      // 16-row tiles per CTA
+  static constexpr int kTokenTiles = kShape.token_tiles;  // n8 mma tiles of tokens per CTA
+  static constexpr int kTokens = 8 * kTokenTiles;         // activation rows per CTA
+  static constexpr int kWarps = kShape.kwarps;            // K ranges per row tile
+  static constexpr int kStages = kShape.stages;           // ring slots per warp; 0: registers
+  static constexpr int kSplits = kShape.splits;           // K ranges per cluster (grid.y)
+  static constexpr int kRowTiles = kShape.row_tiles;      // 16-row tiles per CTA
   static constexpr int kCtaWarps = kWarps * kRowTiles;
   static constexpr int kThreads = 32 * kCtaWarps;
   static constexpr int kRows = 16;  // weight rows per row tile (mma M)
@@ -65,7 +74,7 @@ struct GemvTile {
   // run the 384 CTAs of an N = 6144 layer in one wave, 8 warps per CTA the 160 of N = 2560. Two
   // token tiles need more registers than that (8 per SM).
   // 4-warp rings are small enough in shared memory for 7 CTAs per SM, the next layer's among
-  // them, if they keep to 72 registers (at 74 they fit 6: session 17).
+  // them, if they keep to 72 registers (at 74 they fit 6).
   // Several row tiles: two CTAs per SM, so the next layer's CTA is resident beside this one.
   static constexpr int kMinCtasPerSm = kRowTiles > 1 ? 2
                                        : kStages > 0 && kStages <= 4 && kWarps == 4
