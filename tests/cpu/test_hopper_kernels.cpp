@@ -70,9 +70,10 @@ TEST(DecodeKernel, ConfigNamesSpellEveryAxisAndTheDefaultsAreAmongThem) {
   const std::vector<std::string> configs = decode_kernel().configs();
   EXPECT_EQ(configs.size(), 24u);  // 6 compiled instances x splits 1, 2, 4, 8
   for (const std::string& c : configs)
-    EXPECT_THAT(c, ::testing::MatchesRegex("t[0-9]+(x2)?_st[0-9]+_split[1248]"));
-  EXPECT_THAT(configs, ::testing::IsSupersetOf({"t8_st4_split8", "t8x2_st8_split8", "t8_st6_split8",
-                                                "t32x2_st4_split2", "t128_st4_split1"}));
+    EXPECT_THAT(c, ::testing::MatchesRegex("w64_t[0-9]+_st[0-9]+(_alt)?(_split[248])?"));
+  EXPECT_THAT(configs, ::testing::IsSupersetOf({"w64_t8_st4_split8", "w64_t8_st8_alt_split8",
+                                                "w64_t8_st6_split8", "w64_t32_st4_alt_split2",
+                                                "w64_t128_st4"}));
   for (std::int64_t m : {1, 8, 9, 32, 33, 128, 4096}) {
     EXPECT_NE(std::find(configs.begin(), configs.end(), decode_kernel().default_config(m)),
               configs.end())
@@ -96,8 +97,9 @@ TEST(DecodeKernel, ClaimsOnlyWhatItCanRun) {
   layer.alignment = 16;
   layer.scale_alignment = 1;  // copied bytewise where not 4-byte aligned
   EXPECT_TRUE(decode_kernel().can_implement(layer).ok());
-  const std::string split8 = "t8_st4_split8";
-  EXPECT_TRUE(decode_kernel().can_run(1, 544, "t8_st4_split4").ok());  // 5 chunks, the last part
+  const std::string split8 = "w64_t8_st4_split8";
+  EXPECT_TRUE(
+      decode_kernel().can_run(1, 544, "w64_t8_st4_split4").ok());  // 5 chunks, the last part
   EXPECT_THAT(decode_kernel().can_run(1, 544, split8).reason, HasSubstr("only 5 chunks"));
   EXPECT_TRUE(decode_kernel().worth_sweeping(128, decode_kernel().configs().front()));
   EXPECT_FALSE(decode_kernel().worth_sweeping(8192, decode_kernel().configs().front()));
@@ -108,10 +110,10 @@ TEST(DecodeKernel, ClaimsOnlyWhatItCanRun) {
 
 TEST(DecodeKernel, UnknownConfigNamesTheKnownOnes) {
   const FakeCall f(1, 64, 768);
-  const Error e = error_of("t8_st4_split3", f);
+  const Error e = error_of("w64_t8_st4_split3", f);
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(e.argument(), "config");
-  EXPECT_THAT(e.what(), HasSubstr("t8_st4_split3"));
+  EXPECT_THAT(e.what(), HasSubstr("w64_t8_st4_split3"));
   EXPECT_THAT(e.what(), HasSubstr(decode_kernel().configs().front()));
 }
 
@@ -153,12 +155,12 @@ TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
   EXPECT_FALSE(k.worth_sweeping(8192, "w128_t128_st4_split2"));
   EXPECT_FALSE(k.worth_sweeping(512, "no_such_config"));
   const std::vector<std::string> configs = k.configs();
-  // Every axis spelled; the v0 names (one split, no overlap) unchanged for the shipped rows.
+  // Every axis spelled (config_name.hpp).
   EXPECT_THAT(configs, ::testing::IsSupersetOf(
                            {"w128_t128_st4", "w128_t128_st3", "w128_t128_st4_overlap",
                             "w64_t32_st4_overlap", "w64_t64_st4_overlap_split8", "w128_t256_st2",
                             "w128_t64_st4_overlap", "w128_t192_st3", "w128_t192_st3_overlap",
-                            "w128_t256_st4_k64", "w128_t256_st4_k64_overlap_split2",
+                            "w128_t256_st4_bk64", "w128_t256_st4_bk64_overlap_split2",
                             "w64_t32_st8_overlap_alt", "w64_t64_st8_overlap_alt_split2"}));
   // 17 compiled instances x splits 1, 2, 3, 4, 5, 6, 8, less split 6 of the three 128 x 256
   // tiles (its output tile does not fit their ring), and one persistent and one stream-K
@@ -167,28 +169,29 @@ TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
   EXPECT_THAT(configs,
               ::testing::IsSupersetOf({"w64_t128_st4_overlap", "w64_t128_st4_overlap_split4"}));
   EXPECT_THAT(configs, ::testing::IsSupersetOf({"w192_t128_st3", "w192_t128_st3_split8"}));
-  EXPECT_THAT(configs, ::testing::Contains("w128_t256_st4_k64_overlap_streamk"));
+  EXPECT_THAT(configs, ::testing::Contains("w128_t256_st4_bk64_overlap_streamk"));
   // Stream-K configs run where linear()'s workspace holds their partial tiles.
-  EXPECT_THAT(k.can_run(255, 6144, "w128_t256_st4_k64_overlap_streamk").reason,
+  EXPECT_THAT(k.can_run(255, 6144, "w128_t256_st4_bk64_overlap_streamk").reason,
               HasSubstr("stream-K configs run from M = 256"));
-  EXPECT_TRUE(k.can_run(256, 6144, "w128_t256_st4_k64_overlap_streamk").ok());
-  EXPECT_GE(linear_workspace_bytes(256, 6144),
-            static_cast<std::size_t>(256 * 6144) +
-                k.workspace_bytes(LinearShape{256, 64, 6144}, "w128_t256_st4_k64_overlap_streamk"));
+  EXPECT_TRUE(k.can_run(256, 6144, "w128_t256_st4_bk64_overlap_streamk").ok());
+  EXPECT_GE(
+      linear_workspace_bytes(256, 6144),
+      static_cast<std::size_t>(256 * 6144) +
+          k.workspace_bytes(LinearShape{256, 64, 6144}, "w128_t256_st4_bk64_overlap_streamk"));
   // Its flags, which the pass before it zeroes, lie after the bf16 activation and the partial
   // tiles and inside its scratch; no other config asks for zeroed words.
   const LinearShape shape{512, 6144, 6144};
-  const ScratchWords flags = k.scratch_words_to_zero(shape, "w128_t256_st4_k64_overlap_streamk");
+  const ScratchWords flags = k.scratch_words_to_zero(shape, "w128_t256_st4_bk64_overlap_streamk");
   EXPECT_EQ(flags.count, 132u);
   EXPECT_GE(flags.offset, static_cast<std::size_t>(512 * 6144 * 2 + 132 * 128 * 256 * 4));
   EXPECT_LE(flags.offset + 4 * flags.count,
-            k.workspace_bytes(shape, "w128_t256_st4_k64_overlap_streamk"));
+            k.workspace_bytes(shape, "w128_t256_st4_bk64_overlap_streamk"));
   EXPECT_EQ(flags.offset % 4, 0u);
-  EXPECT_EQ(k.scratch_words_to_zero(shape, "w128_t256_st4_k64_overlap_persistent").count, 0u);
+  EXPECT_EQ(k.scratch_words_to_zero(shape, "w128_t256_st4_bk64_overlap_persistent").count, 0u);
   EXPECT_EQ(k.scratch_words_to_zero(shape, "w128_t256_st2").count, 0u);
-  EXPECT_THAT(configs, ::testing::Contains("w128_t256_st4_k64_overlap_persistent"));
+  EXPECT_THAT(configs, ::testing::Contains("w128_t256_st4_bk64_overlap_persistent"));
   EXPECT_THAT(configs,
-              ::testing::Not(::testing::Contains("w128_t256_st4_k64_overlap_persistent_split2")));
+              ::testing::Not(::testing::Contains("w128_t256_st4_bk64_overlap_persistent_split2")));
   EXPECT_THAT(configs, ::testing::IsSupersetOf({"w128_t160_st3", "w128_t160_st3_split6"}));
   EXPECT_THAT(configs, ::testing::IsSupersetOf({"w64_t32_st8_overlap_alt_split3",
                                                 "w64_t64_st4_overlap_split5",
@@ -246,7 +249,7 @@ TEST(HopperKernels, OnlyThePrefillKernelTakesTheDequantizedActivation) {
     EXPECT_TRUE(prefill_kernel().takes_dequantized_activation(config)) << config;
   }
   EXPECT_FALSE(decode_kernel().takes_dequantized_activation(decode_kernel().configs().front()));
-  EXPECT_FALSE(gemv_kernel().takes_dequantized_activation("t8_w8"));
+  EXPECT_FALSE(gemv_kernel().takes_dequantized_activation("w16_t8_kwarps8"));
   EXPECT_FALSE(
       builtin("generic").takes_dequantized_activation(builtin("generic").default_config(8192)));
 }
@@ -292,21 +295,31 @@ TEST(GemvKernel, ClaimsTheSmallestMAndSaysWhatItNeeds) {
   EXPECT_TRUE(k.needs_tuned_rows());
   // Each instance three times: the next kernel launches once the activation is staged (no
   // suffix), once the CTAs have waited on the previous kernel, or at their entry.
-  const std::vector<std::string> instances = {
-      "t8_w4",       "t8_w8",       "t16_w8",       "t8_w4_r8",    "t8_w8_r4",
-      "t8_w8_r6",    "t8_w4_r3",    "t8_w4_r4",     "t8_w8_s2",    "t8_w8_r4_s2",
-      "t8_w4_r3_s4", "t8_w4_r4_s4", "t8_w4_r3_n48", "t8_w4_r4_n48"};
+  const std::vector<std::string> instances = {"w16_t8_kwarps4",
+                                              "w16_t8_kwarps8",
+                                              "w16_t16_kwarps8",
+                                              "w16_t8_kwarps4_st8",
+                                              "w16_t8_kwarps8_st4",
+                                              "w16_t8_kwarps8_st6",
+                                              "w16_t8_kwarps4_st3",
+                                              "w16_t8_kwarps4_st4",
+                                              "w16_t8_kwarps8_split2",
+                                              "w16_t8_kwarps8_st4_split2",
+                                              "w16_t8_kwarps4_st3_split4",
+                                              "w16_t8_kwarps4_st4_split4",
+                                              "w48_t8_kwarps4_st3",
+                                              "w48_t8_kwarps4_st4"};
   std::vector<std::string> expected;
   for (const char* suffix : {"", "_waited", "_early"}) {
     for (const std::string& i : instances) expected.push_back(i + suffix);
   }
   EXPECT_EQ(k.configs(), expected);
-  EXPECT_EQ(k.default_config(1), "t8_w8");
-  EXPECT_EQ(k.default_config(8), "t8_w8");
-  EXPECT_EQ(k.default_config(9), "t16_w8");
-  EXPECT_TRUE(k.worth_sweeping(1, "t8_w4"));
-  EXPECT_TRUE(k.worth_sweeping(16, "t16_w8"));
-  EXPECT_FALSE(k.worth_sweeping(32, "t16_w8"));
+  EXPECT_EQ(k.default_config(1), "w16_t8_kwarps8");
+  EXPECT_EQ(k.default_config(8), "w16_t8_kwarps8");
+  EXPECT_EQ(k.default_config(9), "w16_t16_kwarps8");
+  EXPECT_TRUE(k.worth_sweeping(1, "w16_t8_kwarps4"));
+  EXPECT_TRUE(k.worth_sweeping(16, "w16_t16_kwarps8"));
+  EXPECT_FALSE(k.worth_sweeping(32, "w16_t16_kwarps8"));
   LayerDescription layer;
   layer.n = 2560;
   layer.k = 6144;
@@ -330,47 +343,55 @@ TEST(GemvKernel, QuantizesAlignedBf16AndFp16ActivationsItself) {
   const auto view = [&](void* data, std::int64_t cols, std::int64_t stride, DType dtype) {
     return TensorView::matrix(data, 2, cols, stride, dtype, Location::kDevice);
   };
-  EXPECT_TRUE(gemv_kernel().quantizes_activation("t8_w8", view(storage, 64, 64, DType::kBF16)));
-  EXPECT_TRUE(gemv_kernel().quantizes_activation("t16_w8", view(storage, 64, 72, DType::kF16)));
-  EXPECT_FALSE(gemv_kernel().quantizes_activation("t8_w8", view(storage, 32, 32, DType::kF32)));
-  EXPECT_FALSE(gemv_kernel().quantizes_activation("t8_w8", view(storage, 64, 68, DType::kBF16)));
+  EXPECT_TRUE(
+      gemv_kernel().quantizes_activation("w16_t8_kwarps8", view(storage, 64, 64, DType::kBF16)));
+  EXPECT_TRUE(
+      gemv_kernel().quantizes_activation("w16_t16_kwarps8", view(storage, 64, 72, DType::kF16)));
   EXPECT_FALSE(
-      gemv_kernel().quantizes_activation("t8_w8", view(storage + 1, 64, 64, DType::kBF16)));
+      gemv_kernel().quantizes_activation("w16_t8_kwarps8", view(storage, 32, 32, DType::kF32)));
+  EXPECT_FALSE(
+      gemv_kernel().quantizes_activation("w16_t8_kwarps8", view(storage, 64, 68, DType::kBF16)));
+  EXPECT_FALSE(gemv_kernel().quantizes_activation("w16_t8_kwarps8",
+                                                  view(storage + 1, 64, 64, DType::kBF16)));
   EXPECT_FALSE(
       prefill_kernel().quantizes_activation("w128_t128_st4", view(storage, 64, 64, DType::kBF16)));
 }
 
-// The decode kernel's 8-token instances have quantizing twins (verified on the H200 in session
-// 6); the 32- and 128-token ones do not, and a twin that would fit fewer CTAs per SM than its
-// plain instance is passed over (36 against 22 us at 1 x 6144 x 6144, t8_st4_split4).
+// The decode kernel's 8-token instances have quantizing twins (verified on the H200); the 32-
+// and 128-token ones do not, and a twin that would fit fewer CTAs per SM than its
+// plain instance is passed over (36 against 22 us at 1 x 6144 x 6144, w64_t8_st4_split4).
 TEST(DecodeKernel, QuantizesItselfOnlyWhereATwinKeepsItsOccupancy) {
   std::vector<std::uint16_t> storage(6144 + 8, 0);
   const auto view = [&](std::int64_t cols, DType dtype) {
     return TensorView::matrix(storage.data(), 1, cols, cols, dtype, Location::kDevice);
   };
   const Kernel& k = decode_kernel();
-  EXPECT_TRUE(k.quantizes_activation("t8_st4_split8", view(6144, DType::kBF16)));
-  EXPECT_TRUE(k.quantizes_activation("t8x2_st8_split1", view(768, DType::kF16)));
-  EXPECT_TRUE(k.quantizes_activation("t8_st6_split2", view(2048, DType::kBF16)));
-  EXPECT_FALSE(k.quantizes_activation("t32_st4_split8", view(6144, DType::kBF16)));
-  EXPECT_FALSE(k.quantizes_activation("t8_st4_split8", view(6144, DType::kF32)));
+  EXPECT_TRUE(k.quantizes_activation("w64_t8_st4_split8", view(6144, DType::kBF16)));
+  EXPECT_TRUE(k.quantizes_activation("w64_t8_st8_alt", view(768, DType::kF16)));
+  EXPECT_TRUE(k.quantizes_activation("w64_t8_st6_split2", view(2048, DType::kBF16)));
+  EXPECT_FALSE(k.quantizes_activation("w64_t32_st4_split8", view(6144, DType::kBF16)));
+  EXPECT_FALSE(k.quantizes_activation("w64_t8_st4_split8", view(6144, DType::kF32)));
   // 3 CTAs per SM for the twin against 4 for the plain instance.
   EXPECT_EQ(device::decode_ctas_per_sm(device::decode_gemm_smem_bytes(0, 6144, 4, true)), 3);
   EXPECT_EQ(device::decode_ctas_per_sm(device::decode_gemm_smem_bytes(0, 6144, 4)), 4);
-  EXPECT_FALSE(k.quantizes_activation("t8_st4_split4", view(6144, DType::kBF16)));
+  EXPECT_FALSE(k.quantizes_activation("w64_t8_st4_split4", view(6144, DType::kBF16)));
 }
 
 TEST(GemvKernel, UnknownConfigOrTooLargeKIsRejected) {
   const FakeCall f(1, 64, 768);
   const Error unknown = error_of("t1", f, gemv_kernel());
   EXPECT_EQ(unknown.code(), ErrorCode::kInvalidArgument);
-  EXPECT_THAT(unknown.what(), HasSubstr("t8_w4, t8_w8, t16_w8, t8_w4_r8, t8_w8_r4, t8_w8_r6, "
-                                        "t8_w4_r3, t8_w4_r4, t8_w8_s2, t8_w8_r4_s2, "
-                                        "t8_w4_r3_s4, t8_w4_r4_s4, t8_w4_r3_n48, t8_w4_r4_n48, "
-                                        "t8_w4_waited, "));
-  EXPECT_THAT(unknown.what(), HasSubstr("t8_w4_r4_n48_early"));
+  EXPECT_THAT(unknown.what(),
+              HasSubstr("w16_t8_kwarps4, w16_t8_kwarps8, w16_t16_kwarps8, w16_t8_kwarps4_st8, "
+                        "w16_t8_kwarps8_st4, w16_t8_kwarps8_st6, "
+                        "w16_t8_kwarps4_st3, w16_t8_kwarps4_st4, w16_t8_kwarps8_split2, "
+                        "w16_t8_kwarps8_st4_split2, "
+                        "w16_t8_kwarps4_st3_split4, w16_t8_kwarps4_st4_split4, w48_t8_kwarps4_st3, "
+                        "w48_t8_kwarps4_st4, "
+                        "w16_t8_kwarps4_waited, "));
+  EXPECT_THAT(unknown.what(), HasSubstr("w48_t8_kwarps4_st4_early"));
   const FakeCall wide(16, 64, 16384);  // sixteen tokens' e4m3 rows: 263 KB
-  const Error smem = error_of("t16_w8", wide, gemv_kernel());
+  const Error smem = error_of("w16_t16_kwarps8", wide, gemv_kernel());
   EXPECT_EQ(smem.code(), ErrorCode::kUnsupported);
   EXPECT_THAT(smem.what(), HasSubstr("shared memory"));
 }
@@ -427,7 +448,7 @@ TEST(LinearWith, AnUnknownConfigIsRejectedByName) {
 TEST(LinearWith, AConfigThatCannotRunThisMOrKIsRejectedBeforeAnyLaunch) {
   expect_refusal(linear_with_error(prefill_kernel(), "w128_t128_st4_split8", 9, 256),
                  ErrorCode::kUnsupported, "config", "chunks of 128");
-  expect_refusal(linear_with_error(prefill_kernel(), "w128_t256_st4_k64_overlap_streamk", 9, 128),
+  expect_refusal(linear_with_error(prefill_kernel(), "w128_t256_st4_bk64_overlap_streamk", 9, 128),
                  ErrorCode::kUnsupported, "config", "M = 256");
 }
 

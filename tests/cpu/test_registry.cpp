@@ -272,8 +272,8 @@ TEST(Registry, BuiltinKernelsOnTheCpuAndOnADescribedH200) {
   }
   for (const auto& row_ : r.report(model, kH200, DType::kBF16)) {
     EXPECT_EQ(row_.selection.kernel->name(), "generic");
-    EXPECT_EQ(r.dispatch(row_.selection, kH200, 1).config, "bm16_bn32_wm16_wn16_wk4_s8");
-    EXPECT_EQ(r.dispatch(row_.selection, kH200, 8192).config, "bm128_bn128_wm64_wn32_wk1_s4");
+    EXPECT_EQ(r.dispatch(row_.selection, kH200, 1).config, "w32_t16_warp16x16_kwarps4_st8");
+    EXPECT_EQ(r.dispatch(row_.selection, kH200, 8192).config, "w128_t128_warp32x64_st4");
   }
   LayerDescription misaligned = layer(2560, 6144);
   misaligned.alignment = 4;
@@ -302,10 +302,10 @@ TEST(Registry, TunedKernelClaimsOnlyShapesWithItsOwnRows) {
       "sm_90a,132,2560,6144,1,decode," +
           decode_config + ",5.0,0.5," + context.library_version + "," + context.cuda_version +
           "\n"
-          "sm_90a,132,2560,6144,8192,generic,bm128_bn128_wm64_wn32_wk1_s4,1600,0.5," +
+          "sm_90a,132,2560,6144,8192,generic,w128_t128_warp32x64_st4,1600,0.5," +
           context.library_version + "," + context.cuda_version +
           "\n"
-          "sm_90a,132,6144,2048,1,generic,bm16_bn32_wm16_wn16_wk4_s8,15,0.5," +
+          "sm_90a,132,6144,2048,1,generic,w32_t16_warp16x16_kwarps4_st8,15,0.5," +
           context.library_version + "," + context.cuda_version + "\n",
       "test", context);
   ASSERT_EQ(stats.accepted, 3) << ::testing::PrintToString(table.warnings());
@@ -325,12 +325,10 @@ TEST(Registry, TunedKernelClaimsOnlyShapesWithItsOwnRows) {
   EXPECT_EQ(r.select(odd_scales, kH200).kernel->name(), "decode");
 }
 
-// The shipped table (configs/, from the H200 sweep of session 4) hands every seed layer on a
-// 132-SM H200 to the kernel that measured fastest: decode up to 32 tokens (M = 8 falls to the
-// M = 2 row, M = 64 to the M = 32 row), prefill from 128; every row of it is accepted.
-// The session-7 sweep, ranked as full linears from bf16: the gemv (which quantizes the
-// activation itself) at M = 1, gemv or decode at M = 2, decode at M = 8 (but shared down, on
-// the gemv since session 19), prefill from M = 32.
+// The shipped table (configs/, from H200 sweeps ranked as full linears from bf16) hands every
+// seed layer on a 132-SM H200 to the kernel that measured fastest, and every row of it is
+// accepted: the gemv (which quantizes the activation itself) at M = 1, gemv or decode at M = 2,
+// decode at M = 8 (but shared down, on the gemv), prefill from M = 32.
 TEST(Registry, ShippedTableHandsSeedLayersToGemvDecodeThenPrefill) {
   const Registry& r = Registry::global();
   EXPECT_TRUE(r.warnings().empty()) << ::testing::PrintToString(r.warnings());
@@ -412,8 +410,8 @@ TEST(Registry, ShippedTableLendsTheNearestSeedShapesRowsToAnUntunedLayer) {
   const auto rows =
       r.report({{"near_qkv", 3000, 4096, 1}, {"qkv", 2560, 6144, 1}}, kH200, DType::kBF16);
   const std::string text = format_report(rows, kH200);
-  EXPECT_THAT(text, HasSubstr("M=1 gemv/t8_w8_early~"));
-  EXPECT_THAT(text, HasSubstr("M=1 gemv/t8_w8_early*"));
+  EXPECT_THAT(text, HasSubstr("M=1 gemv/w16_t8_kwarps8_early~"));
+  EXPECT_THAT(text, HasSubstr("M=1 gemv/w16_t8_kwarps8_early*"));
   EXPECT_THAT(report_json(rows, kH200), HasSubstr("\"borrowed_from\": [\n"));
   // 2560 x 16384 borrows 2560 x 6144's rows, but the 128 x 160 tile of its M = 2048 row cannot
   // hold the scale bytes of K = 16384: the generic kernel keeps that call.

@@ -10,7 +10,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   mxlinear::TableContext context;
-  context.kernel_configs = {{"generic", {"bm16_bn32_wm16_wn16_wk4_s8"}}, {"tuned", {"a", "b"}}};
+  context.kernel_configs = {{"generic", {"w32_t16_warp16x16_kwarps4_st8"}}, {"tuned", {"a", "b"}}};
   context.library_version = "0.1";
   context.cuda_version = "13.0";
   mxlinear::TunedTable table;

@@ -1,6 +1,5 @@
 // The Hopper decode GEMM, every config (instance x split count), against the fp64 reference
 // (MXFP8.md's checks), plus determinism and CUDA-graph capture with programmatic launch.
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -8,6 +7,7 @@
 #include "device/kernels/decode/decode_gemm.hpp"
 #include "gpu/gemm_checks.hpp"
 #include "gpu/gpu_support.hpp"
+#include "host/registry/decode_config.hpp"
 #include "support/random.hpp"
 
 namespace mxlinear::test {
@@ -128,13 +128,10 @@ std::vector<std::tuple<int, int>> configs_with_quantizing_twins() {
 }
 
 std::string config_name(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
-  const auto& i =
-      device::decode_gemm_instances()[static_cast<std::size_t>(std::get<0>(info.param))];
-  std::ostringstream name;
-  name << 't' << i.tokens;
-  if (i.consumer_groups > 1) name << 'x' << i.consumer_groups;  // as the registry spells it
-  name << "_st" << i.stages << "_split" << std::get<1>(info.param);
-  return name.str();
+  return detail::DecodeConfig::of(
+             device::decode_gemm_instances()[static_cast<std::size_t>(std::get<0>(info.param))],
+             std::get<1>(info.param))
+      .name();
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -1,10 +1,10 @@
 // The MX GEMV (mma.sync from global memory), every config, against the fp64 reference
 // (MXFP8.md's checks), plus determinism and CUDA-graph capture with programmatic launch.
-#include <sstream>
 
 #include "device/kernels/gemv/gemv_gemm.hpp"
 #include "gpu/gemm_checks.hpp"
 #include "gpu/gpu_support.hpp"
+#include "host/registry/gemv_config.hpp"
 #include "support/random.hpp"
 
 namespace mxlinear::test {
@@ -111,13 +111,9 @@ INSTANTIATE_TEST_SUITE_P(
     EveryConfig, GemvGemmConfig,
     ::testing::Range(0, static_cast<int>(device::gemv_gemm_instances().size())),
     [](const ::testing::TestParamInfo<int>& param) {
-      std::ostringstream name;  // the registry's config name (a stream: GCC 12 warns on +)
-      const auto& i = device::gemv_gemm_instances()[static_cast<std::size_t>(param.param)];
-      name << "t" << i.tokens << "_w" << i.warps;
-      if (i.stages > 0) name << "_r" << i.stages;
-      if (i.splits > 1) name << "_s" << i.splits;
-      if (i.rows > 16) name << "_n" << i.rows;
-      return name.str();
+      return detail::GemvConfig::of(
+                 device::gemv_gemm_instances()[static_cast<std::size_t>(param.param)])
+          .name();
     });
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "device/kernels/generic/generic_gemm.hpp"
 #include "gpu/gemm_checks.hpp"
 #include "gpu/gpu_support.hpp"
+#include "host/registry/generic_config.hpp"
 #include "support/random.hpp"
 
 namespace mxlinear::test {
@@ -102,7 +103,9 @@ TEST_P(GenericGemmConfig, NaNBiasAndDeterminism) {
 }
 
 std::string config_name(const ::testing::TestParamInfo<int>& info) {
-  return std::string(device::generic_gemm_configs()[static_cast<std::size_t>(info.param)].name);
+  return detail::GenericConfig::of(
+             device::generic_gemm_configs()[static_cast<std::size_t>(info.param)])
+      .name();
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryConfig, GenericGemmConfig,

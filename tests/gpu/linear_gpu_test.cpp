@@ -228,7 +228,7 @@ TEST(LinearGpu, GraphReplayMatchesEagerWithACallerWorkspace) {
 // reads. Run back to back (eagerly, three times, and as a replayed graph) the chain must give
 // the bits it gives with the stream synchronized after every call. Intermediate outputs are
 // poisoned with NaN first, so a layer that reads too early shows (a quantize kernel without its
-// wait failed every round on the H200, session 12).
+// wait failed every round on the H200).
 TEST(LinearGpu, ChainedLayersMatchTheSameLayersRunOneAtATime) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
@@ -485,7 +485,7 @@ TEST(LinearGpu, StreamKThroughAPoisonedWorkspaceMatchesEagerAndGraphReplays) {
   if (!prefill->is_supported(DeviceDescription::current()).ok()) {
     GTEST_SKIP() << "the prefill kernel does not run on this GPU";
   }
-  const std::string config = "w128_t256_st4_k64_overlap_streamk";
+  const std::string config = "w128_t256_st4_bk64_overlap_streamk";
   auto rng = make_rng();
   Layer l = make_layer(1, 300, 1000, 1536, rng);
   const std::int64_t m = l.b * l.s;

@@ -10,7 +10,7 @@
 #include "device/kernels/prefill/prefill_gemm.hpp"
 #include "gpu/gemm_checks.hpp"
 #include "gpu/gpu_support.hpp"
-#include "host/registry/prefill_kernel.hpp"
+#include "host/registry/prefill_config.hpp"
 #include "mxlinear/format.hpp"
 #include "mxlinear/registry.hpp"
 #include "support/random.hpp"
@@ -344,7 +344,7 @@ TEST(PrefillRegistryEntry, SaysWhetherALaunchFitsOneWave) {
     int splits = 0;
     for (const auto& i : device::prefill_gemm_instances()) {
       for (int s = 1; s <= device::kPrefillMaxSplits; ++s) {
-        if (config == prefill_config_name(i, s)) instance = &i, splits = s;
+        if (config == detail::PrefillConfig::of(i, s).name()) instance = &i, splits = s;
       }
     }
     ASSERT_NE(instance, nullptr);
@@ -398,9 +398,10 @@ TEST_P(PrefillGemmInstance, ChainOfCallsInAGraphMatchesEager) {
 }
 
 std::string config_name(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
-  return prefill_config_name(
-      device::prefill_gemm_instances()[static_cast<std::size_t>(std::get<0>(info.param))],
-      std::get<1>(info.param));
+  return detail::PrefillConfig::of(
+             device::prefill_gemm_instances()[static_cast<std::size_t>(std::get<0>(info.param))],
+             std::get<1>(info.param))
+      .name();
 }
 
 // Every (instance, split count) whose output tile fits the instance's ring: the registry's

@@ -32,15 +32,15 @@ def figure(m, **extra):
 class TunedRowsFromBench(unittest.TestCase):
     def test_ranks_by_the_full_linear_where_the_sweep_timed_it(self):
         # gemv is slower GEMM-only but quantizes the activation itself, so faster as a linear.
-        doc = {"rows": [figure(1, configs={"decode/t8": 9.0, "gemv/t8_w8": 9.5},
-                               configs_linear={"decode/t8": 11.3, "gemv/t8_w8": 10.0},
-                               configs_check_rel_error={"decode/t8": 1e-3, "gemv/t8_w8": 2e-3})]}
+        doc = {"rows": [figure(1, configs={"decode/t8": 9.0, "gemv/w16_t8_kwarps8": 9.5},
+                               configs_linear={"decode/t8": 11.3, "gemv/w16_t8_kwarps8": 10.0},
+                               configs_check_rel_error={"decode/t8": 1e-3, "gemv/w16_t8_kwarps8": 2e-3})]}
         (row,) = rows_for(doc)
-        self.assertEqual((row["kernel"], row["config"], row["us"]), ("gemv", "t8_w8", "10.00"))
+        self.assertEqual((row["kernel"], row["config"], row["us"]), ("gemv", "w16_t8_kwarps8", "10.00"))
         self.assertEqual(row["error_ratio"], "0.500")
 
     def test_ranks_by_the_gemm_alone_in_older_sweeps(self):
-        doc = {"rows": [figure(2, configs={"decode/t8": 9.0, "gemv/t8_w8": 9.5})]}
+        doc = {"rows": [figure(2, configs={"decode/t8": 9.0, "gemv/w16_t8_kwarps8": 9.5})]}
         (row,) = rows_for(doc)
         self.assertEqual((row["kernel"], row["config"], row["us"]), ("decode", "t8", "9.00"))
 

@@ -3,13 +3,14 @@
 // prefill_kernel.cpp and gemv_kernel.cpp.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <vector>
 
 #include "device/kernels/generic/generic_gemm.hpp"
 #include "host/cuda_check.hpp"
+#include "host/registry/configured_kernel.hpp"
 #include "host/registry/decode_kernel.hpp"
 #include "host/registry/gemv_kernel.hpp"
+#include "host/registry/generic_config.hpp"
 #include "host/registry/kernel_params.hpp"
 #include "host/registry/prefill_kernel.hpp"
 #include "host/validate.hpp"
@@ -19,63 +20,41 @@
 namespace mxlinear {
 namespace {
 
-constexpr std::int64_t kMaxGridY = 65535;
+using detail::GenericConfig;
 
-class GenericKernel final : public Kernel {
+const detail::ConfigTable<GenericConfig>& compiled_configs() {
+  static const detail::ConfigTable<GenericConfig> table = [] {
+    detail::ConfigTable<GenericConfig> t;
+    const auto instances = device::generic_gemm_configs();
+    for (std::size_t i = 0; i < instances.size(); ++i) {
+      t.add(GenericConfig::of(instances[i]), static_cast<int>(i));
+    }
+    return t;
+  }();
+  return table;
+}
+
+class GenericKernel final : public detail::ConfiguredKernel<GenericConfig> {
  public:
-  std::string_view name() const override { return "generic"; }
-
-  std::vector<std::string> configs() const override {
-    std::vector<std::string> names;
-    for (const auto& c : device::generic_gemm_configs()) names.emplace_back(c.name);
-    return names;
-  }
-
-  Verdict is_supported(const DeviceDescription& device) const override {
-    return detail::needs_sm90a(device);
-  }
+  GenericKernel() : ConfiguredKernel("generic", compiled_configs()) {}
 
   Verdict can_implement(const LayerDescription& layer) const override {
-    if (layer.alignment < 16) {
-      return {fmt::format("needs 16-byte aligned e4m3 rows; the layer's are {}-byte aligned",
-                          layer.alignment)};
-    }
-    return {};
+    return detail::needs_16_byte_rows(layer);
   }
 
   std::string default_config(std::int64_t m) const override {
-    // Measured on the H200 (docs/PERF.md): the 16-row tile with 4 K warps is fastest up to
-    // M = 32, the 64x64 tile up to 256, the 128x128 tile beyond.
-    const auto configs = device::generic_gemm_configs();
-    return std::string(configs[m <= 32 ? 0 : (m <= 256 ? 1 : 2)].name);
+    // Measured on the H200: the 16-token tile with 4 K warps is fastest up to M = 32, the
+    // 64 x 64 tile up to 256, the 128 x 128 tile beyond.
+    const auto instances = device::generic_gemm_configs();
+    return GenericConfig::of(instances[m <= 32 ? 0 : (m <= 256 ? 1 : 2)]).name();
   }
-
-  void prepare_weights(const MxWeight& in, const MxWeight& out,
-                       cudaStream_t stream) const override {
-    detail::copy_weight(in, out, stream);  // the checkpoint layout is this kernel's layout
-  }
-  bool prepared_weights_cacheable() const override { return true; }
 
   void run(const KernelCall& call, const std::string& config) const override {
-    const auto configs = device::generic_gemm_configs();
-    const auto it = std::find_if(configs.begin(), configs.end(),
-                                 [&](const auto& c) { return c.name == config; });
-    if (it == configs.end()) {
-      detail::fail(
-          ErrorCode::kInvalidArgument, "generic kernel", "config",
-          fmt::format("is '{}'; expected one of: {}", config, fmt::join(this->configs(), ", ")));
-    }
-    const LinearShape& shape = call.shape;
-    if ((shape.m + it->bm - 1) / it->bm > kMaxGridY) {
-      detail::fail(ErrorCode::kUnsupported, "linear", "x",
-                   fmt::format("has {} rows; expected at most {} for generic config {}", shape.m,
-                               kMaxGridY * it->bm, it->name));
-    }
+    const auto c = known(config);
+    require_token_tiles(call.shape, c.tokens, config);
     device::GemmParams p = detail::gemm_params(call);
     p.scales_via_cp_async = device::scales_allow_cp_async(p);
-    detail::check_cuda(
-        device::launch_generic_gemm(p, static_cast<int>(it - configs.begin()), call.stream),
-        fmt::format("linear: launching generic GEMM {}", it->name));
+    require_launched(device::launch_generic_gemm(p, c.instance, call.stream), config);
   }
 };
 

@@ -1,94 +1,55 @@
 // The Hopper decode kernel in the registry: ahead of the generic kernel, and claiming only the
-// (N, K) its tuned rows name. Config names spell every axis: "t32_st6_split4" = 32 tokens per
-// CTA (wgmma N), a 6-stage ring, K split over a 4-CTA cluster; "t8x2_st8_split4" has two
-// consumer warpgroups taking alternate stages.
+// (N, K) its tuned rows name. Its configs are every compiled instance with K split 1, 2, 4 or 8
+// ways (decode_config.hpp).
+#include "host/registry/decode_kernel.hpp"
+
 #include <fmt/format.h>
 
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "device/kernels/decode/decode_gemm.hpp"
-#include "host/cuda_check.hpp"
-#include "host/registry/decode_kernel.hpp"
+#include "host/registry/configured_kernel.hpp"
+#include "host/registry/decode_config.hpp"
 #include "host/registry/kernel_params.hpp"
-#include "host/registry/named_configs.hpp"
 #include "host/validate.hpp"
 
 namespace mxlinear {
 namespace {
 
 constexpr int kSplitChoices[] = {1, 2, 4, 8};
-constexpr std::int64_t kMaxGridZ = 65535;
 
-std::string config_name(const device::DecodeInstanceInfo& i, int splits) {
-  return fmt::format("t{}{}_st{}_split{}", i.tokens,
-                     i.consumer_groups > 1 ? fmt::format("x{}", i.consumer_groups) : std::string(),
-                     i.stages, splits);
+const detail::ConfigTable<detail::DecodeConfig>& compiled_configs() {
+  static const auto table = detail::ConfigTable<detail::DecodeConfig>::with_splits(
+      device::decode_gemm_instances(), kSplitChoices, [](int, int) { return true; });
+  return table;
 }
 
-struct ParsedConfig {
-  int instance = -1;
-  int splits = 0;
-};
+// A config name parsed, and the instance that runs it (instance < 0: the kernel has none).
+using ParsedConfig = detail::Resolved<detail::DecodeConfig>;
 
-const detail::NamedConfigs<ParsedConfig>& named_configs() {
-  static const detail::NamedConfigs<ParsedConfig> all = [] {
-    std::vector<std::pair<std::string, ParsedConfig>> named;
-    const auto instances = device::decode_gemm_instances();
-    for (std::size_t i = 0; i < instances.size(); ++i) {
-      for (const int splits : kSplitChoices) {
-        named.emplace_back(config_name(instances[i], splits),
-                           ParsedConfig{static_cast<int>(i), splits});
-      }
-    }
-    return detail::NamedConfigs<ParsedConfig>(std::move(named));
-  }();
-  return all;
-}
+ParsedConfig parse_config(std::string_view config) { return compiled_configs().find(config); }
 
-ParsedConfig parse_config(std::string_view config) {
-  const ParsedConfig* found = named_configs().find(config);
-  return found != nullptr ? *found : ParsedConfig{};
-}
-
-class DecodeKernel final : public Kernel {
+class DecodeKernel final : public detail::ConfiguredKernel<detail::DecodeConfig> {
  public:
-  std::string_view name() const override { return "decode"; }
-
-  std::vector<std::string> configs() const override { return named_configs().names(); }
-
-  Verdict is_supported(const DeviceDescription& device) const override {
-    return detail::needs_sm90a(device);
-  }
+  DecodeKernel() : ConfiguredKernel("decode", compiled_configs()) {}
 
   Verdict can_implement(const LayerDescription& layer) const override {
-    if (layer.k % 32 != 0) return {fmt::format("needs K % 32 == 0; K is {}", layer.k)};
-    if (layer.alignment < 16) {
-      return {fmt::format("needs 16-byte aligned e4m3 rows; the layer's are {}-byte aligned",
-                          layer.alignment)};
-    }
-    return {};
+    if (const Verdict v = detail::needs_whole_blocks(layer); !v.ok()) return v;
+    return detail::needs_16_byte_rows(layer);
   }
 
   bool needs_tuned_rows() const override { return true; }
   bool worth_sweeping(std::int64_t m, std::string_view) const override { return m <= 256; }
 
   std::string default_config(std::int64_t m) const override {
-    const auto instances = device::decode_gemm_instances();
     const std::size_t i = m <= 8 ? 0 : (m <= 32 ? 1 : 2);
-    return config_name(instances[i], 4);
+    return detail::DecodeConfig::of(device::decode_gemm_instances()[i], 4).name();
   }
-
-  void prepare_weights(const MxWeight& in, const MxWeight& out,
-                       cudaStream_t stream) const override {
-    detail::copy_weight(in, out, stream);  // TMA reads the checkpoint layout as it is
-  }
-  bool prepared_weights_cacheable() const override { return true; }
 
   // The 8-token instances have twins that quantize a bf16/fp16 activation themselves, which
-  // saves the quantize kernel ahead of a few-token linear (1-3 us at M = 8, H200 session 6).
+  // saves the quantize kernel ahead of a few-token linear (1-3 us at M = 8 on the H200).
 
   bool quantizes_activation(const std::string& config, const TensorView& x) const override {
     const ParsedConfig parsed = parse_config(config);
@@ -114,57 +75,33 @@ class DecodeKernel final : public Kernel {
   }
 
   void run(const KernelCall& call, const std::string& config) const override {
-    const ParsedConfig parsed = parse_config(config);
-    if (parsed.instance < 0) {
-      detail::fail(
-          ErrorCode::kInvalidArgument, "decode kernel", "config",
-          fmt::format("is '{}'; expected one of: {}", config, fmt::join(this->configs(), ", ")));
-    }
+    const auto c = known(config);
     const LinearShape& shape = call.shape;
     const bool quantizing = call.x_unquantized.has_value();
     if (quantizing &&
-        device::decode_gemm_instances()[parsed.instance].quantizing_fixed_smem_bytes == 0) {
+        device::decode_gemm_instances()[c.instance].quantizing_fixed_smem_bytes == 0) {
       detail::fail(ErrorCode::kInvalidArgument, "decode kernel", "config",
                    fmt::format("is '{}', which does not quantize its activation; the call passed "
                                "an unquantized one",
                                config));
     }
-    if (const Verdict v = config_verdict(shape.k, config, quantizing); !v.ok()) {
-      detail::fail(ErrorCode::kUnsupported, "decode kernel", "config", v.reason);
-    }
-    const int tokens = device::decode_gemm_instances()[parsed.instance].tokens;
-    if ((shape.m + tokens - 1) / tokens > kMaxGridZ) {
-      detail::fail(ErrorCode::kUnsupported, "linear", "x",
-                   fmt::format("has {} rows; expected at most {} for decode config {}", shape.m,
-                               kMaxGridZ * tokens, config));
-    }
+    require(config_verdict(shape.k, config, quantizing));
+    require_token_tiles(shape, c.tokens, config);
     const device::GemmParams p = detail::gemm_params(call);
-    if (const std::string_view why = device::decode_gemm_unsupported(p); !why.empty()) {
-      detail::fail(ErrorCode::kUnsupported, "decode kernel", "layer",
-                   fmt::format("is {} x {} x {}; {}", shape.m, shape.n, shape.k, why));
-    }
-    detail::check_cuda(device::launch_decode_gemm(p, parsed.instance, parsed.splits, call.stream),
-                       fmt::format("linear: launching decode GEMM {}", config));
+    require_layer(device::decode_gemm_unsupported(p), shape);
+    require_launched(device::launch_decode_gemm(p, c.instance, c.splits, call.stream), config);
   }
 
  private:
   // can_run's checks, for the instance that quantizes its activation or the plain one.
-  static Verdict config_verdict(std::int64_t k, std::string_view config, bool quantizing) {
-    const ParsedConfig parsed = parse_config(config);
-    if (parsed.instance < 0) return {fmt::format("is '{}', not a decode config", config)};
-    if (const std::int64_t chunks = (k + 127) / 128; parsed.splits > chunks) {
-      return {fmt::format("is '{}', {} K splits; K = {} has only {} chunks of 128", config,
-                          parsed.splits, k, chunks)};
-    }
-    if (const int smem = device::decode_gemm_smem_bytes(parsed.instance, static_cast<int>(k),
-                                                        parsed.splits, quantizing);
-        smem > device::kSm90MaxSmemPerCta) {
-      return {
-          fmt::format("is '{}'; K = {} needs {} bytes of shared memory per CTA with {} "
-                      "splits, more than {}",
-                      config, k, smem, parsed.splits, device::kSm90MaxSmemPerCta)};
-    }
-    return {};
+  Verdict config_verdict(std::int64_t k, std::string_view config, bool quantizing) const {
+    const ParsedConfig c = parse_config(config);
+    if (c.instance < 0) return not_a_config(config);
+    if (const Verdict v = splits_fit(config, c.splits, k); !v.ok()) return v;
+    return smem_fits(
+        config,
+        device::decode_gemm_smem_bytes(c.instance, static_cast<int>(k), c.splits, quantizing),
+        "K = {} with {} K splits", k, c.splits);
   }
 };
 

@@ -1,93 +1,53 @@
 // The Hopper prefill kernel in the registry: a tuned kernel (it claims only the (N, K) its
 // tuned rows name) for large M. Each call runs the bf16 activation pre-pass into the call's
-// scratch, then the GEMM. Config names: "w128_t128_st4" = 128 weight rows x 128 tokens per
-// CTA, a 4-stage ring; "_overlap" = one stage's wgmma kept in flight per warpgroup; "_alt" =
-// two warpgroups on the same rows taking alternate stages; "_persistent" = one CTA per SM walks
-// the output tiles; "_streamk" = the same walk over (tile, 128-K chunk) units, cut tiles met in
-// the workspace; "_split2" = K split over a cluster of 2 CTAs (no suffix: one).
+// scratch, then the GEMM. Its configs are every compiled instance with each K split whose
+// output tile fits the instance's ring (prefill_config.hpp).
+#include "host/registry/prefill_kernel.hpp"
+
 #include <fmt/format.h>
 
 #include <iterator>
 #include <limits>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "device/kernels/prefill/activation_bf16.hpp"
 #include "device/kernels/prefill/prefill_gemm.hpp"
 #include "host/cuda_check.hpp"
+#include "host/registry/configured_kernel.hpp"
 #include "host/registry/kernel_params.hpp"
-#include "host/registry/named_configs.hpp"
-#include "host/registry/prefill_kernel.hpp"
+#include "host/registry/prefill_config.hpp"
 #include "host/validate.hpp"
 
 namespace mxlinear {
 namespace {
 
-constexpr std::int64_t kMaxGridZ = 65535;
 constexpr std::size_t kScratchAlign = 256;
 // 3, 5 and 6 let more SMs stream where powers of two leave many idle (draft qkv at M = 32: 36 row
 // tiles x 3 = 108 CTAs against 72). Not every such grid runs in one wave: a cluster's CTAs share
-// a GPC, and 40 clusters of 3 did not (session 12); the sweep decides. 7 helps no seed shape.
+// a GPC, and 40 clusters of 3 did not; the sweep decides. 7 helps no seed shape.
 constexpr int kSplitCounts[] = {1, 2, 3, 4, 5, 6, 8};
 static_assert(kSplitCounts[std::size(kSplitCounts) - 1] == device::kPrefillMaxSplits);
 
-struct PrefillConfig {
-  int instance = -1;
-  int splits = 1;
-};
-
-}  // namespace
-
-std::string prefill_config_name(const device::PrefillInstanceInfo& i, int splits) {
-  return fmt::format("w{}_t{}_st{}{}{}{}{}{}", i.rows, i.tokens, i.stages,
-                     i.bk == 128 ? std::string() : fmt::format("_k{}", i.bk),
-                     i.overlap ? "_overlap" : "", i.alternating ? "_alt" : "",
-                     i.stream_k ? "_streamk" : (i.persistent ? "_persistent" : ""),
-                     splits > 1 ? fmt::format("_split{}", splits) : std::string());
+// Every instance with each split count whose output tile fits its ring.
+const detail::ConfigTable<detail::PrefillConfig>& compiled_configs() {
+  static const auto table = detail::ConfigTable<detail::PrefillConfig>::with_splits(
+      device::prefill_gemm_instances(), kSplitCounts, device::prefill_gemm_splits_fit);
+  return table;
 }
 
-namespace {
+// A config name parsed, and the instance that runs it (instance < 0: the kernel has none).
+using PrefillConfig = detail::Resolved<detail::PrefillConfig>;
 
-// Every config the kernel offers.
-const detail::NamedConfigs<PrefillConfig>& named_configs() {
-  static const detail::NamedConfigs<PrefillConfig> all = [] {
-    std::vector<std::pair<std::string, PrefillConfig>> named;
-    const auto instances = device::prefill_gemm_instances();
-    for (std::size_t i = 0; i < instances.size(); ++i) {
-      for (const int splits : kSplitCounts) {
-        if (device::prefill_gemm_splits_fit(static_cast<int>(i), splits)) {
-          named.emplace_back(prefill_config_name(instances[i], splits),
-                             PrefillConfig{static_cast<int>(i), splits});
-        }
-      }
-    }
-    return detail::NamedConfigs<PrefillConfig>(std::move(named));
-  }();
-  return all;
-}
+PrefillConfig find_config(std::string_view config) { return compiled_configs().find(config); }
 
-PrefillConfig find_config(std::string_view config) {
-  const PrefillConfig* found = named_configs().find(config);
-  return found != nullptr ? *found : PrefillConfig{};
-}
-
-class PrefillKernel final : public Kernel {
+class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfig> {
  public:
-  std::string_view name() const override { return "prefill"; }
-
-  std::vector<std::string> configs() const override { return named_configs().names(); }
-
-  Verdict is_supported(const DeviceDescription& device) const override {
-    return detail::needs_sm90a(device);
-  }
+  PrefillKernel() : ConfiguredKernel("prefill", compiled_configs()) {}
 
   Verdict can_implement(const LayerDescription& layer) const override {
-    if (layer.k % 32 != 0) return {fmt::format("needs K % 32 == 0; K is {}", layer.k)};
-    if (layer.alignment < 16) {
-      return {fmt::format("needs 16-byte aligned e4m3 rows; the layer's are {}-byte aligned",
-                          layer.alignment)};
-    }
+    if (const Verdict v = detail::needs_whole_blocks(layer); !v.ok()) return v;
+    if (const Verdict v = detail::needs_16_byte_rows(layer); !v.ok()) return v;
     for (std::size_t i = 0; i < device::prefill_gemm_instances().size(); ++i) {
       if (device::prefill_gemm_smem_bytes(static_cast<int>(i), static_cast<int>(layer.k), 1) <=
           device::kSm90MaxSmemPerCta) {
@@ -105,20 +65,13 @@ class PrefillKernel final : public Kernel {
   bool worth_sweeping(std::int64_t m, std::string_view config) const override {
     const PrefillConfig c = find_config(config);
     if (c.instance < 0) return false;
-    const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)];
     if (c.splits > 1) return m >= 8 && m <= 512;
-    return m >= (i.rows < 128 ? 8 : i.tokens);
+    return m >= (c.rows < 128 ? 8 : c.tokens);
   }
 
   std::string default_config(std::int64_t) const override {
-    return prefill_config_name(device::prefill_gemm_instances()[0], 1);
+    return detail::PrefillConfig::of(device::prefill_gemm_instances()[0], 1).name();
   }
-
-  void prepare_weights(const MxWeight& in, const MxWeight& out,
-                       cudaStream_t stream) const override {
-    detail::copy_weight(in, out, stream);  // TMA reads the checkpoint layout as it is
-  }
-  bool prepared_weights_cacheable() const override { return true; }
 
   // The bf16 activation, then for a stream-K config its partial tiles and flags.
   std::size_t workspace_bytes(const LinearShape& shape, const std::string& config) const override {
@@ -144,20 +97,15 @@ class PrefillKernel final : public Kernel {
 
   Verdict can_run(std::int64_t m, std::int64_t k, std::string_view config) const override {
     const PrefillConfig c = find_config(config);
-    if (c.instance < 0) return {fmt::format("is '{}', not a prefill config", config)};
+    if (c.instance < 0) return not_a_config(config);
     if (is_stream_k(config) && m < device::kPrefillStreamKMinRows) {
       return {fmt::format("is '{}'; stream-K configs run from M = {} (M is {})", config,
                           device::kPrefillStreamKMinRows, m)};
     }
-    if (const std::int64_t chunks = (k + 127) / 128; c.splits > chunks) {
-      return {fmt::format("is '{}'; K = {} has only {} chunks of 128 to split", config, k, chunks)};
-    }
-    if (const int smem = device::prefill_gemm_smem_bytes(c.instance, static_cast<int>(k), c.splits);
-        smem > device::kSm90MaxSmemPerCta) {
-      return {fmt::format("is '{}'; K = {} needs {} bytes of shared memory per CTA, more than {}",
-                          config, k, smem, device::kSm90MaxSmemPerCta)};
-    }
-    return {};
+    if (const Verdict v = splits_fit(config, c.splits, k); !v.ok()) return v;
+    return smem_fits(config,
+                     device::prefill_gemm_smem_bytes(c.instance, static_cast<int>(k), c.splits),
+                     "K = {} with {} K splits", k, c.splits);
   }
 
   std::optional<LaunchFootprint> launch_footprint(const LinearShape& shape,
@@ -179,23 +127,10 @@ class PrefillKernel final : public Kernel {
   }
 
   void run(const KernelCall& call, const std::string& config) const override {
-    const PrefillConfig c = find_config(config);
-    if (c.instance < 0) {
-      detail::fail(
-          ErrorCode::kInvalidArgument, "prefill kernel", "config",
-          fmt::format("is '{}'; expected one of: {}", config, fmt::join(this->configs(), ", ")));
-    }
+    const PrefillConfig c = known(config);
     const LinearShape& shape = call.shape;
-    if (const Verdict v = can_run(shape.m, shape.k, config); !v.ok()) {
-      detail::fail(ErrorCode::kUnsupported, "prefill kernel", "config", v.reason);
-    }
-    const std::int64_t tokens =
-        device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)].tokens;
-    if ((shape.m + tokens - 1) / tokens > kMaxGridZ) {
-      detail::fail(ErrorCode::kUnsupported, "linear", "x",
-                   fmt::format("has {} rows; expected at most {} for prefill config {}", shape.m,
-                               kMaxGridZ * tokens, config));
-    }
+    require(can_run(shape.m, shape.k, config));
+    require_token_tiles(shape, c.tokens, config);
     if (call.workspace.bytes < workspace_bytes(shape, config) || call.workspace.data == nullptr) {
       detail::fail(ErrorCode::kInternal, "prefill kernel", "workspace",
                    fmt::format("has {} bytes; the call needs {} (linear() provides them)",
@@ -208,10 +143,7 @@ class PrefillKernel final : public Kernel {
       p.partials = reinterpret_cast<float*>(scratch + activation_bytes(shape));
       p.flags = reinterpret_cast<std::uint32_t*>(scratch + flags.offset);
     }
-    if (const std::string_view why = device::prefill_gemm_unsupported(p); !why.empty()) {
-      detail::fail(ErrorCode::kUnsupported, "prefill kernel", "layer",
-                   fmt::format("is {} x {} x {}; {}", shape.m, shape.n, shape.k, why));
-    }
+    require_layer(device::prefill_gemm_unsupported(p), shape);
     if (!call.x_dequantized_in_workspace) {
       device::ActivationBf16Params a;
       a.q = p.a;
@@ -226,9 +158,9 @@ class PrefillKernel final : public Kernel {
       detail::check_cuda(device::launch_activation_bf16(a, call.stream),
                          "linear: launching the prefill activation pre-pass");
     }
-    detail::check_cuda(device::launch_prefill_gemm(p, call.workspace.data, shape.k, c.instance,
-                                                   c.splits, call.stream),
-                       fmt::format("linear: launching prefill GEMM {}", config));
+    require_launched(device::launch_prefill_gemm(p, call.workspace.data, shape.k, c.instance,
+                                                 c.splits, call.stream),
+                     config);
   }
 
  private:
@@ -237,9 +169,7 @@ class PrefillKernel final : public Kernel {
     return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
   }
   static bool is_stream_k(std::string_view config) {
-    const PrefillConfig c = find_config(config);
-    return c.instance >= 0 &&
-           device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)].stream_k;
+    return find_config(config).walk == detail::PrefillConfig::Walk::kStreamK;
   }
 };
 

@@ -16,20 +16,21 @@ namespace {
 
 // The only instances compiled: one per decode M bucket the tuned tables use, and for 8 and 32
 // tokens a two-warpgroup variant (alternate stages; 8 stages for 8 tokens, whose stages are
-// small). t8_st6: a CTA of the 6144-K layers split 8 ways streams 6 stages, so a 6-stage ring
+// small). T8St6: a CTA of the 6144-K layers split 8 ways streams 6 stages, so a 6-stage ring
 // requests them all before its first wgmma (a 4-stage ring waits a memory round trip for the
 // last two), and at 65 KiB three CTAs still fit an SM (the grid of 320 stays one wave).
-using Tile8 = DecodeTile<8, 4>;
-using Tile32 = DecodeTile<32, 4>;
-using Tile128 = DecodeTile<128, 4>;
-using Tile8x2 = DecodeTile<8, 8, 2>;
-using Tile32x2 = DecodeTile<32, 4, 2>;
-using Tile8s6 = DecodeTile<8, 6>;
+using T8St4 = DecodeTile<DecodeShape{.tokens = 8, .stages = 4}>;
+using T32St4 = DecodeTile<DecodeShape{.tokens = 32, .stages = 4}>;
+using T128St4 = DecodeTile<DecodeShape{.tokens = 128, .stages = 4}>;
+using T8St8Alt = DecodeTile<DecodeShape{.tokens = 8, .stages = 8, .consumer_groups = 2}>;
+using T32St4Alt = DecodeTile<DecodeShape{.tokens = 32, .stages = 4, .consumer_groups = 2}>;
+using T8St6 = DecodeTile<DecodeShape{.tokens = 8, .stages = 6}>;
 // Twins that quantize a 16-bit activation themselves (p.x), for the 8-token instances: at a few
 // tokens the quantize kernel ahead of the GEMM costs ~2 us of a ~9 us linear.
-using Tile8Q = DecodeTile<8, 4, 1, true>;
-using Tile8x2Q = DecodeTile<8, 8, 2, true>;
-using Tile8s6Q = DecodeTile<8, 6, 1, true>;
+using T8St4Quantizing = DecodeTile<DecodeShape{.tokens = 8, .stages = 4, .quantizes = true}>;
+using T8St8AltQuantizing =
+    DecodeTile<DecodeShape{.tokens = 8, .stages = 8, .consumer_groups = 2, .quantizes = true}>;
+using T8St6Quantizing = DecodeTile<DecodeShape{.tokens = 8, .stages = 6, .quantizes = true}>;
 
 template <class Tile, class QuantizingTwin = void>
 constexpr DecodeInstanceInfo info() {
@@ -44,8 +45,8 @@ constexpr DecodeInstanceInfo info() {
 }
 
 constexpr std::array<DecodeInstanceInfo, 6> kInstances = {
-    info<Tile8, Tile8Q>(),     info<Tile32>(),   info<Tile128>(),
-    info<Tile8x2, Tile8x2Q>(), info<Tile32x2>(), info<Tile8s6, Tile8s6Q>()};
+    info<T8St4, T8St4Quantizing>(),       info<T32St4>(),    info<T128St4>(),
+    info<T8St8Alt, T8St8AltQuantizing>(), info<T32St4Alt>(), info<T8St6, T8St6Quantizing>()};
 
 template <class Tile>
 cudaError_t launch(const GemmParams& p, int splits, cudaStream_t stream) {
@@ -112,28 +113,28 @@ cudaError_t launch_decode_gemm(const GemmParams& p, int instance, int splits, cu
   if (p.x != nullptr) {
     switch (instance) {
       case 0:
-        return launch<Tile8Q>(p, splits, stream);
+        return launch<T8St4Quantizing>(p, splits, stream);
       case 3:
-        return launch<Tile8x2Q>(p, splits, stream);
+        return launch<T8St8AltQuantizing>(p, splits, stream);
       case 5:
-        return launch<Tile8s6Q>(p, splits, stream);
+        return launch<T8St6Quantizing>(p, splits, stream);
       default:
         return cudaErrorInvalidValue;  // no quantizing twin (quantizing_fixed_smem_bytes == 0)
     }
   }
   switch (instance) {
     case 0:
-      return launch<Tile8>(p, splits, stream);
+      return launch<T8St4>(p, splits, stream);
     case 1:
-      return launch<Tile32>(p, splits, stream);
+      return launch<T32St4>(p, splits, stream);
     case 2:
-      return launch<Tile128>(p, splits, stream);
+      return launch<T128St4>(p, splits, stream);
     case 3:
-      return launch<Tile8x2>(p, splits, stream);
+      return launch<T8St8Alt>(p, splits, stream);
     case 4:
-      return launch<Tile32x2>(p, splits, stream);
+      return launch<T32St4Alt>(p, splits, stream);
     case 5:
-      return launch<Tile8s6>(p, splits, stream);
+      return launch<T8St6>(p, splits, stream);
     default:
       return cudaErrorInvalidValue;
   }

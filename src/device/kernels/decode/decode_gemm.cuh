@@ -43,12 +43,20 @@ namespace mxlinear::device {
 // kQuantizes: the ring carries the bf16/fp16 activation (p.x) and the consumers quantize each
 // stage's blocks exactly as the quantize kernel would (RCEIL) before widening them, so a linear
 // at a few tokens needs no quantize kernel ahead of this one.
-template <int kTokens_, int kStages_, int kConsumerGroups_ = 1, bool kQuantizes_ = false>
+// A tile's shape, the template argument of DecodeTile: DecodeTile<DecodeShape{.tokens = 8, ...}>.
+struct DecodeShape {
+  int tokens;               // wgmma N: activation rows per CTA
+  int stages;               // ring depth
+  int consumer_groups = 1;  // consumer warpgroups, taking alternate stages
+  bool quantizes = false;   // quantizes a 16-bit activation itself (GemmParams::x)
+};
+
+template <DecodeShape kShape>
 struct DecodeTile {
-  static constexpr int kTokens = kTokens_;  // wgmma N: activation rows per CTA
-  static constexpr int kStages = kStages_;
-  static constexpr int kConsumerGroups = kConsumerGroups_;
-  static constexpr bool kQuantizes = kQuantizes_;
+  static constexpr int kTokens = kShape.tokens;  // wgmma N: activation rows per CTA
+  static constexpr int kStages = kShape.stages;
+  static constexpr int kConsumerGroups = kShape.consumer_groups;
+  static constexpr bool kQuantizes = kShape.quantizes;
   static constexpr int kRows = 64;  // weight rows per CTA (wgmma M)
   static constexpr int kBK = 128;   // K bytes per stage: one 128-byte swizzle row, 4 MX blocks
   static constexpr int kBlocksPerStage = kBK / kBlockSize;

@@ -8,40 +8,41 @@
 namespace mxlinear::device {
 namespace {
 
-// The instances compiled: 8 tokens with 4 or 8 K ranges per CTA and 16 tokens with 8, weights
-// through registers; 8 tokens through a per-warp shared-memory ring of 8 (4 warps) or 4 (8 warps)
-// slots, about 70 KiB per CTA with one token.
-using Tile8w4 = GemvTile<1, 4>;
-using Tile8w8 = GemvTile<1, 8>;
-using Tile16w8 = GemvTile<2, 8>;
-using Tile8w4r8 = GemvTile<1, 4, 8>;
-using Tile8w8r4 = GemvTile<1, 8, 4>;
+// The instances compiled, each alias spelling its config name (16 weight rows unless it says
+// W48): 8 tokens with 4 or 8 K ranges per CTA and 16 tokens with 8, weights through registers;
+// 8 tokens through a per-warp shared-memory ring of 8 (4 warps) or 4 (8 warps) slots, about
+// 70 KiB per CTA with one token.
+using T8Kw4 = GemvTile<GemvShape{.kwarps = 4}>;
+using T8Kw8 = GemvTile<GemvShape{.kwarps = 8}>;
+using T16Kw8 = GemvTile<GemvShape{.token_tiles = 2, .kwarps = 8}>;
+using T8Kw4St8 = GemvTile<GemvShape{.kwarps = 4, .stages = 8}>;
+using T8Kw8St4 = GemvTile<GemvShape{.kwarps = 8, .stages = 4}>;
 // A deeper ring (~101 KiB per CTA, two CTAs per SM): a warp of a K = 6144 layer requests 5 of
 // its 6 stages before the wait on the previous kernel, where the 4-slot ring requests 3 and
 // leaves the rest to the main loop. (cp.async.wait_group takes at most 7 pending groups, so 8
 // slots is the deepest ring.)
-using Tile8w8r6 = GemvTile<1, 8, 6>;
+using T8Kw8St6 = GemvTile<GemvShape{.kwarps = 8, .stages = 6}>;
 // Shallow rings for short K (~28 and ~37 KiB per CTA at K = 768, 71 registers): 7 and 6 CTAs
 // per SM, so the next layer's CTAs can be resident, their weights in flight, while this one runs
 // (the 8-slot ring fits 3 CTAs per SM: a kernel's 384 CTAs of an N = 6144 layer, and almost none
 // of the next one's).
-using Tile8w4r3 = GemvTile<1, 4, 3>;
-using Tile8w4r4 = GemvTile<1, 4, 4>;
+using T8Kw4St3 = GemvTile<GemvShape{.kwarps = 4, .stages = 3}>;
+using T8Kw4St4 = GemvTile<GemvShape{.kwarps = 4, .stages = 4}>;
 // K split over a cluster of two CTAs, for layers with fewer 16-row tiles than SMs (N = 1536 and
 // 1280: 96 and 80), which then give every SM work. Where N = 2304-2560 the split's 288-320 CTAs
-// of ~68 KiB leave no room for the next layer's, and it is 40-50% slower (session 16).
-using Tile8w8s2 = GemvTile<1, 8, 0, 2>;
-using Tile8w8r4s2 = GemvTile<1, 8, 4, 2>;
+// of ~68 KiB leave no room for the next layer's, and it is 40-50% slower.
+using T8Kw8Split2 = GemvTile<GemvShape{.kwarps = 8, .splits = 2}>;
+using T8Kw8St4Split2 = GemvTile<GemvShape{.kwarps = 8, .stages = 4, .splits = 2}>;
 // K split four ways over 4-warp CTAs of a 3- or 4-slot ring (~26 and ~35 KiB at K = 6144): an
 // N = 2560 layer's 640 CTAs fill the SMs evenly (4.8 per SM) where 160 leave 28 SMs with two and
-// a 3.4 us tail (session 16), and each warp's 3 stages are all in flight before the wait.
-using Tile8w4r3s4 = GemvTile<1, 4, 3, 4>;
-using Tile8w4r4s4 = GemvTile<1, 4, 4, 4>;
+// a 3.4 us tail, and each warp's 3 stages are all in flight before the wait.
+using T8Kw4St3Split4 = GemvTile<GemvShape{.kwarps = 4, .stages = 3, .splits = 4}>;
+using T8Kw4St4Split4 = GemvTile<GemvShape{.kwarps = 4, .stages = 4, .splits = 4}>;
 // Three row tiles of four warps on 3- or 4-slot rings (~81 and ~107 KiB per CTA at K = 768): an
 // N = 6144 layer runs as 128 CTAs, one per SM with room for the next layer's, and its tokens are
 // read from L2 by 128 CTAs instead of 384.
-using Tile8w4r3n48 = GemvTile<1, 4, 3, 1, 3>;
-using Tile8w4r4n48 = GemvTile<1, 4, 4, 1, 3>;
+using W48T8Kw4St3 = GemvTile<GemvShape{.kwarps = 4, .stages = 3, .row_tiles = 3}>;
+using W48T8Kw4St4 = GemvTile<GemvShape{.kwarps = 4, .stages = 4, .row_tiles = 3}>;
 
 template <class Tile>
 int staged_tokens(std::int64_t m) {
@@ -80,8 +81,8 @@ struct Instances {
       kLaunchers = {launch<Tiles>...};
 };
 using Compiled =
-    Instances<Tile8w4, Tile8w8, Tile16w8, Tile8w4r8, Tile8w8r4, Tile8w8r6, Tile8w4r3, Tile8w4r4,
-              Tile8w8s2, Tile8w8r4s2, Tile8w4r3s4, Tile8w4r4s4, Tile8w4r3n48, Tile8w4r4n48>;
+    Instances<T8Kw4, T8Kw8, T16Kw8, T8Kw4St8, T8Kw8St4, T8Kw8St6, T8Kw4St3, T8Kw4St4, T8Kw8Split2,
+              T8Kw8St4Split2, T8Kw4St3Split4, T8Kw4St4Split4, W48T8Kw4St3, W48T8Kw4St4>;
 
 }  // namespace
 

@@ -1,8 +1,8 @@
 // The MX GEMV for the fewest tokens (M <= 16): each warp feeds 16 weight rows into mma.sync
 // fragments, with no CTA barrier, mbarrier or proxy fence in its loop. At these sizes a layer is
-// its weight bytes; what bounds a kernel is the chain of work per byte (the CUDA-core
-// GEMV issued ~6 instructions per weight byte; the wgmma decode kernel waits out barriers and
-// fences per 8 KiB stage). Here a warp spends ~35 instructions per 16 rows x one MX block (SASS).
+// its weight bytes; what bounds a kernel is the chain of work per byte (a CUDA-core GEMV issued
+// ~6 instructions per weight byte; the wgmma decode kernel waits out barriers and fences per
+// 8 KiB stage). Here a warp spends ~35 instructions per 16 rows x one MX block (SASS).
 //
 // Design:
 // - A row tile is 16 weight rows (one or three per CTA); its kWarps warps split K into contiguous
@@ -11,7 +11,7 @@
 //   m16n8k16 mma per MX block with fp32 accumulation, promotion acc += (partial * sa) * sw, the
 //   generic kernel's arithmetic.
 // - The weights arrive through one of two streamers (gemv_weights.cuh): registers (kStages = 0;
-//   v3: 10.5 us for 2560 x 6144 at M = 1 with 4-block rounds, too few bytes in flight per warp)
+//   rounds of 4 blocks took 10.5 us for 2560 x 6144 at M = 1, too few bytes in flight per warp)
 //   or a per-warp cp.async ring in shared memory (kStages > 0) that keeps kStages - 1 stages of
 //   4 blocks in flight. Either way the first loads are issued before waiting on the previous
 //   kernel (weights are static).
@@ -42,14 +42,23 @@
 
 namespace mxlinear::device {
 
-template <int kTokenTiles_, int kWarps_, int kStages_ = 0, int kSplits_ = 1, int kRowTiles_ = 1>
+// A tile's shape, the template argument of GemvTile: GemvTile<GemvShape{.kwarps = 4, ...}>.
+struct GemvShape {
+  int token_tiles = 1;  // n8 mma tiles of tokens per CTA
+  int kwarps;           // K ranges per row tile, one warp each
+  int stages = 0;       // ring slots per warp; 0: weights through registers
+  int splits = 1;       // K ranges per cluster (grid.y)
+  int row_tiles = 1;    // 16-row tiles per CTA
+};
+
+template <GemvShape kShape>
 struct GemvTile {
-  static constexpr int kTokenTiles = kTokenTiles_;  // n8 mma tiles of tokens per CTA
-  static constexpr int kTokens = 8 * kTokenTiles;   // activation rows per CTA
-  static constexpr int kWarps = kWarps_;            // K ranges per row tile
-  static constexpr int kStages = kStages_;          // ring slots per warp; 0: registers
-  static constexpr int kSplits = kSplits_;          // K ranges per cluster (grid.y)
-  static constexpr int kRowTiles = kRowTiles_;      // 16-row tiles per CTA
+  static constexpr int kTokenTiles = kShape.token_tiles;  // n8 mma tiles of tokens per CTA
+  static constexpr int kTokens = 8 * kTokenTiles;         // activation rows per CTA
+  static constexpr int kWarps = kShape.kwarps;            // K ranges per row tile
+  static constexpr int kStages = kShape.stages;           // ring slots per warp; 0: registers
+  static constexpr int kSplits = kShape.splits;           // K ranges per cluster (grid.y)
+  static constexpr int kRowTiles = kShape.row_tiles;      // 16-row tiles per CTA
   static constexpr int kCtaWarps = kWarps * kRowTiles;
   static constexpr int kThreads = 32 * kCtaWarps;
   static constexpr int kRows = 16;  // weight rows per row tile (mma M)

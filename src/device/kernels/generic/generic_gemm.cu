@@ -7,21 +7,23 @@
 namespace mxlinear::device {
 namespace {
 
-// The only instances compiled: one per M regime. Names list every axis.
-using TileSmall = GenericTile<16, 32, 16, 16, 4, 8, 2>;    // decode: 4 K warps, deep pipeline
-using TileMedium = GenericTile<64, 64, 32, 32, 2, 4, 1>;   // M in the tens to hundreds
-using TileLarge = GenericTile<128, 128, 64, 32, 1, 4, 1>;  // prefill
+// The only instances compiled: one per M regime.
+// Few tokens: 4 K warps, a deep pipeline.
+using TileSmall = GenericTile<GenericShape{
+    .bm = 16, .bn = 32, .wm = 16, .wn = 16, .warps_k = 4, .stages = 8, .min_blocks_per_sm = 2}>;
+// M in the tens to hundreds.
+using TileMedium = GenericTile<GenericShape{.bm = 64, .bn = 64, .wm = 32, .wn = 32, .warps_k = 2}>;
+// Prefill.
+using TileLarge = GenericTile<GenericShape{.bm = 128, .bn = 128, .wm = 64, .wn = 32}>;
 
 template <class Tile>
-constexpr GenericConfigInfo info(std::string_view name) {
-  return {name, Tile::kBM, Tile::kBN, Tile::kThreads, Tile::kStages, Tile::kSmemBytes};
+constexpr GenericConfigInfo info() {
+  return {Tile::kBM,     Tile::kBN,      Tile::kWM,     Tile::kWN,
+          Tile::kWarpsK, Tile::kThreads, Tile::kStages, Tile::kSmemBytes};
 }
 
-constexpr std::array<GenericConfigInfo, 3> kConfigs = {
-    info<TileSmall>("bm16_bn32_wm16_wn16_wk4_s8"),
-    info<TileMedium>("bm64_bn64_wm32_wn32_wk2_s4"),
-    info<TileLarge>("bm128_bn128_wm64_wn32_wk1_s4"),
-};
+constexpr std::array<GenericConfigInfo, 3> kConfigs = {info<TileSmall>(), info<TileMedium>(),
+                                                       info<TileLarge>()};
 
 template <class Tile>
 cudaError_t launch(const GemmParams& p, cudaStream_t stream) {

@@ -21,14 +21,26 @@
 
 namespace mxlinear::device {
 
-// kWarpsK warps share each warp tile and take turns over the MX blocks of a stage; their
-// partial sums meet in shared memory at the end, always in the same order (deterministic). It
-// gives small-M tiles more warps, and each warp less serial work per stage.
-template <int kBM_, int kBN_, int kWM_, int kWN_, int kWarpsK_, int kStages_, int kMinBlocks_>
+// A tile's shape, the template argument of GenericTile: GenericTile<GenericShape{.bm = 16, ...}>.
+struct GenericShape {
+  int bm;  // activation rows (tokens) per CTA
+  int bn;  // weight rows per CTA
+  int wm;  // activation rows of each warp's tile
+  int wn;  // weight rows of each warp's tile
+  // Warps that share each warp tile and take turns over the MX blocks of a stage; their partial
+  // sums meet in shared memory at the end, always in the same order (deterministic). It gives
+  // small-M tiles more warps, and each warp less serial work per stage.
+  int warps_k = 1;
+  int stages = 4;
+  int min_blocks_per_sm = 1;  // __launch_bounds__
+};
+
+template <GenericShape kShape>
 struct GenericTile {
-  static constexpr int kBM = kBM_, kBN = kBN_, kWM = kWM_, kWN = kWN_, kStages = kStages_;
-  static constexpr int kWarpsK = kWarpsK_;
-  static constexpr int kMinBlocksPerSm = kMinBlocks_;
+  static constexpr int kBM = kShape.bm, kBN = kShape.bn, kWM = kShape.wm, kWN = kShape.wn,
+                       kStages = kShape.stages;
+  static constexpr int kWarpsK = kShape.warps_k;
+  static constexpr int kMinBlocksPerSm = kShape.min_blocks_per_sm;
   static constexpr int kBK = 128;  // bytes (= e4m3 elements) of K per stage: 4 MX blocks
   static constexpr int kBlocksPerStage = kBK / kBlockSize;
   static constexpr int kWarpsM = kBM / kWM, kWarpsN = kBN / kWN;

@@ -4,15 +4,16 @@
 #include <cuda_runtime_api.h>
 
 #include <span>
-#include <string_view>
 
 #include "device/common/gemm_params.hpp"
 
 namespace mxlinear::device {
 
 struct GenericConfigInfo {
-  std::string_view name;  // every tile axis in the name: "bm128_bn128_wm64_wn32_s4"
-  int bm, bn, threads, stages, smem_bytes;
+  int bm, bn;   // activation rows (tokens) and weight rows per CTA
+  int wm, wn;   // the same per warp tile
+  int warps_k;  // warps sharing each warp tile's K
+  int threads, stages, smem_bytes;
 };
 
 // The compiled configs, in the order their index names them.

@@ -28,43 +28,65 @@ namespace {
 // same bytes of ring, the producer three half stages ahead instead of one whole one. And the
 // 64 x 32 and 64 x 64 tiles with two warpgroups taking alternate stages of an 8-stage ring (four
 // stages ahead for each).
-using Tile4 = PrefillTile<4>;
-using Tile3 = PrefillTile<3>;
-using Tile4Overlap = PrefillTile<4, true>;
-using Tile3Overlap = PrefillTile<3, true>;
-using Tile64x32 = PrefillTile<4, true, 1, 32>;
-using Tile64x64 = PrefillTile<4, true, 1, 64>;
-using Tile128x256 = PrefillTile<2, false, 2, 256>;
-using Tile128x64 = PrefillTile<4, true, 2, 64>;
-using Tile128x192 = PrefillTile<3, false, 2, 192>;
-using Tile128x192Overlap = PrefillTile<3, true, 2, 192>;
-using Tile128x256k64 = PrefillTile<4, false, 2, 256, 64>;
-using Tile128x256k64Overlap = PrefillTile<4, true, 2, 256, 64>;
+using Tile4 = PrefillTile<PrefillShape{.stages = 4, .consumer_groups = 2, .tokens = 128}>;
+using Tile3 = PrefillTile<PrefillShape{.stages = 3, .consumer_groups = 2, .tokens = 128}>;
+using Tile4Overlap =
+    PrefillTile<PrefillShape{.stages = 4, .overlap = true, .consumer_groups = 2, .tokens = 128}>;
+using Tile3Overlap =
+    PrefillTile<PrefillShape{.stages = 3, .overlap = true, .consumer_groups = 2, .tokens = 128}>;
+using Tile64x32 =
+    PrefillTile<PrefillShape{.stages = 4, .overlap = true, .consumer_groups = 1, .tokens = 32}>;
+using Tile64x64 =
+    PrefillTile<PrefillShape{.stages = 4, .overlap = true, .consumer_groups = 1, .tokens = 64}>;
+using Tile128x256 = PrefillTile<PrefillShape{.stages = 2, .consumer_groups = 2, .tokens = 256}>;
+using Tile128x64 =
+    PrefillTile<PrefillShape{.stages = 4, .overlap = true, .consumer_groups = 2, .tokens = 64}>;
+using Tile128x192 = PrefillTile<PrefillShape{.stages = 3, .consumer_groups = 2, .tokens = 192}>;
+using Tile128x192Overlap =
+    PrefillTile<PrefillShape{.stages = 3, .overlap = true, .consumer_groups = 2, .tokens = 192}>;
+using Tile128x256Bk64 =
+    PrefillTile<PrefillShape{.stages = 4, .consumer_groups = 2, .tokens = 256, .bk = 64}>;
+using Tile128x256Bk64Overlap = PrefillTile<PrefillShape{
+    .stages = 4, .overlap = true, .consumer_groups = 2, .tokens = 256, .bk = 64}>;
 // 160 tokens: the grids of the narrow seed layers at M = 2048 fill whole waves (qkv: 20 x 13 =
 // 260 CTAs on 132 SMs, where 192 tokens give 220 and 256 give 160). A 4-stage 64-K overlapped
-// twin won no figure (session 13), so it is not compiled.
-using Tile128x160 = PrefillTile<3, false, 2, 160>;
+// twin was measured slower and is not compiled.
+using Tile128x160 = PrefillTile<PrefillShape{.stages = 3, .consumer_groups = 2, .tokens = 160}>;
 // 192 x 128 (three consumer warpgroups): the 6144-row layers at M = 512 make 32 x 4 = 128 tiles
 // for 132 SMs, where 128 x 256 leaves 36 SMs idle (96 tiles) and 128 x 192 needs 1.09 waves. Its
 // main loop is ~15% slower per flop than 128 x 256 (weights converted once per 128 tokens, not
-// 256), so it wins only where the fill gains more (o_proj and dense gate_up, session 14). The
-// overlapped and 6-stage 64-K twins won nothing and are not compiled.
-using Tile192x128 = PrefillTile<3, false, 3, 128>;
+// 256), so it is faster only where the fill gains more (o_proj and dense gate_up). The
+// overlapped and 6-stage 64-K twins were faster nowhere and are not compiled.
+using Tile192x128 = PrefillTile<PrefillShape{.stages = 3, .consumer_groups = 3, .tokens = 128}>;
 // Persistent (one CTA per SM walks the output tiles; the next tile's copies overlap this one's
-// epilogue): the 64-K overlapped 128 x 256 tile, which wins shared down at M = 2048 and 8192
-// (session 14). Its 2-stage, 128 x 192 and 128 x 160 twins won no row and are not compiled.
-using Tile128x256k64OverlapPersistent = PrefillTile<4, true, 2, 256, 64, false, true>;
+// epilogue): the 64-K overlapped 128 x 256 tile, the fastest for shared down at M = 2048 and
+// 8192. Its 2-stage, 128 x 192 and 128 x 160 twins were faster nowhere and are not compiled.
+using Tile128x256Bk64OverlapPersistent = PrefillTile<PrefillShape{.stages = 4,
+                                                                  .overlap = true,
+                                                                  .consumer_groups = 2,
+                                                                  .tokens = 256,
+                                                                  .bk = 64,
+                                                                  .persistent = true}>;
 // Stream-K on the same walk: every SM gets the same share of (tile, 128-K chunk) units whatever
 // the tile count (draft qkv at M = 2048: 144 tiles of 128 x 256 for 132 SMs).
-using Tile128x256k64OverlapStreamK = PrefillTile<4, true, 2, 256, 64, false, true, true>;
-using Tile64x32Alternating = PrefillTile<8, true, 2, 32, 128, true>;
-using Tile64x64Alternating = PrefillTile<8, true, 2, 64, 128, true>;
+using Tile128x256Bk64OverlapStreamK = PrefillTile<PrefillShape{.stages = 4,
+                                                               .overlap = true,
+                                                               .consumer_groups = 2,
+                                                               .tokens = 256,
+                                                               .bk = 64,
+                                                               .persistent = true,
+                                                               .stream_k = true}>;
+using Tile64x32Alternating = PrefillTile<PrefillShape{
+    .stages = 8, .overlap = true, .consumer_groups = 2, .tokens = 32, .alternating = true}>;
+using Tile64x64Alternating = PrefillTile<PrefillShape{
+    .stages = 8, .overlap = true, .consumer_groups = 2, .tokens = 64, .alternating = true}>;
 // 64 x 128: at M = 128 one CTA holds every token of its 64 weight rows, so each weight is
 // widened once per call (64 x 64 widens it twice, in two CTAs), and the 6144-row layers make 96
-// CTAs, one an SM, where 64 x 64's 192 put two on 60 SMs (six M = 128 rows, session 22). Its
-// twin with two warpgroups on alternate stages won nothing (their sums met through shared
-// memory in 1.6 us) and is not compiled.
-using Tile64x128 = PrefillTile<4, true, 1, 128>;
+// CTAs, one an SM, where 64 x 64's 192 put two on 60 SMs (six M = 128 rows). Its twin with two
+// warpgroups on alternate stages was faster nowhere (their sums met through shared memory in
+// 1.6 us) and is not compiled.
+using Tile64x128 =
+    PrefillTile<PrefillShape{.stages = 4, .overlap = true, .consumer_groups = 1, .tokens = 128}>;
 
 template <class Tile>
 constexpr PrefillInstanceInfo info() {
@@ -79,9 +101,9 @@ template <class... Tiles>
 struct TileList {};
 using CompiledTiles =
     TileList<Tile4, Tile3, Tile4Overlap, Tile3Overlap, Tile64x32, Tile64x64, Tile128x256,
-             Tile128x64, Tile128x192, Tile128x192Overlap, Tile128x256k64, Tile128x256k64Overlap,
+             Tile128x64, Tile128x192, Tile128x192Overlap, Tile128x256Bk64, Tile128x256Bk64Overlap,
              Tile64x32Alternating, Tile64x64Alternating, Tile128x160, Tile192x128,
-             Tile128x256k64OverlapPersistent, Tile128x256k64OverlapStreamK, Tile64x128>;
+             Tile128x256Bk64OverlapPersistent, Tile128x256Bk64OverlapStreamK, Tile64x128>;
 
 template <class... Tiles>
 constexpr std::array<PrefillInstanceInfo, sizeof...(Tiles)> infos_of(TileList<Tiles...>) {
@@ -139,7 +161,7 @@ cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf
   if constexpr (Tile::kStreamK) {
     if (p.partials == nullptr || p.flags == nullptr) return cudaErrorInvalidValue;
   }
-  // Split 1 keeps v0's plain (non-cluster) launch.
+  // Split 1 launches without a cluster.
   return launch_programmatic(prefill_gemm_kernel<Tile>, grid, dim3(Tile::kThreads),
                              static_cast<std::size_t>(smem), stream,
                              splits > 1 ? static_cast<unsigned>(splits) : 0u, w_map, a_map, p);

@@ -21,14 +21,14 @@ namespace mxlinear::device {
 
 // kOverlap: each warpgroup keeps one stage's wgmma in flight while it converts the next stage's
 // weights (two fragment sets; a stage goes back to the producer one stage later). Without it,
-// a warpgroup waits for its wgmma at the end of every stage (v0).
+// a warpgroup waits for its wgmma at the end of every stage.
 // kBK: K per stage, 128 (4 MX blocks; weight rows of one 128-byte swizzle atom) or 64 (2 blocks,
 // 64-byte swizzled weight rows, one activation atom): half the bytes per stage, so twice the
 // stages in the same shared memory (the 128 x 256 tile holds 2 stages of 128 or 4 of 64).
 // kAlternating: the two consumer warpgroups share the same 64 weight rows and take alternate
 // stages (even, odd), adding their accumulators at the end. A CTA then covers a longer K range
 // as fast, so at M = 32 a layer runs with fewer K splits, and less cluster reduction, than with
-// one warpgroup (7 of 8 seed shapes 4-16% faster). It was meant to
+// one warpgroup (7 of 8 seed shapes 4-16% faster on the H200). It was meant to
 // shorten each stage with a second consumer chain, which it did not.
 // Bytes per weight row of the scale area in shared memory for `chunks` 128-K chunks (a 4-byte
 // word each): an odd number of words, so the 8 rows of a warp's fragment loads fall in 8
@@ -36,29 +36,41 @@ namespace mxlinear::device {
 // wavefronts each (ncu at M = 8192: 23% of the kernel's shared wavefronts were excess).
 constexpr int prefill_scale_row_bytes(int chunks) { return 4 * (chunks | 1); }
 
-template <int kStages_, bool kOverlap_ = false, int kConsumerGroups_ = 2, int kTokens_ = 128,
-          int kBK_ = 128, bool kAlternating_ = false, bool kPersistent_ = false,
-          bool kStreamK_ = false>
+// A tile's shape, the template argument of PrefillTile:
+// PrefillTile<PrefillShape{.stages = 4, .overlap = true, ...}>. The members below say what each
+// field does.
+struct PrefillShape {
+  int stages;
+  bool overlap = false;
+  int consumer_groups = 2;  // consumer warpgroups: 64 weight rows each, unless alternating
+  int tokens = 128;         // wgmma N
+  int bk = 128;             // K per stage
+  bool alternating = false;
+  bool persistent = false;
+  bool stream_k = false;
+};
+
+template <PrefillShape kShape>
 struct PrefillTile {
-  static constexpr int kStages = kStages_;
-  static constexpr bool kOverlap = kOverlap_;
-  static constexpr int kConsumerGroups = kConsumerGroups_;
-  static constexpr bool kAlternating = kAlternating_;
+  static constexpr int kStages = kShape.stages;
+  static constexpr bool kOverlap = kShape.overlap;
+  static constexpr int kConsumerGroups = kShape.consumer_groups;
+  static constexpr bool kAlternating = kShape.alternating;
   // kPersistent: one CTA per SM walks the output tiles (K unsplit). The ring runs on across
   // tiles, so the producer fills the next tile's stages while the consumers store the last one
   // through a small staging buffer beside the ring (the ring no longer holds the fp32 tile).
-  static constexpr bool kPersistent = kPersistent_;
+  static constexpr bool kPersistent = kShape.persistent;
   // kStreamK (persistent): CTA b takes the (tile, 128-K chunk) units [b U / G, (b + 1) U / G)
   // of all U = tiles * K / 128, so every SM has the same work whatever the tile count. A tile
   // cut between CTAs is finished by the one holding its first chunk, which adds the others' fp32
   // partial tiles (GemmParams::partials, flags) in a fixed order: deterministic.
-  static constexpr bool kStreamK = kStreamK_;
+  static constexpr bool kStreamK = kShape.stream_k;
   static constexpr int kRowGroups = kAlternating ? 1 : kConsumerGroups;  // 64-row groups
   static constexpr int kRows = 64 * kRowGroups;                          // weight rows per CTA
   // A warpgroup's stages: first = its index (alternating) or 0, then every kStageStep-th.
   static constexpr int kStageStep = kAlternating ? kConsumerGroups : 1;
-  static constexpr int kTokens = kTokens_;  // wgmma N
-  static constexpr int kBK = kBK_;
+  static constexpr int kTokens = kShape.tokens;  // wgmma N
+  static constexpr int kBK = kShape.bk;
   static constexpr int kBlocksPerStage = kBK / 32;
   static constexpr int kStagesPerChunk = 128 / kBK;  // splits and scale words go by 128-K chunks
   static constexpr int kConsumerThreads = 128 * kConsumerGroups;
@@ -66,7 +78,7 @@ struct PrefillTile {
   // whole warpgroup that gives its registers to the consumers (setmaxnreg: 2 x 128 x 232 +
   // 128 x 40 <= 64 Ki); otherwise one producer warp and no register moves. (Without the move,
   // ptxas serialized the 192-token overlapped variant's wgmma: C7512.)
-  static constexpr bool kMovesRegisters = kTokens_ >= 192;
+  static constexpr bool kMovesRegisters = kTokens >= 192;
   static constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;
   static constexpr int kThreads = kConsumerThreads + (kMovesRegisters ? 128 : 32);
   static constexpr int kWTileBytes = kRows * kBK;    // e4m3, one swizzle atom wide
@@ -79,7 +91,7 @@ struct PrefillTile {
   // (64 rows, padded to 68 floats a token) beside the ring, which the next tile is filling.
   // 256-token tiles stage 64 tokens a round (35 KB fits beside their 160 KB rings and the scales
   // of K = 6144): 4 rounds instead of 16, each costing two barriers and a store's latency.
-  static constexpr int kStagedTokens = kTokens_ == 256 ? 64 : 16, kStagedStride = 68;
+  static constexpr int kStagedTokens = kTokens == 256 ? 64 : 16, kStagedStride = 68;
   // Three barriers a slot: full (the activation copies landed), empty (the consumers released
   // it) and weights full (the weight copy landed), so that a stage's weights, copied before the
   // wait on the previous kernel, are widened while its activation copies are still in flight.
