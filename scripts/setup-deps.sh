@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the build needs, only where it is missing (safe to run again, and a no-op on a
-# machine that has everything, such as the offline GPU image). Debian/Ubuntu package names.
+# machine that has everything, such as an offline GPU machine). Debian/Ubuntu package names.
 set -euo pipefail
 
 need=()
@@ -14,7 +14,6 @@ have_cmd clang-format || need+=(clang-format)
 have_cmd python3 || need+=(python3)  # the tests of scripts/
 have_file /usr/include/gtest/gtest.h || need+=(libgtest-dev)
 have_file /usr/include/gmock/gmock.h || need+=(libgmock-dev)
-have_file /usr/include/benchmark/benchmark.h || need+=(libbenchmark-dev)
 have_file /usr/include/CLI/CLI.hpp || need+=(libcli11-dev)
 have_file /usr/include/nlohmann/json.hpp || need+=(nlohmann-json3-dev)
 have_file /usr/include/fmt/format.h || need+=(libfmt-dev)
@@ -28,7 +27,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # Optional: the scripts' lint test (ctest `shellcheck`) skips visibly without it, so a machine
-# that cannot install it (the offline GPU image) still builds and tests.
+# that cannot install it (an offline GPU machine) still builds and tests.
 if ! have_cmd shellcheck && have_cmd apt-get; then
   sudo_cmd=()
   [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)

@@ -7,12 +7,15 @@
 #include "bench_command.hpp"
 #include "check_command.hpp"
 #include "mxlinear/error.hpp"
+#include "mxlinear/version.hpp"
 #include "select_command.hpp"
 #include "timeline_command.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"mxlinear: MXFP8 linear layers on Hopper (select, check, benchmark, tune)"};
   app.require_subcommand(0, 1);
+  app.set_version_flag(
+      "--version", fmt::format("mxlinear {} ({})", mxlinear::version(), mxlinear::build_info()));
   int exit_code = 0;
   mxlinear::cli::add_check_command(app, exit_code);
   mxlinear::cli::add_bench_command(app, exit_code);
