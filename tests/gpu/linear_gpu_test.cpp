@@ -15,9 +15,9 @@
 
 #include "gpu/gemm_checks.hpp"
 #include "gpu/gpu_support.hpp"
+#include "host/registry/registry.hpp"
 #include "mxlinear/error.hpp"
 #include "mxlinear/quantize.hpp"
-#include "mxlinear/registry.hpp"
 #include "support/mx_oracle.hpp"
 #include "support/random.hpp"
 
@@ -228,7 +228,7 @@ TEST(LinearGpu, GraphReplayMatchesEagerWithACallerWorkspace) {
 // reads. Run back to back (eagerly, three times, and as a replayed graph) the chain must give
 // the bits it gives with the stream synchronized after every call. Intermediate outputs are
 // poisoned with NaN first, so a layer that reads too early shows (a quantize kernel without its
-// wait failed every round on the H200, session 12).
+// wait failed every round on the H200).
 TEST(LinearGpu, ChainedLayersMatchTheSameLayersRunOneAtATime) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();

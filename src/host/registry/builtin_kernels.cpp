@@ -12,9 +12,9 @@
 #include "host/registry/gemv_kernel.hpp"
 #include "host/registry/kernel_params.hpp"
 #include "host/registry/prefill_kernel.hpp"
+#include "host/registry/registry.hpp"
 #include "host/validate.hpp"
 #include "mxlinear/reference.hpp"
-#include "mxlinear/registry.hpp"
 
 namespace mxlinear {
 namespace {
@@ -44,7 +44,7 @@ class GenericKernel final : public Kernel {
   }
 
   std::string default_config(std::int64_t m) const override {
-    // Measured on the H200 (docs/PERF.md): the 16-row tile with 4 K warps is fastest up to
+    // Measured on the H200: the 16-row tile with 4 K warps is fastest up to
     // M = 32, the 64x64 tile up to 256, the 128x128 tile beyond.
     const auto configs = device::generic_gemm_configs();
     return std::string(configs[m <= 32 ? 0 : (m <= 256 ? 1 : 2)].name);
@@ -55,6 +55,13 @@ class GenericKernel final : public Kernel {
     detail::copy_weight(in, out, stream);  // the checkpoint layout is this kernel's layout
   }
   bool prepared_weights_cacheable() const override { return true; }
+
+  // The e4m3 activation; no scratch.
+  CallPlan plan(const Problem&, std::string_view) const override { return {}; }
+  std::size_t max_scratch_bytes(std::int64_t, std::int64_t,
+                                const DeviceDescription&) const override {
+    return 0;
+  }
 
   void run(const KernelCall& call, const std::string& config) const override {
     const auto configs = device::generic_gemm_configs();
@@ -101,6 +108,11 @@ class ReferenceKernel final : public Kernel {
     detail::copy_weight(in, out, stream);
   }
   bool prepared_weights_cacheable() const override { return true; }
+  CallPlan plan(const Problem&, std::string_view) const override { return {}; }
+  std::size_t max_scratch_bytes(std::int64_t, std::int64_t,
+                                const DeviceDescription&) const override {
+    return 0;
+  }
 
   // The kernel of last resort: on host views it computes in place; on device views it copies
   // through the host and synchronizes the stream (slow, and not graph-capturable).

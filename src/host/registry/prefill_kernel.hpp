@@ -5,7 +5,7 @@
 #include <string>
 
 #include "device/kernels/prefill/prefill_gemm.hpp"
-#include "mxlinear/registry.hpp"
+#include "host/registry/kernel.hpp"
 
 namespace mxlinear {
 

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <array>
+#include <limits>
 
 #include "device/common/launch_util.hpp"
 #include "device/common/timeline.hpp"
@@ -42,17 +43,17 @@ using Tile128x256k64 = PrefillTile<4, false, 2, 256, 64>;
 using Tile128x256k64Overlap = PrefillTile<4, true, 2, 256, 64>;
 // 160 tokens: the grids of the narrow seed layers at M = 2048 fill whole waves (qkv: 20 x 13 =
 // 260 CTAs on 132 SMs, where 192 tokens give 220 and 256 give 160). A 4-stage 64-K overlapped
-// twin won no figure (session 13), so it is not compiled.
+// twin won no figure, so it is not compiled.
 using Tile128x160 = PrefillTile<3, false, 2, 160>;
 // 192 x 128 (three consumer warpgroups): the 6144-row layers at M = 512 make 32 x 4 = 128 tiles
 // for 132 SMs, where 128 x 256 leaves 36 SMs idle (96 tiles) and 128 x 192 needs 1.09 waves. Its
 // main loop is ~15% slower per flop than 128 x 256 (weights converted once per 128 tokens, not
-// 256), so it wins only where the fill gains more (o_proj and dense gate_up, session 14). The
+// 256), so it wins only where the fill gains more (o_proj and dense gate_up). The
 // overlapped and 6-stage 64-K twins won nothing and are not compiled.
 using Tile192x128 = PrefillTile<3, false, 3, 128>;
 // Persistent (one CTA per SM walks the output tiles; the next tile's copies overlap this one's
 // epilogue): the 64-K overlapped 128 x 256 tile, which wins shared down at M = 2048 and 8192
-// (session 14). Its 2-stage, 128 x 192 and 128 x 160 twins won no row and are not compiled.
+// on the H200. Its 2-stage, 128 x 192 and 128 x 160 twins won no row and are not compiled.
 using Tile128x256k64OverlapPersistent = PrefillTile<4, true, 2, 256, 64, false, true>;
 // Stream-K on the same walk: every SM gets the same share of (tile, 128-K chunk) units whatever
 // the tile count (draft qkv at M = 2048: 144 tiles of 128 x 256 for 132 SMs).
@@ -61,7 +62,7 @@ using Tile64x32Alternating = PrefillTile<8, true, 2, 32, 128, true>;
 using Tile64x64Alternating = PrefillTile<8, true, 2, 64, 128, true>;
 // 64 x 128: at M = 128 one CTA holds every token of its 64 weight rows, so each weight is
 // widened once per call (64 x 64 widens it twice, in two CTAs), and the 6144-row layers make 96
-// CTAs, one an SM, where 64 x 64's 192 put two on 60 SMs (six M = 128 rows, session 22). Its
+// CTAs, one an SM, where 64 x 64's 192 put two on 60 SMs (six M = 128 rows). Its
 // twin with two warpgroups on alternate stages won nothing (their sums met through shared
 // memory in 1.6 us) and is not compiled.
 using Tile64x128 = PrefillTile<4, true, 1, 128>;
@@ -92,10 +93,10 @@ constexpr auto kInstances = infos_of(CompiledTiles{});
 int chunks_per_cta(int k, int splits) { return ((k + 127) / 128 + splits - 1) / splits; }
 
 // The grid of a launch for M x N x K split `splits` ways: x row tiles, y splits, z token tiles;
-// or, persistent, one CTA per SM at most (stream-K: per unit at most, and at most the
-// workspace's CTAs).
+// or, persistent, one CTA per SM at most (stream-K: per unit at most, and at most
+// `stream_k_ctas`, the CTAs the workspace holds partial tiles and flags for).
 template <class Tile>
-cudaError_t grid_of(int m, int n, int k, int splits, dim3* grid) {
+cudaError_t grid_of(int m, int n, int k, int splits, int stream_k_ctas, dim3* grid) {
   *grid = dim3((n + Tile::kRows - 1) / Tile::kRows, static_cast<unsigned>(splits),
                (m + Tile::kTokens - 1) / Tile::kTokens);
   if (grid->z > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
@@ -110,7 +111,8 @@ cudaError_t grid_of(int m, int n, int k, int splits, dim3* grid) {
       const unsigned long long units = static_cast<unsigned long long>(tiles) * ((k + 127) / 128);
       ctas = units < static_cast<unsigned>(sms) ? static_cast<unsigned>(units)
                                                 : static_cast<unsigned>(sms);
-      if (ctas > static_cast<unsigned>(kPrefillMaxStreamKCtas)) ctas = kPrefillMaxStreamKCtas;
+      if (stream_k_ctas < 1) return cudaErrorInvalidValue;
+      if (ctas > static_cast<unsigned>(stream_k_ctas)) ctas = static_cast<unsigned>(stream_k_ctas);
     }
     *grid = dim3(ctas, 1, 1);
   }
@@ -133,13 +135,15 @@ cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf
     return cudaErrorInvalidValue;
   }
   dim3 grid;
-  if (cudaError_t e = grid_of<Tile>(p.m, p.n, p.k, splits, &grid); e != cudaSuccess) return e;
+  if (cudaError_t e = grid_of<Tile>(p.m, p.n, p.k, splits, p.stream_k_ctas, &grid);
+      e != cudaSuccess)
+    return e;
   // The flags must be zero: the pass before zeroes them (GemmParams::flags), and the kernel
   // reads them only after its wait on that pass.
   if constexpr (Tile::kStreamK) {
     if (p.partials == nullptr || p.flags == nullptr) return cudaErrorInvalidValue;
   }
-  // Split 1 keeps v0's plain (non-cluster) launch.
+  // Split 1 is a plain (non-cluster) launch.
   return launch_programmatic(prefill_gemm_kernel<Tile>, grid, dim3(Tile::kThreads),
                              static_cast<std::size_t>(smem), stream,
                              splits > 1 ? static_cast<unsigned>(splits) : 0u, w_map, a_map, p);
@@ -155,8 +159,11 @@ cudaError_t footprint(int m, int n, int k, int splits, PrefillFootprint* out) {
     return e;
   const int smem = Tile::smem_bytes(chunks_per_cta(k, splits));
   if (smem > kSm90MaxSmemPerCta) return cudaErrorInvalidValue;
+  // A call's workspace is sized for one CTA per SM of its device: no cap below that.
   dim3 grid;
-  if (cudaError_t e = grid_of<Tile>(m, n, k, splits, &grid); e != cudaSuccess) return e;
+  if (cudaError_t e = grid_of<Tile>(m, n, k, splits, std::numeric_limits<int>::max(), &grid);
+      e != cudaSuccess)
+    return e;
   out->ctas = static_cast<long long>(grid.x) * grid.y * grid.z;
   if (splits == 1) {
     int sms = 0, per_sm = 0;
@@ -205,7 +212,8 @@ constexpr std::array<Query, sizeof...(Tiles)> queries_of(TileList<Tiles...>) {
 
 std::span<const PrefillInstanceInfo> prefill_gemm_instances() { return kInstances; }
 
-std::size_t prefill_stream_k_bytes() {
+std::size_t prefill_stream_k_bytes(int ctas) {
+  if (ctas < 1) return 0;
   std::size_t tile_bytes = 0;
   for (const PrefillInstanceInfo& i : kInstances) {
     if (i.stream_k) {
@@ -213,7 +221,7 @@ std::size_t prefill_stream_k_bytes() {
     }
   }
   if (tile_bytes == 0) return 0;
-  const std::size_t bytes = (tile_bytes + 4) * kPrefillMaxStreamKCtas;
+  const std::size_t bytes = (tile_bytes + 4) * static_cast<std::size_t>(ctas);
   return (bytes + 255) / 256 * 256;
 }
 
