@@ -1,4 +1,4 @@
-#include "mxlinear/diagnostics.hpp"
+#include "host/diagnostics.hpp"
 
 #include <fmt/format.h>
 

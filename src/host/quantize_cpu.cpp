@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "device/common/mx_format.hpp"
 #include "host/numeric.hpp"
 #include "host/validate.hpp"
 #include "mxlinear/quantize.hpp"
@@ -18,9 +19,9 @@ std::uint8_t quantize_block(const float* values, std::uint8_t* q, ScaleRule rule
     }
     amax = std::fmax(amax, std::fabs(values[i]));
   }
-  const std::uint8_t scale = e8m0_scale_for_amax(amax, rule);
-  const float inverse = e8m0_inverse_to_float(scale);
-  for (int i = 0; i < kBlockSize; ++i) q[i] = float_to_e4m3(values[i] * inverse);
+  const std::uint8_t scale = device::e8m0_scale_for_amax(amax, rule);
+  const float inverse = device::e8m0_inverse_to_float(scale);
+  for (int i = 0; i < kBlockSize; ++i) q[i] = device::float_to_e4m3(values[i] * inverse);
   return scale;
 }
 
@@ -56,9 +57,10 @@ void dequantize_rows(const TensorView& data, const TensorView& scales, const Ten
   const auto* s = static_cast<const std::uint8_t*>(scales.data);
   for (std::int64_t r = 0; r < data.rows(); ++r) {
     for (std::int64_t c = 0; c < data.cols(); ++c) {
-      const float scale = e8m0_to_float(s[r * scales.row_stride() + c / kBlockSize]);
-      const double value = static_cast<double>(e4m3_to_float(q[r * data.row_stride() + c])) *
-                           static_cast<double>(scale);
+      const float scale = device::e8m0_to_float(s[r * scales.row_stride() + c / kBlockSize]);
+      const double value =
+          static_cast<double>(device::e4m3_to_float(q[r * data.row_stride() + c])) *
+          static_cast<double>(scale);
       detail::store_rounded(out.data, out.dtype, r * out.row_stride() + c, value);
     }
   }

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <vector>
 
+#include "device/common/mx_format.hpp"
 #include "host/numeric.hpp"
 #include "host/validate.hpp"
 #include "mxlinear/quantize.hpp"
@@ -20,9 +21,9 @@ std::vector<double> dequantize_f64(const TensorView& data, const TensorView& sca
   const auto* s = static_cast<const std::uint8_t*>(scales.data);
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t c = 0; c < k; ++c) {
-      const double scale = e8m0_to_float(s[r * scales.row_stride() + c / kBlockSize]);
+      const double scale = device::e8m0_to_float(s[r * scales.row_stride() + c / kBlockSize]);
       out[static_cast<std::size_t>(r * k + c)] =
-          static_cast<double>(e4m3_to_float(q[r * data.row_stride() + c])) * scale;
+          static_cast<double>(device::e4m3_to_float(q[r * data.row_stride() + c])) * scale;
     }
   }
   return out;

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "mxlinear/registry.hpp"
+#include "host/registry/registry.hpp"
 
 namespace mxlinear::test {
 
@@ -32,6 +32,11 @@ class FakeKernel : public Kernel {
   std::string default_config(std::int64_t) const override { return configs_.front(); }
   void prepare_weights(const MxWeight&, const MxWeight&, cudaStream_t) const override {}
   bool prepared_weights_cacheable() const override { return true; }
+  CallPlan plan(const Problem&, std::string_view) const override { return {}; }
+  std::size_t max_scratch_bytes(std::int64_t, std::int64_t,
+                                const DeviceDescription&) const override {
+    return 0;
+  }
   void run(const KernelCall&, const std::string&) const override {}
 
  private:

@@ -20,7 +20,7 @@
 #include "host/registry/gemv_config.hpp"
 #include "host/registry/generic_config.hpp"
 #include "host/registry/prefill_config.hpp"
-#include "mxlinear/registry.hpp"
+#include "host/registry/registry.hpp"
 #include "mxlinear/tuned_table.hpp"
 
 namespace mxlinear::test {

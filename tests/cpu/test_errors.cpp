@@ -4,15 +4,18 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "mxlinear/diagnostics.hpp"
+#include "host/diagnostics.hpp"
 #include "mxlinear/error.hpp"
+#include "mxlinear/linear.hpp"
 #include "mxlinear/quantize.hpp"
 #include "mxlinear/reference.hpp"
+#include "mxlinear/selection.hpp"
 #include "mxlinear/tensor.hpp"
 #include "support/host_buffer.hpp"
 
@@ -445,6 +448,53 @@ TEST_F(LinearErrors, PrefillPrepassTakesOnlyDeviceOperands) {
   // Host views (no GPU needed): the first check names x and where it lives; no output written.
   ExpectInvalidArgument([&] { run_prefill_activation_prepass(xq, out_buf_.data(), nullptr); },
                         "x.data", {"host memory", "expected device memory"}, {&out_buf_});
+}
+
+// linear() on device memory where no GPU kernel runs (a machine without a GPU, or a GPU other
+// than Hopper) is refused on both entry points before anything is allocated or launched, naming
+// 'x' and the device. (tests/cpu/test_registry.cpp checks the same on described devices, and
+// that MXLINEAR_BACKEND=reference lets the CPU reference serve there.)
+TEST(LinearDevice, WithoutAHopperGpuTheCallIsRefusedNamingTheDevice) {
+  const DeviceDescription device = DeviceDescription::current();
+  if (device.arch == "sm_90a") GTEST_SKIP() << "this machine has a Hopper GPU";
+  if (const char* backend = std::getenv("MXLINEAR_BACKEND");
+      backend != nullptr && std::string(backend) == "reference") {
+    GTEST_SKIP() << "MXLINEAR_BACKEND=reference lets the CPU reference serve the call";
+  }
+  std::vector<std::uint8_t> x(Idx(kM * kK * 2)), q(Idx(kM * kK)), qs(Idx(kM * kK / 32)),
+      w(Idx(kN * kK)), ws(Idx(kN * kK / 32)), out(Idx(kM * kN * 2), 0x5A);
+  const auto view = [](std::vector<std::uint8_t>& b, std::int64_t rows, std::int64_t cols,
+                       DType dtype) {
+    return TensorView::contiguous(b.data(), {rows, cols}, dtype, Location::kDevice);
+  };
+  const MxWeight weight{view(w, kN, kK, DType::kE4M3), view(ws, kN, kK / 32, DType::kE8M0)};
+  const TensorView o = view(out, kM, kN, DType::kBF16);
+  const std::vector<std::uint8_t> out_before = out;
+  const std::vector<std::function<void()>> calls = {
+      [&] { linear(view(x, kM, kK, DType::kBF16), weight, std::nullopt, o, nullptr); },
+      [&] {
+        linear(QuantizedActivation{view(q, kM, kK, DType::kE4M3),
+                                   view(qs, kM, kK / 32, DType::kE8M0), DType::kBF16},
+               weight, std::nullopt, o, nullptr);
+      }};
+  for (const auto& call : calls) {
+    try {
+      call();
+      ADD_FAILURE() << "linear ran on " << device.to_string();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+      EXPECT_EQ(e.argument(), "x");
+      EXPECT_THAT(e.what(), HasSubstr(device.is_gpu ? "linear: argument 'x' is on device "
+                                                    : "linear: argument 'x' is in device "
+                                                      "memory, but this machine has no CUDA "
+                                                      "device"));
+      EXPECT_THAT(e.what(), HasSubstr("need sm_90a (Hopper)"));
+      if (device.is_gpu) {
+        EXPECT_THAT(e.what(), HasSubstr(device.name + ", " + device.arch));
+      }
+    }
+    EXPECT_EQ(out, out_before);
+  }
 }
 
 }  // namespace

@@ -9,14 +9,17 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "device/kernels/decode/decode_gemm.hpp"
 #include "device/kernels/gemv/gemv_ring_layout.hpp"
 #include "device/kernels/prefill/activation_bf16.hpp"
+#include "host/registry/registry.hpp"
 #include "mxlinear/error.hpp"
 #include "mxlinear/linear.hpp"
-#include "mxlinear/registry.hpp"
+#include "support/random.hpp"
 
 namespace mxlinear::test {
 namespace {
@@ -31,6 +34,17 @@ const Kernel& builtin(std::string_view name) {
   return **it;
 }
 const Kernel& decode_kernel() { return builtin("decode"); }
+const DeviceDescription kH200 = DeviceDescription::parse("sm_90a:132");
+
+// The problem of an M x N x K call on an aligned bf16 activation on a device of `sms` SMs.
+Problem problem(std::int64_t m, std::int64_t n, std::int64_t k, int sms) {
+  Problem p;
+  p.shape = LinearShape{m, n, k};
+  p.x_dtype = DType::kBF16;
+  p.x_self_quantizable = true;
+  p.sms = sms;
+  return p;
+}
 const Kernel& prefill_kernel() { return builtin("prefill"); }
 const Kernel& gemv_kernel() { return builtin("gemv"); }
 
@@ -155,7 +169,7 @@ TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
   EXPECT_FALSE(k.worth_sweeping(8192, "w128_t128_st4_split2"));
   EXPECT_FALSE(k.worth_sweeping(512, "no_such_config"));
   const std::vector<std::string> configs = k.configs();
-  // Every axis spelled (config_name.hpp).
+  // Every axis spelled; the plain names (one split, no overlap) as the shipped rows spell them.
   EXPECT_THAT(configs, ::testing::IsSupersetOf(
                            {"w128_t128_st4", "w128_t128_st3", "w128_t128_st4_overlap",
                             "w64_t32_st4_overlap", "w64_t64_st4_overlap_split8", "w128_t256_st2",
@@ -175,20 +189,29 @@ TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
               HasSubstr("stream-K configs run from M = 256"));
   EXPECT_TRUE(k.can_run(256, 6144, "w128_t256_st4_bk64_overlap_streamk").ok());
   EXPECT_GE(
-      linear_workspace_bytes(256, 6144),
+      linear_workspace_bytes(256, 6144, kH200),
       static_cast<std::size_t>(256 * 6144) +
-          k.workspace_bytes(LinearShape{256, 64, 6144}, "w128_t256_st4_bk64_overlap_streamk"));
+          k.plan(problem(256, 64, 6144, 132), "w128_t256_st4_bk64_overlap_streamk").scratch_bytes);
   // Its flags, which the pass before it zeroes, lie after the bf16 activation and the partial
-  // tiles and inside its scratch; no other config asks for zeroed words.
-  const LinearShape shape{512, 6144, 6144};
-  const ScratchWords flags = k.scratch_words_to_zero(shape, "w128_t256_st4_bk64_overlap_streamk");
-  EXPECT_EQ(flags.count, 132u);
-  EXPECT_GE(flags.offset, static_cast<std::size_t>(512 * 6144 * 2 + 132 * 128 * 256 * 4));
-  EXPECT_LE(flags.offset + 4 * flags.count,
-            k.workspace_bytes(shape, "w128_t256_st4_bk64_overlap_streamk"));
-  EXPECT_EQ(flags.offset % 4, 0u);
-  EXPECT_EQ(k.scratch_words_to_zero(shape, "w128_t256_st4_bk64_overlap_persistent").count, 0u);
-  EXPECT_EQ(k.scratch_words_to_zero(shape, "w128_t256_st2").count, 0u);
+  // tiles (one per SM) and inside its scratch; no other config asks for zeroed words.
+  const CallPlan streamk =
+      k.plan(problem(512, 6144, 6144, 132), "w128_t256_st4_bk64_overlap_streamk");
+  EXPECT_EQ(streamk.zero_words.count, 132u);
+  EXPECT_EQ(streamk.zero_words.offset,
+            static_cast<std::size_t>(512 * 6144 * 2 + 132 * 128 * 256 * 4));
+  EXPECT_LE(streamk.zero_words.offset + 4 * streamk.zero_words.count, streamk.scratch_bytes);
+  // On an H200 the bytes of one partial tile of 128 x 256 and a flag for each of 132 CTAs,
+  // rounded up to 256: about 16.5 MiB.
+  EXPECT_EQ(streamk.scratch_bytes, std::size_t{512} * 6144 * 2 + 17302272);
+  const CallPlan on114 =
+      k.plan(problem(512, 6144, 6144, 114), "w128_t256_st4_bk64_overlap_streamk");
+  EXPECT_EQ(on114.zero_words.count, 114u);
+  EXPECT_EQ(on114.scratch_bytes, std::size_t{512} * 6144 * 2 + 14942720);
+  for (const char* config : {"w128_t256_st4_bk64_overlap_persistent", "w128_t256_st2"}) {
+    const CallPlan p = k.plan(problem(512, 6144, 6144, 132), config);
+    EXPECT_EQ(p.zero_words.count, 0u) << config;
+    EXPECT_EQ(p.scratch_bytes, std::size_t{512} * 6144 * 2) << config;
+  }
   EXPECT_THAT(configs, ::testing::Contains("w128_t256_st4_bk64_overlap_persistent"));
   EXPECT_THAT(configs,
               ::testing::Not(::testing::Contains("w128_t256_st4_bk64_overlap_persistent_split2")));
@@ -215,14 +238,15 @@ TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
   EXPECT_TRUE(k.can_implement(layer).ok());
   layer.scale_alignment = 4;
   // Scratch: the bf16 activation, 256-byte aligned; linear_workspace_bytes covers it.
-  EXPECT_EQ(k.workspace_bytes(LinearShape{8192, 2560, 6144}, configs.front()),
+  EXPECT_EQ(k.plan(problem(8192, 2560, 6144, 132), configs.front()).scratch_bytes,
             std::size_t{8192} * 6144 * 2);
-  EXPECT_EQ(k.workspace_bytes(LinearShape{1, 64, 128}, configs.front()), 256u);
+  EXPECT_EQ(k.plan(problem(1, 64, 128, 132), configs.front()).scratch_bytes, 256u);
   for (const auto& [m, kk] :
        {std::pair<std::int64_t, std::int64_t>{1, 128}, {300, 768}, {8192, 6144}}) {
     // The e4m3 activation, its scales and the scratch, each 256-byte aligned.
-    EXPECT_GE(linear_workspace_bytes(m, kk),
-              static_cast<std::size_t>(m * kk) + k.workspace_bytes(LinearShape{m, 64, kk}, ""))
+    EXPECT_GE(linear_workspace_bytes(m, kk, kH200),
+              static_cast<std::size_t>(m * kk) +
+                  k.plan(problem(m, 64, kk, 132), configs.front()).scratch_bytes)
         << "M = " << m << ", K = " << kk;
   }
 }
@@ -243,15 +267,30 @@ TEST(HopperKernels, EveryListedConfigIsRecognisedAndNoOtherIs) {
 }
 
 // The linear's bf16 entry point writes the bf16 activation in its quantization pass only for
-// kernels that read it; the others get e4m3 and scales as before.
+// kernels that read it; the others get e4m3 and scales (or quantize x themselves). On a
+// pre-quantized activation every kernel gets the e4m3 one.
 TEST(HopperKernels, OnlyThePrefillKernelTakesTheDequantizedActivation) {
+  Problem fp32 = problem(300, 64, 768, 132);
+  fp32.x_dtype = DType::kF32;
+  fp32.x_self_quantizable = false;
+  Problem e4m3 = fp32;
+  e4m3.x_dtype = DType::kE4M3;
   for (const std::string& config : prefill_kernel().configs()) {
-    EXPECT_TRUE(prefill_kernel().takes_dequantized_activation(config)) << config;
+    EXPECT_EQ(prefill_kernel().plan(problem(300, 64, 768, 132), config).activation,
+              ActivationForm::kDequantized)
+        << config;
+    EXPECT_EQ(prefill_kernel().plan(fp32, config).activation, ActivationForm::kDequantized);
+    EXPECT_EQ(prefill_kernel().plan(e4m3, config).activation, ActivationForm::kQuantized);
   }
-  EXPECT_FALSE(decode_kernel().takes_dequantized_activation(decode_kernel().configs().front()));
-  EXPECT_FALSE(gemv_kernel().takes_dequantized_activation("w16_t8_kwarps8"));
-  EXPECT_FALSE(
-      builtin("generic").takes_dequantized_activation(builtin("generic").default_config(8192)));
+  for (const auto& kernel : builtin_kernels()) {
+    if (kernel->name() == "prefill") continue;
+    for (const std::string& config : kernel->configs()) {
+      EXPECT_NE(kernel->plan(problem(1, 64, 768, 132), config).activation,
+                ActivationForm::kDequantized)
+          << kernel->name() << "/" << config;
+      EXPECT_EQ(kernel->plan(e4m3, config).activation, ActivationForm::kQuantized);
+    }
+  }
 }
 
 // A launch footprint needs the device (its occupancy); without one, or for a config that does
@@ -336,6 +375,13 @@ TEST(GemvKernel, ClaimsTheSmallestMAndSaysWhatItNeeds) {
   EXPECT_THAT(k.is_supported(DeviceDescription::parse("cpu")).reason, HasSubstr("needs a GPU"));
 }
 
+// Whether the plan of `config` for a call on `x` has the kernel quantize x itself.
+bool quantizes_itself(const Kernel& kernel, const std::string& config, const TensorView& x) {
+  const LinearShape shape{x.rows(), 64, x.cols()};
+  return kernel.plan(make_problem(shape, x, DType::kBF16, 132), config).activation ==
+         ActivationForm::kUnquantized;
+}
+
 // The GEMV quantizes a 16-byte aligned bf16 or fp16 activation itself; the other kernels, an
 // fp32 activation or misaligned rows leave it to the quantize kernel.
 TEST(GemvKernel, QuantizesAlignedBf16AndFp16ActivationsItself) {
@@ -343,38 +389,40 @@ TEST(GemvKernel, QuantizesAlignedBf16AndFp16ActivationsItself) {
   const auto view = [&](void* data, std::int64_t cols, std::int64_t stride, DType dtype) {
     return TensorView::matrix(data, 2, cols, stride, dtype, Location::kDevice);
   };
+  const Kernel& k = gemv_kernel();
+  EXPECT_TRUE(quantizes_itself(k, "w16_t8_kwarps8", view(storage, 64, 64, DType::kBF16)));
+  EXPECT_TRUE(quantizes_itself(k, "w16_t16_kwarps8", view(storage, 64, 72, DType::kF16)));
+  EXPECT_FALSE(quantizes_itself(k, "w16_t8_kwarps8", view(storage, 32, 32, DType::kF32)));
+  EXPECT_FALSE(quantizes_itself(k, "w16_t8_kwarps8", view(storage, 64, 68, DType::kBF16)));
+  EXPECT_FALSE(quantizes_itself(k, "w16_t8_kwarps8", view(storage + 1, 64, 64, DType::kBF16)));
+  EXPECT_FALSE(
+      quantizes_itself(prefill_kernel(), "w128_t128_st4", view(storage, 64, 64, DType::kBF16)));
+  EXPECT_FALSE(quantizes_itself(builtin("generic"), builtin("generic").default_config(2),
+                                view(storage, 64, 64, DType::kBF16)));
+  // A single row needs no aligned stride.
   EXPECT_TRUE(
-      gemv_kernel().quantizes_activation("w16_t8_kwarps8", view(storage, 64, 64, DType::kBF16)));
-  EXPECT_TRUE(
-      gemv_kernel().quantizes_activation("w16_t16_kwarps8", view(storage, 64, 72, DType::kF16)));
-  EXPECT_FALSE(
-      gemv_kernel().quantizes_activation("w16_t8_kwarps8", view(storage, 32, 32, DType::kF32)));
-  EXPECT_FALSE(
-      gemv_kernel().quantizes_activation("w16_t8_kwarps8", view(storage, 64, 68, DType::kBF16)));
-  EXPECT_FALSE(gemv_kernel().quantizes_activation("w16_t8_kwarps8",
-                                                  view(storage + 1, 64, 64, DType::kBF16)));
-  EXPECT_FALSE(
-      prefill_kernel().quantizes_activation("w128_t128_st4", view(storage, 64, 64, DType::kBF16)));
+      quantizes_itself(k, "w16_t8_kwarps8",
+                       TensorView::matrix(storage, 1, 64, 68, DType::kBF16, Location::kDevice)));
 }
 
 // The decode kernel's 8-token instances have quantizing twins (verified on the H200); the 32-
-// and 128-token ones do not, and a twin that would fit fewer CTAs per SM than its
-// plain instance is passed over (36 against 22 us at 1 x 6144 x 6144, w64_t8_st4_split4).
+// and 128-token ones do not, and a twin that would fit fewer CTAs per SM than its plain instance
+// is passed over (36 against 22 us at 1 x 6144 x 6144, w64_t8_st4_split4).
 TEST(DecodeKernel, QuantizesItselfOnlyWhereATwinKeepsItsOccupancy) {
   std::vector<std::uint16_t> storage(6144 + 8, 0);
   const auto view = [&](std::int64_t cols, DType dtype) {
     return TensorView::matrix(storage.data(), 1, cols, cols, dtype, Location::kDevice);
   };
   const Kernel& k = decode_kernel();
-  EXPECT_TRUE(k.quantizes_activation("w64_t8_st4_split8", view(6144, DType::kBF16)));
-  EXPECT_TRUE(k.quantizes_activation("w64_t8_st8_alt", view(768, DType::kF16)));
-  EXPECT_TRUE(k.quantizes_activation("w64_t8_st6_split2", view(2048, DType::kBF16)));
-  EXPECT_FALSE(k.quantizes_activation("w64_t32_st4_split8", view(6144, DType::kBF16)));
-  EXPECT_FALSE(k.quantizes_activation("w64_t8_st4_split8", view(6144, DType::kF32)));
+  EXPECT_TRUE(quantizes_itself(k, "w64_t8_st4_split8", view(6144, DType::kBF16)));
+  EXPECT_TRUE(quantizes_itself(k, "w64_t8_st8_alt", view(768, DType::kF16)));
+  EXPECT_TRUE(quantizes_itself(k, "w64_t8_st6_split2", view(2048, DType::kBF16)));
+  EXPECT_FALSE(quantizes_itself(k, "w64_t32_st4_split8", view(6144, DType::kBF16)));
+  EXPECT_FALSE(quantizes_itself(k, "w64_t8_st4_split8", view(6144, DType::kF32)));
   // 3 CTAs per SM for the twin against 4 for the plain instance.
   EXPECT_EQ(device::decode_ctas_per_sm(device::decode_gemm_smem_bytes(0, 6144, 4, true)), 3);
   EXPECT_EQ(device::decode_ctas_per_sm(device::decode_gemm_smem_bytes(0, 6144, 4)), 4);
-  EXPECT_FALSE(k.quantizes_activation("w64_t8_st4_split4", view(6144, DType::kBF16)));
+  EXPECT_FALSE(quantizes_itself(k, "w64_t8_st4_split4", view(6144, DType::kBF16)));
 }
 
 TEST(GemvKernel, UnknownConfigOrTooLargeKIsRejected) {
@@ -458,6 +506,148 @@ TEST(LinearWith, AGpuKernelIsRejectedOnAMachineWithoutOne) {
   if (gpu_available()) GTEST_SKIP() << "this machine has a GPU (the GPU tests run linear_with)";
   expect_refusal(linear_with_error(gemv_kernel(), gemv_kernel().configs().front(), 2, 64),
                  ErrorCode::kUnsupported, "kernel", "does not run on");
+}
+
+std::size_t round_up_256(std::size_t v) { return (v + 255) / 256 * 256; }
+
+// On a 132-SM H200 linear()'s workspace is what it always was: the e4m3 activation, its scales,
+// the bf16 activation and from 256 rows the stream-K partial tiles and flags of 132 CTAs, each
+// part 256-byte aligned. With fewer SMs the last part shrinks with them.
+TEST(KernelPlans, TheWorkspaceOnAnH200KeepsItsBytes) {
+  for (const auto& [m, k] : {std::pair<std::int64_t, std::int64_t>{1, 128},
+                             {255, 6144},
+                             {256, 6144},
+                             {300, 1000 * 32},
+                             {8192, 2048}}) {
+    const auto elements = static_cast<std::size_t>(m * k);
+    const std::size_t base =
+        round_up_256(elements) + round_up_256(elements / 32) + round_up_256(elements * 2);
+    EXPECT_EQ(linear_workspace_bytes(m, k, kH200), base + (m >= 256 ? 17302272 : 0))
+        << "M = " << m << ", K = " << k;
+    EXPECT_EQ(linear_workspace_bytes(m, k, DeviceDescription::parse("sm_90a:114")),
+              base + (m >= 256 ? 14942720 : 0));
+  }
+  // Without a device argument: the current device's.
+  EXPECT_EQ(linear_workspace_bytes(300, 768),
+            linear_workspace_bytes(300, 768, DeviceDescription::current()));
+}
+
+// Every plan of every built-in kernel, for random (M, K) on a described 132-SM and 114-SM
+// device: its zero words lie inside its scratch, its scratch stays within the kernel's bound,
+// and linear_workspace_bytes() holds it beside the e4m3 activation and its scales.
+TEST(KernelPlans, LinearWorkspaceCoversEveryPlanOnDevicesOfAnySmCount) {
+  auto rng = make_rng();
+  std::uniform_int_distribution<std::int64_t> m_of(1, 12000), k_blocks(1, 512);
+  const auto kernels = builtin_kernels();
+  int stream_k_plans = 0, plans = 0;
+  for (const DeviceDescription& device :
+       {kH200, DeviceDescription::parse("sm_90a:114"), DeviceDescription::parse("sm_90a:8")}) {
+    for (int i = 0; i < 60; ++i) {
+      const std::int64_t m = i < 3 ? 256 : m_of(rng), k = 32 * k_blocks(rng);
+      const auto elements = static_cast<std::size_t>(m * k);
+      const std::size_t room = linear_workspace_bytes(m, k, device) - round_up_256(elements) -
+                               round_up_256(elements / 32);
+      for (const auto& kernel : kernels) {
+        const std::size_t bound = kernel->max_scratch_bytes(m, k, device);
+        EXPECT_LE(bound, room) << kernel->name();
+        for (const std::string& config : kernel->configs()) {
+          if (!kernel->can_run(m, k, config).ok()) continue;
+          SCOPED_TRACE(::testing::Message() << kernel->name() << "/" << config << " at M = " << m
+                                            << ", K = " << k << " on " << device.sms << " SMs");
+          for (const DType x : {DType::kBF16, DType::kF32, DType::kE4M3}) {
+            Problem p = problem(m, 2560, k, device.sms);
+            p.x_dtype = x;
+            p.x_self_quantizable = x == DType::kBF16;
+            const CallPlan plan = kernel->plan(p, config);
+            ++plans;
+            EXPECT_LE(plan.scratch_bytes, bound);
+            EXPECT_EQ(plan.scratch_bytes % 256, 0u);
+            EXPECT_EQ(plan.zero_words.offset % 4, 0u);
+            EXPECT_LE(plan.zero_words.offset + 4 * plan.zero_words.count, plan.scratch_bytes);
+            if (x == DType::kE4M3) {
+              EXPECT_EQ(plan.activation, ActivationForm::kQuantized);
+            } else if (x == DType::kF32) {
+              EXPECT_NE(plan.activation, ActivationForm::kUnquantized);
+            }
+            if (plan.zero_words.count > 0) {
+              ++stream_k_plans;
+              EXPECT_EQ(plan.zero_words.count, static_cast<std::size_t>(device.sms));
+              // After the bf16 activation: the pass that writes it must not zero any of it.
+              EXPECT_GE(plan.zero_words.offset, elements * 2);
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(plans, 1000);
+  EXPECT_GT(stream_k_plans, 0);  // M = 256 runs the stream-K config
+}
+
+// A fake call of the plan's form for `problem` on host buffers, with `scratch` bytes of scratch
+// at a placeholder address: run() must decide about its arguments before it launches anything.
+struct PlannedCall : FakeCall {
+  std::vector<std::uint16_t> x16;
+  PlannedCall(const Problem& p, const CallPlan& plan, std::size_t scratch)
+      : FakeCall(p.shape.m, p.shape.n, p.shape.k),
+        x16(static_cast<std::size_t>(p.shape.m * p.shape.k)) {
+    call.activation = plan.activation;
+    call.x_unquantized =
+        TensorView::contiguous(x16.data(), {p.shape.m, p.shape.k}, DType::kBF16, Location::kDevice);
+    call.workspace = Workspace{reinterpret_cast<void*>(std::uintptr_t{1} << 20), scratch};
+    call.sms = p.sms;
+  }
+};
+
+// The argument run() refuses a call about, or "" where it took the call up to its launch (which
+// fails without a GPU).
+std::string refused_argument(const Kernel& kernel, const std::string& config, const KernelCall& c) {
+  try {
+    kernel.run(c, config);
+  } catch (const Error& e) {
+    return e.code() == ErrorCode::kInvalidArgument || e.argument() == "config" ||
+                   e.argument() == "workspace"
+               ? e.argument()
+               : "";
+  }
+  return "";
+}
+
+// What a plan says is what run() needs: given the plan's activation form and exactly its
+// scratch, run() accepts the call (any refusal comes from the launch itself); one byte less
+// scratch and it refuses the workspace.
+TEST(KernelPlans, RunTakesTheFormAndTheScratchItsPlanNames) {
+  if (gpu_available()) GTEST_SKIP() << "run() on host buffers would launch on this machine's GPU";
+  const std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>> shapes = {
+      {1, 64, 768}, {8, 128, 2048}, {40, 64, 1536}, {300, 256, 1024}};
+  int checked = 0;
+  for (const Kernel* kernel :
+       {&decode_kernel(), &prefill_kernel(), &gemv_kernel(), &builtin("generic")}) {
+    for (const std::string& config : kernel->configs()) {
+      for (const auto& [m, n, k] : shapes) {
+        if (!kernel->can_run(m, k, config).ok()) continue;
+        for (const int sms : {132, 114}) {
+          for (const DType x : {DType::kBF16, DType::kE4M3}) {
+            SCOPED_TRACE(::testing::Message()
+                         << kernel->name() << "/" << config << " at " << m << " x " << n << " x "
+                         << k << ", " << sms << " SMs, x " << to_string(x));
+            Problem p = problem(m, n, k, sms);
+            p.x_dtype = x;
+            p.x_self_quantizable = x == DType::kBF16;
+            const CallPlan plan = kernel->plan(p, config);
+            const PlannedCall exact(p, plan, plan.scratch_bytes);
+            EXPECT_EQ(refused_argument(*kernel, config, exact.call), "");
+            if (plan.scratch_bytes > 0) {
+              const PlannedCall short_by_one(p, plan, plan.scratch_bytes - 1);
+              EXPECT_EQ(refused_argument(*kernel, config, short_by_one.call), "workspace");
+            }
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 500);
 }
 
 // The K permutation inside an MX block that the bf16 activation pre-pass writes must put each

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "cpu/registry_test_kernels.hpp"
-#include "mxlinear/registry.hpp"
+#include "host/registry/registry.hpp"
 #include "support/random.hpp"
 
 namespace mxlinear::test {
@@ -418,6 +418,118 @@ TEST(Registry, ShippedTableLendsTheNearestSeedShapesRowsToAnUntunedLayer) {
   const LayerSelection long_k = r.select(layer(2560, 16384), kH200);
   EXPECT_EQ(r.dispatch(long_k, kH200, 2048).kernel->name(), "generic");
   EXPECT_EQ(r.dispatch(long_k, kH200, 512).kernel->name(), "prefill");
+}
+
+// One check decides whether a kernel may serve a call, in a fixed order: the layer, the config's
+// name, the config at this M and K, the device. Its refusals carry the argument and code that
+// linear_with() reports.
+TEST(Registry, RunnableChecksLayerConfigShapeAndDeviceInThatOrder) {
+  const Registry r(builtin_kernels(), TunedTable{}, Environment{});
+  const Kernel& prefill = *r.kernels().at(1);
+  ASSERT_EQ(prefill.name(), "prefill");
+  const DeviceDescription cpu = DeviceDescription::parse("cpu");
+  EXPECT_TRUE(r.runnable(prefill, "w128_t128_st4", layer(2560, 6144), 512, kH200).ok());
+  // Each refusal, with everything ahead of it in order and everything after it broken too.
+  LayerDescription misaligned = layer(2560, 6144);
+  misaligned.alignment = 8;
+  const CallVerdict no_layer = r.runnable(prefill, "nope", misaligned, 1, cpu);
+  EXPECT_EQ(no_layer.argument, "kernel");
+  EXPECT_EQ(no_layer.code, ErrorCode::kUnsupported);
+  EXPECT_THAT(no_layer.reason,
+              HasSubstr("is 'prefill', which cannot run this 2560 x 6144 layer: needs 16-byte"));
+  const CallVerdict no_config = r.runnable(prefill, "nope", layer(2560, 6144), 1, cpu);
+  EXPECT_EQ(no_config.argument, "config");
+  EXPECT_EQ(no_config.code, ErrorCode::kInvalidArgument);
+  EXPECT_THAT(no_config.reason, HasSubstr("is 'nope'; expected one of prefill's: w128_t128_st4, "));
+  const CallVerdict no_shape =
+      r.runnable(prefill, "w128_t256_st4_bk64_overlap_streamk", layer(2560, 6144), 255, cpu);
+  EXPECT_EQ(no_shape.argument, "config");
+  EXPECT_EQ(no_shape.code, ErrorCode::kUnsupported);
+  EXPECT_THAT(no_shape.reason, HasSubstr("is 'prefill/w128_t256_st4_bk64_overlap_streamk', which "
+                                         "cannot run M = 255, K = 6144: "));
+  const CallVerdict no_device =
+      r.runnable(prefill, "w128_t256_st4_bk64_overlap_streamk", layer(2560, 6144), 256, cpu);
+  EXPECT_EQ(no_device.argument, "kernel");
+  EXPECT_THAT(no_device.reason,
+              HasSubstr("is 'prefill', which does not run on cpu (no GPU): needs a GPU"));
+  // A kernel outside the registry is checked the same way.
+  const FakeKernel outside("outside", false, {"o1"}, "sm_90a", /*max_k=*/1024);
+  EXPECT_TRUE(r.runnable(outside, "o1", layer(64, 1024), 1, kH200).ok());
+  EXPECT_EQ(r.runnable(outside, "o2", layer(64, 1024), 1, kH200).argument, "config");
+  EXPECT_THAT(r.runnable(outside, "o1", layer(64, 2048), 1, kH200).reason, HasSubstr("K above"));
+}
+
+// A tuned row whose config cannot run the call's M (a stream-K config below M = 256) is passed
+// over for the kernel's default config, as runnable() says.
+TEST(Registry, DispatchPassesOverRowsThatRunnableRefuses) {
+  const auto ks = builtin_kernels();
+  const TableContext context = table_context(ks);
+  TunedTable table;
+  const auto stats = table.add(
+      "arch,sms,n,k,m,kernel,config,us,error_ratio,mxlinear_version,cuda_version\n"
+      "sm_90a,132,2560,6144,128,prefill,w128_t256_st4_bk64_overlap_streamk,5.0,0.5," +
+          context.library_version + "," + context.cuda_version + "\n",
+      "test", context);
+  ASSERT_EQ(stats.accepted, 1) << ::testing::PrintToString(table.warnings());
+  const Registry r(ks, table, Environment{});
+  const LayerSelection s = r.select(layer(2560, 6144), kH200);
+  ASSERT_EQ(s.kernel->name(), "prefill");
+  EXPECT_EQ(r.dispatch(s, kH200, 128).why, "default config");
+  EXPECT_EQ(r.dispatch(s, kH200, 256).config, "w128_t256_st4_bk64_overlap_streamk");
+}
+
+// linear() serves device memory only where a GPU kernel runs: on another GPU (an A100, say) or
+// without a GPU it is refused with a reason that names the device, unless
+// MXLINEAR_BACKEND=reference asks for the CPU reference there.
+TEST(Registry, LinearOnAGpuOtherThanHopperIsRefusedUnlessTheReferenceIsForced) {
+  const Registry automatic(builtin_kernels(), TunedTable{}, Environment{});
+  DeviceDescription a100 = DeviceDescription::parse("sm_80:108");
+  a100.name = "NVIDIA A100-SXM4-80GB";
+  const Verdict refused = automatic.check_device(a100, 1);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_EQ(refused.reason,
+            "is on device 1 (NVIDIA A100-SXM4-80GB, sm_80); mxlinear's GPU kernels need sm_90a "
+            "(Hopper); set MXLINEAR_BACKEND=reference to run the CPU reference");
+  EXPECT_THAT(automatic.check_device(DeviceDescription::parse("cpu"), -1).reason,
+              HasSubstr("no CUDA device"));
+  EXPECT_TRUE(automatic.check_device(kH200, 0).ok());
+  EXPECT_TRUE(automatic.check_device(DeviceDescription::parse("sm_90a:114"), 0).ok());
+  // Disabling the GPU kernels on a Hopper GPU is no reason to refuse: the reference serves.
+  const Registry disabled(
+      builtin_kernels(), TunedTable{},
+      Environment::from({{"MXLINEAR_DISABLED_KERNELS", "decode,prefill,gemv,generic"}}));
+  EXPECT_TRUE(disabled.check_device(kH200, 0).ok());
+  EXPECT_EQ(disabled.select(layer(2560, 6144), kH200).kernel->name(), "reference");
+  // Forced, the reference serves every layer and M on the A100, with no warning.
+  const Registry forced(builtin_kernels(), TunedTable{},
+                        Environment::from({{"MXLINEAR_BACKEND", "reference"}}));
+  EXPECT_TRUE(forced.warnings().empty()) << ::testing::PrintToString(forced.warnings());
+  EXPECT_TRUE(forced.check_device(a100, 1).ok());
+  for (const auto& [n, k] : {std::pair<std::int64_t, std::int64_t>{2560, 6144}, {100, 544}}) {
+    const LayerSelection s = forced.select(layer(n, k), a100);
+    ASSERT_NE(s.kernel, nullptr);
+    EXPECT_EQ(s.kernel->name(), "reference");
+    EXPECT_TRUE(s.warnings.empty());
+    for (const std::int64_t m : {1, 300, 8192}) {
+      const Dispatch d = forced.dispatch(s, a100, m);
+      EXPECT_EQ(std::string(d.kernel->name()) + "/" + d.config, "reference/fp64");
+      const CallPlan plan = d.kernel->plan(
+          Problem{LinearShape{m, n, k}, DType::kBF16, true, DType::kBF16, 108}, d.config);
+      EXPECT_EQ(plan.activation, ActivationForm::kQuantized);
+      EXPECT_EQ(plan.scratch_bytes, 0u);
+    }
+  }
+  // Without it the selection on the A100 still lands on the reference (the report shows it),
+  // but linear() refuses before it gets there.
+  EXPECT_EQ(automatic.select(layer(2560, 6144), a100).kernel->name(), "reference");
+}
+
+TEST(Registry, KernelNamesForTheReport) {
+  const auto ks = builtin_kernels();
+  std::vector<std::string> names;
+  for (const auto& k : ks) names.emplace_back(kernel_name(k.get()));
+  EXPECT_EQ(names, (std::vector<std::string>{"decode", "prefill", "gemv", "generic", "reference"}));
+  EXPECT_EQ(kernel_name(nullptr), "");
 }
 
 }  // namespace

@@ -15,9 +15,9 @@
 
 #include "gpu/gemm_checks.hpp"
 #include "gpu/gpu_support.hpp"
+#include "host/registry/registry.hpp"
 #include "mxlinear/error.hpp"
 #include "mxlinear/quantize.hpp"
-#include "mxlinear/registry.hpp"
 #include "support/mx_oracle.hpp"
 #include "support/random.hpp"
 

@@ -11,8 +11,9 @@
 #include "gpu/gemm_checks.hpp"
 #include "gpu/gpu_support.hpp"
 #include "host/registry/prefill_config.hpp"
+#include "host/registry/prefill_kernel.hpp"
+#include "host/registry/registry.hpp"
 #include "mxlinear/format.hpp"
-#include "mxlinear/registry.hpp"
 #include "support/random.hpp"
 
 namespace mxlinear::test {
@@ -51,33 +52,48 @@ struct Config {
   int instance, splits;
 };
 
-// A stream-K config's partial tiles and flags, poisoned (the pre-pass must zero the flags), wired
-// into `p`; an empty buffer for the other configs.
-DeviceBuffer attach_stream_k(Config config, device::GemmParams& p) {
+// The current device's SMs.
+int device_sms() {
+  int device = 0, sms = 0;
+  EXPECT_EQ(cudaGetDevice(&device), cudaSuccess);
+  EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  return sms;
+}
+
+// Bytes of poisoned guard after a stream-K config's flags.
+constexpr std::size_t kGuardBytes = 4096;
+
+// A stream-K config's partial tiles and flags for at most `ctas` CTAs (0: one per SM), poisoned
+// (the pre-pass must zero the flags) and followed by a poisoned guard, wired into `p`; an empty
+// buffer for the other configs.
+DeviceBuffer attach_stream_k(Config config, device::GemmParams& p, int ctas = 0) {
   const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(config.instance)];
   if (!i.stream_k) return {};
-  DeviceBuffer stream_k(device::prefill_stream_k_bytes());
+  if (ctas == 0) ctas = device_sms();
+  DeviceBuffer stream_k(device::prefill_stream_k_bytes(ctas) + kGuardBytes);
   stream_k.poison();
   p.partials = reinterpret_cast<float*>(stream_k.get());
-  p.flags = reinterpret_cast<std::uint32_t*>(
-      stream_k.bytes() +
-      static_cast<std::size_t>(device::kPrefillMaxStreamKCtas) * i.rows * i.tokens * 4);
+  p.flags = reinterpret_cast<std::uint32_t*>(stream_k.bytes() + static_cast<std::size_t>(ctas) *
+                                                                    i.rows * i.tokens * 4);
+  p.stream_k_ctas = ctas;
   return stream_k;
 }
 
 device::ZeroedWords flags_of(const device::GemmParams& p) {
-  return {p.flags, p.flags ? device::kPrefillMaxStreamKCtas : 0};
+  return {p.flags, p.flags ? p.stream_k_ctas : 0};
 }
 
+// Runs the pre-pass and the GEMM of `config` (a stream-K one with room for `stream_k_ctas` CTAs,
+// 0: one per SM); its stream-K guard must stay poisoned.
 std::vector<std::uint8_t> run_config(Config config, const MxOperand& a, const MxOperand& w,
                                      DType out_dtype, const DeviceBuffer* bias,
-                                     device::BiasType bias_type) {
+                                     device::BiasType bias_type, int stream_k_ctas = 0) {
   DeviceMx da = upload(a);
   DeviceMx dw = upload(w);
   DeviceBuffer out(static_cast<std::size_t>(a.rows * w.rows) * element_size(out_dtype));
   out.poison();
   device::GemmParams p = gemm_params(da, dw, out, out_dtype);
-  const DeviceBuffer stream_k = attach_stream_k(config, p);
+  const DeviceBuffer stream_k = attach_stream_k(config, p, stream_k_ctas);
   const DeviceBuffer a16 = activation_bf16(da.data.bytes(), a.k, da, flags_of(p));
   if (bias) {
     p.bias = bias->get();
@@ -87,6 +103,13 @@ std::vector<std::uint8_t> run_config(Config config, const MxOperand& a, const Mx
   EXPECT_EQ(device::launch_prefill_gemm(p, a16.get(), a.k, config.instance, config.splits, nullptr),
             cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  if (stream_k.size() > 0) {
+    const auto bytes = stream_k.download<std::uint8_t>(stream_k.size());
+    EXPECT_TRUE(std::all_of(bytes.end() - kGuardBytes, bytes.end(),
+                            [](std::uint8_t b) { return b == 0xFF; }))
+        << "the stream-K launch wrote past the partial tiles and flags of its " << p.stream_k_ctas
+        << " CTAs";
+  }
   return out.download<std::uint8_t>(out.size());
 }
 
@@ -316,6 +339,42 @@ TEST(PrefillRegistryEntry, RunsThePrePassAndTheGemmInTheCallsScratch) {
     expect_within_tolerance(out.download<std::uint8_t>(out.size()), reference(a, w, {}),
                             abs_product_sums(a, w), 2 * 1024, DType::kF32);
   }
+}
+
+// A stream-K workspace sized for fewer CTAs than this device has SMs (a workspace sized on a
+// smaller GPU): the launcher caps its grid there, so the walk spreads the same units over fewer
+// CTAs, writes nothing past their partial tiles and flags, and still gives fp64's bits.
+TEST(PrefillStreamK, AWorkspaceForFewerCtasCapsTheGrid) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  int instance = -1;
+  for (std::size_t i = 0; i < device::prefill_gemm_instances().size(); ++i) {
+    if (device::prefill_gemm_instances()[i].stream_k) instance = static_cast<int>(i);
+  }
+  ASSERT_GE(instance, 0);
+  const GemmShape shapes[] = {{300, 1000, 1536}, {520, 257, 1024}};
+  for (const int ctas : {1, 7, device_sms() / 2}) {
+    SCOPED_TRACE(::testing::Message() << ctas << " CTAs");
+    check_exact_on_shapes(
+        [&](const MxOperand& a, const MxOperand& w, DType out_dtype, const DeviceBuffer* bias,
+            device::BiasType bias_type) {
+          return run_config({instance, 1}, a, w, out_dtype, bias, bias_type, ctas);
+        },
+        shapes, rng);
+  }
+  // A launch with no room for any CTA is refused.
+  device::GemmParams p;
+  p.m = 300;
+  p.n = 1000;
+  p.k = 1536;
+  p.partials = reinterpret_cast<float*>(std::uintptr_t{4096});
+  p.flags = reinterpret_cast<std::uint32_t*>(std::uintptr_t{8192});
+  p.stream_k_ctas = 0;
+  const DeviceBuffer w(1000 * 1536), a16(300 * 1536 * 2);
+  p.w = w.bytes();
+  p.ld_w = 1536;
+  EXPECT_EQ(device::launch_prefill_gemm(p, a16.get(), 1536, instance, 1, nullptr),
+            cudaErrorInvalidValue);
 }
 
 // Every config says how many CTAs its launch has and how many the device holds at once: the

@@ -23,11 +23,11 @@
 #include "device_data.hpp"
 #include "device_memory.hpp"
 #include "harness.hpp"
-#include "mxlinear/diagnostics.hpp"
+#include "host/diagnostics.hpp"
+#include "host/registry/registry.hpp"
 #include "mxlinear/error.hpp"
 #include "mxlinear/linear.hpp"
 #include "mxlinear/models.hpp"
-#include "mxlinear/registry.hpp"
 #include "report.hpp"
 
 namespace mxlinear::cli {

@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "device_memory.hpp"
+#include "host/registry/registry.hpp"
 #include "layer_data.hpp"
 #include "mxlinear/error.hpp"
 #include "mxlinear/linear.hpp"
 #include "mxlinear/reference.hpp"
-#include "mxlinear/registry.hpp"
 
 namespace mxlinear::cli {
 namespace {

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "mxlinear/registry.hpp"
+#include "host/registry/registry.hpp"
 
 namespace mxlinear::cli {
 namespace {

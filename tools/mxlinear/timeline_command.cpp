@@ -11,10 +11,10 @@
 #include "device_data.hpp"
 #include "device_memory.hpp"
 #include "harness.hpp"
-#include "mxlinear/diagnostics.hpp"
+#include "host/diagnostics.hpp"
+#include "host/registry/registry.hpp"
 #include "mxlinear/linear.hpp"
 #include "mxlinear/quantize.hpp"
-#include "mxlinear/registry.hpp"
 
 namespace mxlinear::cli {
 namespace {

@@ -11,8 +11,8 @@ enum class BiasType : std::uint8_t { kNone, kBF16, kF32 };
 // Where a GEMV CTA lets the next programmatically dependent kernel start launching: once its
 // activation is staged, right after its wait on the previous kernel, or at its entry. Earlier
 // lets the next kernel's CTAs take SM slots and start their weight copies sooner; later keeps
-// them off the SMs while this kernel stages its activation. Which is faster depends on the layer
-// (docs/PERFORMANCE.md), so it is part of the GEMV's configs. The other kernels ignore it.
+// them off the SMs while this kernel stages its activation. Which is faster depends on the layer,
+// so it is part of the GEMV's configs. The other kernels ignore it.
 enum class NextLaunch : std::uint8_t { kAfterActivation, kAfterWait, kAtEntry };
 
 // out[m, n] = sum_k deq(a)[m, k] * deq(w)[n, k] (+ bias[n]). Strides are in elements.
@@ -38,9 +38,12 @@ struct GemmParams {
   bool x_is_f16 = false;
   NextLaunch next_launch = NextLaunch::kAfterActivation;
   // The prefill kernel's stream-K configs: one fp32 partial tile per CTA and one flag word per
-  // CTA, zero when the kernel starts (the pass before it zeroes them: ZeroedWords).
+  // CTA, zero when the kernel starts (the pass before it zeroes them: ZeroedWords), for at most
+  // stream_k_ctas CTAs: the launcher caps its grid there, so partials and flags sized for one
+  // device are never overrun on a device of more SMs. Read by the launcher only.
   float* partials = nullptr;
   std::uint32_t* flags = nullptr;
+  int stream_k_ctas = 0;
 };
 
 }  // namespace mxlinear::device

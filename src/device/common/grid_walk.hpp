@@ -2,7 +2,7 @@
 // how a grid-stride walk visits row-major groups, and how split-K spreads 128-K chunks.
 #pragma once
 
-#include "mxlinear/config.hpp"
+#include "device/common/host_device.hpp"
 
 // `#pragma unroll` in device code only (host compilers warn on it, and -Werror).
 #if defined(__CUDA_ARCH__)

@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
+#include "device/common/mx_format.hpp"
 #include "device/ptx/ptx.cuh"
-#include "mxlinear/format.hpp"
 
 namespace mxlinear::device::mx {
 
@@ -131,7 +131,8 @@ __device__ __forceinline__ std::uint8_t quantize_values(const float (&v)[kCount]
     for (int w = 0; w < kCount / 4; ++w) words[w] = 0x7F7F7F7Fu;
     return kE8M0NaN;
   }
-  const std::uint8_t scale = e8m0_scale_for_amax(amax, rule);
+  // Qualified: lookup through `rule` would also find mxlinear's host-only declaration.
+  const std::uint8_t scale = device::e8m0_scale_for_amax(amax, rule);
   // 2^(127 - scale) as a normal float: a finite amax gets scale <= 247 under either rule
   // (FLT_MAX gives 247 and 246), so the general e8m0_inverse_to_float, which also covers the
   // subnormal 2^-127 of scale 254, is not needed; this is two instructions instead of ~14.

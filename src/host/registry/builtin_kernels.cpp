@@ -13,9 +13,9 @@
 #include "host/registry/generic_config.hpp"
 #include "host/registry/kernel_params.hpp"
 #include "host/registry/prefill_kernel.hpp"
+#include "host/registry/registry.hpp"
 #include "host/validate.hpp"
 #include "mxlinear/reference.hpp"
-#include "mxlinear/registry.hpp"
 
 namespace mxlinear {
 namespace {
@@ -49,6 +49,13 @@ class GenericKernel final : public detail::ConfiguredKernel<GenericConfig> {
     return GenericConfig::of(instances[m <= 32 ? 0 : (m <= 256 ? 1 : 2)]).name();
   }
 
+  // The e4m3 activation; no scratch.
+  CallPlan plan(const Problem&, std::string_view) const override { return {}; }
+  std::size_t max_scratch_bytes(std::int64_t, std::int64_t,
+                                const DeviceDescription&) const override {
+    return 0;
+  }
+
   void run(const KernelCall& call, const std::string& config) const override {
     const auto c = known(config);
     require_token_tiles(call.shape, c.tokens, config);
@@ -80,6 +87,11 @@ class ReferenceKernel final : public Kernel {
     detail::copy_weight(in, out, stream);
   }
   bool prepared_weights_cacheable() const override { return true; }
+  CallPlan plan(const Problem&, std::string_view) const override { return {}; }
+  std::size_t max_scratch_bytes(std::int64_t, std::int64_t,
+                                const DeviceDescription&) const override {
+    return 0;
+  }
 
   // The kernel of last resort: on host views it computes in place; on device views it copies
   // through the host and synchronizes the stream (slow, and not graph-capturable).

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "device/common/sm90.hpp"
-#include "mxlinear/registry.hpp"
+#include "host/registry/kernel.hpp"
 
 namespace mxlinear::detail {
 

@@ -49,23 +49,33 @@ class DecodeKernel final : public detail::ConfiguredKernel<detail::DecodeConfig>
   }
 
   // The 8-token instances have twins that quantize a bf16/fp16 activation themselves, which
-  // saves the quantize kernel ahead of a few-token linear (1-3 us at M = 8 on the H200).
+  // saves the quantize kernel ahead of a few-token linear (1-3 us at M = 8 on the H200). No
+  // scratch.
+  CallPlan plan(const Problem& problem, std::string_view config) const override {
+    CallPlan p;
+    if (quantizes_activation(problem, config)) p.activation = ActivationForm::kUnquantized;
+    return p;
+  }
+  std::size_t max_scratch_bytes(std::int64_t, std::int64_t,
+                                const DeviceDescription&) const override {
+    return 0;
+  }
 
-  bool quantizes_activation(const std::string& config, const TensorView& x) const override {
+  static bool quantizes_activation(const Problem& problem, std::string_view config) {
     const ParsedConfig parsed = parse_config(config);
     // The twin holds a 16-bit activation ring, larger than the e4m3 one: where it would not fit
     // at this K, the call takes the quantize kernel and the plain instance instead.
     if (parsed.instance < 0 ||
         device::decode_gemm_instances()[parsed.instance].quantizing_fixed_smem_bytes == 0 ||
-        !detail::is_self_quantizable(x)) {
+        !problem.x_self_quantizable) {
       return false;
     }
-    const int k = static_cast<int>(x.cols());
+    const int k = static_cast<int>(problem.shape.k);
     const int twin_smem = device::decode_gemm_smem_bytes(parsed.instance, k, parsed.splits, true);
     const int plain_smem = device::decode_gemm_smem_bytes(parsed.instance, k, parsed.splits);
     // A twin that fits fewer CTAs per SM than the plain instance loses more to the extra wave
-    // than the quantize launch it saves: 36 us against 22 us at 1 x 6144 x 6144, t8_st4_split4
-    // (3 against 4 CTAs per SM, ncu, session 6).
+    // than the quantize launch it saves: 36 us against 22 us at 1 x 6144 x 6144, w64_t8_st4_split4
+    // (3 against 4 CTAs per SM, ncu).
     return twin_smem <= device::kSm90MaxSmemPerCta &&
            device::decode_ctas_per_sm(twin_smem) >= device::decode_ctas_per_sm(plain_smem);
   }
@@ -77,7 +87,7 @@ class DecodeKernel final : public detail::ConfiguredKernel<detail::DecodeConfig>
   void run(const KernelCall& call, const std::string& config) const override {
     const auto c = known(config);
     const LinearShape& shape = call.shape;
-    const bool quantizing = call.x_unquantized.has_value();
+    const bool quantizing = call.activation == ActivationForm::kUnquantized;
     if (quantizing &&
         device::decode_gemm_instances()[c.instance].quantizing_fixed_smem_bytes == 0) {
       detail::fail(ErrorCode::kInvalidArgument, "decode kernel", "config",

@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "mxlinear/registry.hpp"
+#include "host/registry/kernel.hpp"
 
 namespace mxlinear {
 

@@ -1,9 +1,10 @@
+#include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
 #include <charconv>
 
 #include "host/validate.hpp"
-#include "mxlinear/registry.hpp"
+#include "mxlinear/selection.hpp"
 
 namespace mxlinear {
 

@@ -1,7 +1,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "mxlinear/registry.hpp"
+#include "host/registry/registry.hpp"
 
 namespace mxlinear {
 namespace {

@@ -56,9 +56,15 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
   }
 
   // At a few tokens a separate quantize kernel costs a large share of the GEMV; each CTA
-  // quantizes its tokens itself instead (16-byte aligned bf16/fp16 rows).
-  bool quantizes_activation(const std::string&, const TensorView& x) const override {
-    return detail::is_self_quantizable(x);
+  // quantizes its tokens itself instead (16-byte aligned bf16/fp16 rows). No scratch.
+  CallPlan plan(const Problem& problem, std::string_view) const override {
+    CallPlan p;
+    if (problem.x_self_quantizable) p.activation = ActivationForm::kUnquantized;
+    return p;
+  }
+  std::size_t max_scratch_bytes(std::int64_t, std::int64_t,
+                                const DeviceDescription&) const override {
+    return 0;
   }
 
   Verdict can_run(std::int64_t m, std::int64_t k, std::string_view config) const override {

@@ -33,10 +33,10 @@ device::GemmParams gemm_params(const KernelCall& call) {
   p.n = static_cast<int>(call.shape.n);
   p.k = static_cast<int>(call.shape.k);
   p.out_type = out_type(call.out.dtype);
-  if (call.x_unquantized) {
-    p.x = call.x_unquantized->data;
-    p.ld_x = call.x_unquantized->row_stride();
-    p.x_is_f16 = call.x_unquantized->dtype == DType::kF16;
+  if (call.activation == ActivationForm::kUnquantized) {
+    p.x = call.x_unquantized.data;
+    p.ld_x = call.x_unquantized.row_stride();
+    p.x_is_f16 = call.x_unquantized.dtype == DType::kF16;
   }
   if (call.bias) {
     p.bias = call.bias->data;
@@ -44,12 +44,6 @@ device::GemmParams gemm_params(const KernelCall& call) {
         call.bias->dtype == DType::kF32 ? device::BiasType::kF32 : device::BiasType::kBF16;
   }
   return p;
-}
-
-bool is_self_quantizable(const TensorView& x) {
-  if (x.dtype != DType::kBF16 && x.dtype != DType::kF16) return false;
-  const auto base = reinterpret_cast<std::uintptr_t>(x.data);
-  return base % 16 == 0 && (x.rows() <= 1 || (x.row_stride() * 2) % 16 == 0);
 }
 
 Verdict needs_sm90a(const DeviceDescription& device) {

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "device/common/gemm_params.hpp"
-#include "mxlinear/registry.hpp"
+#include "host/registry/kernel.hpp"
 
 namespace mxlinear::detail {
 
@@ -10,10 +10,6 @@ device::GemmParams gemm_params(const KernelCall& call);
 
 // The verdict of every sm_90a kernel: a GPU, of the Hopper architecture.
 Verdict needs_sm90a(const DeviceDescription& device);
-
-// Whether a kernel that quantizes the activation itself can read x: bf16 or fp16 with 16-byte
-// aligned rows (base and stride), as its 16-byte loads and TMA boxes need.
-bool is_self_quantizable(const TensorView& x);
 
 // Copies a (possibly strided) 2-D matrix between any two locations on the stream.
 void copy_rows(const TensorView& from, const TensorView& to, cudaStream_t stream);

@@ -73,27 +73,25 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
     return detail::PrefillConfig::of(device::prefill_gemm_instances()[0], 1).name();
   }
 
-  // The bf16 activation, then for a stream-K config its partial tiles and flags.
-  std::size_t workspace_bytes(const LinearShape& shape, const std::string& config) const override {
-    return activation_bytes(shape) + (is_stream_k(config) ? device::prefill_stream_k_bytes() : 0);
+  // Every config reads the activation as bf16 from the start of its scratch: the linear's
+  // quantization pass writes it there for an activation it quantizes, run() otherwise.
+  CallPlan plan(const Problem& problem, std::string_view config) const override {
+    const ScratchLayout l = scratch_layout(problem.shape, config, problem.sms);
+    CallPlan p;
+    p.activation =
+        problem.x_dtype == DType::kE4M3 ? ActivationForm::kQuantized : ActivationForm::kDequantized;
+    p.scratch_bytes = l.bytes;
+    p.zero_words = l.flags;
+    return p;
   }
 
-  // A stream-K config's flags, after its partial tiles: zero when it starts, which the pass that
-  // writes its bf16 activation sees to (that pass runs before it on the stream in either case).
-  ScratchWords scratch_words_to_zero(const LinearShape& shape,
-                                     const std::string& config) const override {
-    const PrefillConfig c = find_config(config);
-    if (c.instance < 0 ||
-        !device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)].stream_k) {
-      return {};
-    }
-    const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)];
-    return {activation_bytes(shape) +
-                static_cast<std::size_t>(device::kPrefillMaxStreamKCtas) * i.rows * i.tokens * 4,
-            static_cast<std::size_t>(device::kPrefillMaxStreamKCtas)};
+  // The bf16 activation; from the rows where stream-K configs run, their partial tiles and flags
+  // for every SM.
+  std::size_t max_scratch_bytes(std::int64_t rows, std::int64_t k,
+                                const DeviceDescription& on) const override {
+    return activation_bytes({rows, 0, k}) +
+           (rows >= device::kPrefillStreamKMinRows ? device::prefill_stream_k_bytes(on.sms) : 0);
   }
-
-  bool takes_dequantized_activation(const std::string&) const override { return true; }
 
   Verdict can_run(std::int64_t m, std::int64_t k, std::string_view config) const override {
     const PrefillConfig c = find_config(config);
@@ -131,20 +129,23 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
     const LinearShape& shape = call.shape;
     require(can_run(shape.m, shape.k, config));
     require_token_tiles(shape, c.tokens, config);
-    if (call.workspace.bytes < workspace_bytes(shape, config) || call.workspace.data == nullptr) {
+    const ScratchLayout layout =
+        scratch_layout(shape, config, call.sms > 0 ? call.sms : current_sms());
+    if (call.workspace.bytes < layout.bytes || call.workspace.data == nullptr) {
       detail::fail(ErrorCode::kInternal, "prefill kernel", "workspace",
                    fmt::format("has {} bytes; the call needs {} (linear() provides them)",
-                               call.workspace.bytes, workspace_bytes(shape, config)));
+                               call.workspace.bytes, layout.bytes));
     }
     device::GemmParams p = detail::gemm_params(call);
-    const ScratchWords flags = scratch_words_to_zero(shape, config);
+    const ScratchWords flags = layout.flags;
     if (flags.count > 0) {
       auto* scratch = static_cast<std::uint8_t*>(call.workspace.data);
-      p.partials = reinterpret_cast<float*>(scratch + activation_bytes(shape));
+      p.partials = reinterpret_cast<float*>(scratch + layout.activation_bytes);
       p.flags = reinterpret_cast<std::uint32_t*>(scratch + flags.offset);
+      p.stream_k_ctas = layout.stream_k_ctas;
     }
     require_layer(device::prefill_gemm_unsupported(p), shape);
-    if (!call.x_dequantized_in_workspace) {
+    if (call.activation != ActivationForm::kDequantized) {
       device::ActivationBf16Params a;
       a.q = p.a;
       a.scales = p.a_scales;
@@ -164,6 +165,31 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
   }
 
  private:
+  // A call's scratch: the bf16 activation from byte 0; for a stream-K config then one fp32
+  // partial tile per CTA of a launch of at most `stream_k_ctas` CTAs (one per SM), and after
+  // those a flag word per CTA, which must be zero when the GEMM starts.
+  struct ScratchLayout {
+    std::size_t activation_bytes = 0;
+    int stream_k_ctas = 0;  // 0: not a stream-K config
+    ScratchWords flags;
+    std::size_t bytes = 0;
+  };
+  static ScratchLayout scratch_layout(const LinearShape& shape, std::string_view config, int sms) {
+    ScratchLayout l;
+    l.activation_bytes = activation_bytes(shape);
+    l.bytes = l.activation_bytes;
+    const PrefillConfig c = find_config(config);
+    if (c.instance < 0 || sms < 1 ||
+        !device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)].stream_k) {
+      return l;
+    }
+    const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)];
+    l.stream_k_ctas = sms;
+    l.flags = {l.activation_bytes + static_cast<std::size_t>(sms) * i.rows * i.tokens * 4,
+               static_cast<std::size_t>(sms)};
+    l.bytes += device::prefill_stream_k_bytes(sms);
+    return l;
+  }
   static std::size_t activation_bytes(const LinearShape& shape) {
     const auto bytes = static_cast<std::size_t>(shape.m * shape.k) * 2;
     return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;

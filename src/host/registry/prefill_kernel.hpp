@@ -3,7 +3,8 @@
 
 #include <memory>
 
-#include "mxlinear/registry.hpp"
+#include "device/kernels/prefill/prefill_gemm.hpp"
+#include "host/registry/kernel.hpp"
 
 namespace mxlinear {
 

@@ -1,4 +1,4 @@
-#include "mxlinear/registry.hpp"
+#include "host/registry/registry.hpp"
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -40,6 +40,10 @@ TableContext table_context(const std::vector<std::shared_ptr<const Kernel>>& ker
 Registry::Registry(std::vector<std::shared_ptr<const Kernel>> kernels, TunedTable table,
                    Environment environment)
     : kernels_(std::move(kernels)), table_(std::move(table)), env_(std::move(environment)) {
+  for (const auto& k : kernels_) {
+    const std::vector<std::string> names = k->configs();
+    configs_[k.get()] = std::set<std::string, std::less<>>(names.begin(), names.end());
+  }
   warnings_ = table_.warnings();
   for (const std::string& name : env_.disabled) {
     if (!find(name)) {
@@ -149,9 +153,9 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
     // A row may hand this M to another kernel (a tuned row for the generic kernel where it is
     // faster), but never to one that is disabled, unsupported or unable, nor to a config that
     // cannot run this K and M, and never against a forced backend.
-    const bool usable = k && !contains(env_.disabled, k->name()) && k->is_supported(device).ok() &&
-                        k->can_implement(layer).ok() && k->can_run(m, layer.k, row->config).ok() &&
-                        (!forced || k == selection.kernel);
+    const bool usable = k && !contains(env_.disabled, k->name()) &&
+                        (!forced || k == selection.kernel) &&
+                        runnable(*k, row->config, layer, m, device).ok();
     if (usable) {
       d.kernel = k;
       d.config = row->config;
@@ -167,6 +171,62 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
   d.config = d.kernel->default_config(m);
   d.why = "default config";
   return d;
+}
+
+CallVerdict Registry::runnable(const Kernel& kernel, std::string_view config,
+                               const LayerDescription& layer, std::int64_t m,
+                               const DeviceDescription& device) const {
+  if (const Verdict v = kernel.can_implement(layer); !v.ok()) {
+    return {fmt::format("is '{}', which cannot run this {} x {} layer: {}", kernel.name(), layer.n,
+                        layer.k, v.reason),
+            "kernel"};
+  }
+  const auto known = configs_.find(&kernel);
+  const bool has_config = known != configs_.end() ? known->second.count(config) > 0 : [&] {
+    const std::vector<std::string> names = kernel.configs();
+    return std::find(names.begin(), names.end(), config) != names.end();
+  }();
+  if (!has_config) {
+    return {fmt::format("is '{}'; expected one of {}'s: {}", config, kernel.name(),
+                        fmt::join(kernel.configs(), ", ")),
+            "config", ErrorCode::kInvalidArgument};
+  }
+  if (const Verdict v = kernel.can_run(m, layer.k, config); !v.ok()) {
+    return {fmt::format("is '{}/{}', which cannot run M = {}, K = {}: {}", kernel.name(), config, m,
+                        layer.k, v.reason),
+            "config"};
+  }
+  if (const Verdict v = kernel.is_supported(device); !v.ok()) {
+    return {fmt::format("is '{}', which does not run on {}: {}", kernel.name(), device.to_string(),
+                        v.reason),
+            "kernel"};
+  }
+  return {};
+}
+
+Verdict Registry::check_device(const DeviceDescription& device, int ordinal) const {
+  if (const Kernel* forced = find(env_.backend); forced && is_cpu_reference(*forced)) return {};
+  for (const auto& k : kernels_) {
+    if (!is_cpu_reference(*k) && k->is_supported(device).ok()) return {};
+  }
+  if (!device.is_gpu) {
+    return {
+        "is in device memory, but this machine has no CUDA device; mxlinear's GPU kernels "
+        "need sm_90a (Hopper)"};
+  }
+  return {
+      fmt::format("is on device {} ({}, {}); mxlinear's GPU kernels need sm_90a (Hopper); set "
+                  "MXLINEAR_BACKEND=reference to run the CPU reference",
+                  ordinal, device.name, device.arch)};
+}
+
+std::size_t Registry::max_scratch_bytes(std::int64_t rows, std::int64_t k,
+                                        const DeviceDescription& device) const {
+  std::size_t bytes = 0;
+  for (const auto& kernel : kernels_) {
+    bytes = std::max(bytes, kernel->max_scratch_bytes(rows, k, device));
+  }
+  return bytes;
 }
 
 std::vector<ReportRow> Registry::report(const std::vector<ModelLayer>& layers,
@@ -186,6 +246,17 @@ std::vector<ReportRow> Registry::report(const std::vector<ModelLayer>& layers,
     rows.push_back(std::move(row));
   }
   return rows;
+}
+
+std::vector<ReportRow> selection_report(const std::vector<ModelLayer>& layers,
+                                        const DeviceDescription& device, DType out_dtype) {
+  return Registry::global().report(layers, device, out_dtype);
+}
+
+bool is_cpu_reference(const Kernel& kernel) { return kernel.name() == "reference"; }
+
+std::string_view kernel_name(const Kernel* kernel) {
+  return kernel != nullptr ? kernel->name() : std::string_view();
 }
 
 }  // namespace mxlinear

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mxlinear/registry.hpp"
+#include "host/registry/registry.hpp"
 
 namespace mxlinear {
 

@@ -6,7 +6,7 @@
 // pair of t: two shared-memory wavefronts per 256-byte warp read, no more.
 #pragma once
 
-#include "mxlinear/config.hpp"
+#include "device/common/host_device.hpp"
 
 namespace mxlinear::device::gemv_ring {
 

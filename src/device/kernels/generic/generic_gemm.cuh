@@ -14,10 +14,10 @@
 
 #include "device/common/epilogue.cuh"
 #include "device/common/gemm_params.hpp"
+#include "device/common/mx_format.hpp"
 #include "device/common/sm90.hpp"
 #include "device/common/swizzle.cuh"
 #include "device/ptx/ptx.cuh"
-#include "mxlinear/format.hpp"
 
 namespace mxlinear::device {
 

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <array>
+#include <limits>
 
 #include "device/common/launch_util.hpp"
 #include "device/common/timeline.hpp"
@@ -114,10 +115,10 @@ constexpr auto kInstances = infos_of(CompiledTiles{});
 int chunks_per_cta(int k, int splits) { return ((k + 127) / 128 + splits - 1) / splits; }
 
 // The grid of a launch for M x N x K split `splits` ways: x row tiles, y splits, z token tiles;
-// or, persistent, one CTA per SM at most (stream-K: per unit at most, and at most the
-// workspace's CTAs).
+// or, persistent, one CTA per SM at most (stream-K: per unit at most, and at most
+// `stream_k_ctas`, the CTAs the workspace holds partial tiles and flags for).
 template <class Tile>
-cudaError_t grid_of(int m, int n, int k, int splits, dim3* grid) {
+cudaError_t grid_of(int m, int n, int k, int splits, int stream_k_ctas, dim3* grid) {
   *grid = dim3((n + Tile::kRows - 1) / Tile::kRows, static_cast<unsigned>(splits),
                (m + Tile::kTokens - 1) / Tile::kTokens);
   if (grid->z > 65535u) return cudaErrorInvalidConfiguration;  // host code checks M first
@@ -132,7 +133,8 @@ cudaError_t grid_of(int m, int n, int k, int splits, dim3* grid) {
       const unsigned long long units = static_cast<unsigned long long>(tiles) * ((k + 127) / 128);
       ctas = units < static_cast<unsigned>(sms) ? static_cast<unsigned>(units)
                                                 : static_cast<unsigned>(sms);
-      if (ctas > static_cast<unsigned>(kPrefillMaxStreamKCtas)) ctas = kPrefillMaxStreamKCtas;
+      if (stream_k_ctas < 1) return cudaErrorInvalidValue;
+      if (ctas > static_cast<unsigned>(stream_k_ctas)) ctas = static_cast<unsigned>(stream_k_ctas);
     }
     *grid = dim3(ctas, 1, 1);
   }
@@ -155,7 +157,9 @@ cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf
     return cudaErrorInvalidValue;
   }
   dim3 grid;
-  if (cudaError_t e = grid_of<Tile>(p.m, p.n, p.k, splits, &grid); e != cudaSuccess) return e;
+  if (cudaError_t e = grid_of<Tile>(p.m, p.n, p.k, splits, p.stream_k_ctas, &grid);
+      e != cudaSuccess)
+    return e;
   // The flags must be zero: the pass before zeroes them (GemmParams::flags), and the kernel
   // reads them only after its wait on that pass.
   if constexpr (Tile::kStreamK) {
@@ -177,8 +181,11 @@ cudaError_t footprint(int m, int n, int k, int splits, PrefillFootprint* out) {
     return e;
   const int smem = Tile::smem_bytes(chunks_per_cta(k, splits));
   if (smem > kSm90MaxSmemPerCta) return cudaErrorInvalidValue;
+  // A call's workspace is sized for one CTA per SM of its device: no cap below that.
   dim3 grid;
-  if (cudaError_t e = grid_of<Tile>(m, n, k, splits, &grid); e != cudaSuccess) return e;
+  if (cudaError_t e = grid_of<Tile>(m, n, k, splits, std::numeric_limits<int>::max(), &grid);
+      e != cudaSuccess)
+    return e;
   out->ctas = static_cast<long long>(grid.x) * grid.y * grid.z;
   if (splits == 1) {
     int sms = 0, per_sm = 0;
@@ -227,7 +234,8 @@ constexpr std::array<Query, sizeof...(Tiles)> queries_of(TileList<Tiles...>) {
 
 std::span<const PrefillInstanceInfo> prefill_gemm_instances() { return kInstances; }
 
-std::size_t prefill_stream_k_bytes() {
+std::size_t prefill_stream_k_bytes(int ctas) {
+  if (ctas < 1) return 0;
   std::size_t tile_bytes = 0;
   for (const PrefillInstanceInfo& i : kInstances) {
     if (i.stream_k) {
@@ -235,7 +243,7 @@ std::size_t prefill_stream_k_bytes() {
     }
   }
   if (tile_bytes == 0) return 0;
-  const std::size_t bytes = (tile_bytes + 4) * kPrefillMaxStreamKCtas;
+  const std::size_t bytes = (tile_bytes + 4) * static_cast<std::size_t>(ctas);
   return (bytes + 255) / 256 * 256;
 }
 

@@ -29,14 +29,12 @@ struct PrefillInstanceInfo {
 // K splits run as a thread-block cluster of this many CTAs at most.
 inline constexpr int kPrefillMaxSplits = 8;
 
-// A stream-K launch has at most this many CTAs (every sm_90 part has at most 132 SMs): the
-// workspace holds one fp32 partial tile and one flag word for each.
-inline constexpr int kPrefillMaxStreamKCtas = 132;
-
-// The bytes of partial tiles and flags the stream-K configs need (the largest of their tiles),
-// a multiple of 256. linear()'s workspace holds them from this many rows up, where the
+// The bytes of partial tiles and flags the stream-K configs need for a launch of at most `ctas`
+// CTAs (one fp32 partial tile of the largest of their tiles and one flag word each), a multiple
+// of 256; 0 for ctas < 1. A stream-K launch has one CTA per SM at most, and never more than
+// GemmParams::stream_k_ctas. linear()'s workspace holds them from this many rows up, where the
 // stream-K configs run.
-std::size_t prefill_stream_k_bytes();
+std::size_t prefill_stream_k_bytes(int ctas);
 inline constexpr int kPrefillStreamKMinRows = 256;
 
 std::span<const PrefillInstanceInfo> prefill_gemm_instances();

@@ -4,10 +4,10 @@
 // r's share of every CTA's tile is then one contiguous run, which the reduction reads 16 bytes a
 // lane and about 512 contiguous bytes a warp: distributed shared memory is served like global
 // memory (coalesced 32-byte segments, the Hopper tuning guide says), and 16-byte pieces 32 bytes
-// apart across 16 token rows ran 8-split reductions at half the speed of one float a lane.
-// The 4-float pad keeps the accumulator writes free of bank conflicts (the four
-// lanes holding one row's tokens 2 apart land 8 banks apart, which needs a multiple of 8 rows per
-// share). With one split this is the padded token-major tile that store_accumulator_tile reads
+// apart across 16 token rows ran 8-split reductions at half the speed of one float a lane
+// (measured on the H200). The 4-float pad keeps the accumulator writes free of bank conflicts (the
+// four lanes holding one row's tokens 2 apart land 8 banks apart, which needs a multiple of 8 rows
+// per share). With one split this is the padded token-major tile that store_accumulator_tile reads
 // (FpTile<kRows, kTokens, kRows + 4>). Index math only, so the CPU tests can check it.
 //
 // Split counts that do not divide kRows into multiples of 8 (3, 5, 6, 7) round the share up to
@@ -16,7 +16,7 @@
 // tiles x 3 splits = 108 CTAs), not for the reduction, which is small either way.
 #pragma once
 
-#include "mxlinear/config.hpp"
+#include "device/common/host_device.hpp"
 
 namespace mxlinear::device {
 

@@ -5,7 +5,7 @@
 // only, so the CPU tests can check it against the wgmma accumulator layout and stmatrix.
 #pragma once
 
-#include "mxlinear/config.hpp"
+#include "device/common/host_device.hpp"
 
 namespace mxlinear::device {
 

@@ -1,0 +1,91 @@
+// Which kernel serves a layer, and which config per M: the selection report (the CLI's
+// `select`). A device has an ordered kernel list: tuned Hopper kernels first, then a general GPU
+// kernel, then the CPU reference. A layer gets the first kernel that supports the device and
+// can implement the layer; a tuned kernel can implement only shapes its tuned table has rows
+// for. Per call, a tuned row for the call's M may hand the call to another kernel and config
+// (e.g. the general kernel where it is faster).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "mxlinear/models.hpp"
+#include "mxlinear/tensor.hpp"
+
+namespace mxlinear {
+
+// A kernel of the library (its interface is internal); kernel_name() gives its name.
+class Kernel;
+
+// The kernel's name, as tuned tables and MXLINEAR_BACKEND spell it; "" for null.
+std::string_view kernel_name(const Kernel* kernel);
+
+// The device selection is made for: the current GPU, the CPU, or a described (fake) one.
+struct DeviceDescription {
+  std::string name = "cpu";
+  std::string arch = "cpu";  // "sm_90a" for compute capability 9.0
+  int sms = 0;
+  bool is_gpu = false;
+
+  // The current CUDA device, or the CPU when there is none.
+  static DeviceDescription current();
+  // "cpu", or "<arch>:<sms>" such as "sm_90a:132" (for reports and tests without that GPU).
+  static DeviceDescription parse(const std::string& spec);
+  std::string to_string() const;
+};
+
+// What a kernel needs to know of a layer to say whether it can run it.
+struct LayerDescription {
+  std::int64_t n = 0, k = 0;
+  DType out_dtype = DType::kBF16;
+  std::optional<DType> bias_dtype;
+  int alignment = 16;  // bytes: the largest power of two dividing every data address and stride
+  int scale_alignment = 4;  // bytes: the same for the scale matrices
+};
+
+struct Rejection {
+  std::string kernel;
+  std::string reason;
+};
+
+// The selection for one layer on one device.
+struct LayerSelection {
+  LayerDescription layer;
+  const Kernel* kernel = nullptr;  // null only if every kernel refused (see rejected)
+  std::vector<Rejection> rejected;
+  std::vector<std::string> warnings;
+};
+
+// The kernel and config serving one call.
+struct Dispatch {
+  const Kernel* kernel = nullptr;
+  std::string config;
+  // "tuned row <source>", "tuned row <source> of the nearest tuned shape N x K" (a shape with
+  // no rows of its own) or "default config"
+  std::string why;
+  // The nearest tuned shape whose row this is ({0, 0}: the layer's own row, or none).
+  std::int64_t borrowed_n = 0, borrowed_k = 0;
+};
+
+struct ReportRow {
+  ModelLayer layer;
+  LayerSelection selection;
+  std::vector<std::pair<std::int64_t, Dispatch>> per_m;  // dispatch at M = 1, 32, ..., 8192
+};
+
+// The selection for every layer on `device` with `out_dtype` output, and its dispatch at
+// M = 1, 32, ..., 8192: the built-in kernels, the shipped tuned tables and the process
+// environment (docs/TUNED_TABLES.md), as linear() uses them.
+std::vector<ReportRow> selection_report(const std::vector<ModelLayer>& layers,
+                                        const DeviceDescription& device,
+                                        DType out_dtype = DType::kBF16);
+
+// Pretty and JSON forms of a report (the CLI's `select`).
+std::string format_report(const std::vector<ReportRow>& rows, const DeviceDescription& device);
+std::string report_json(const std::vector<ReportRow>& rows, const DeviceDescription& device);
+
+}  // namespace mxlinear
