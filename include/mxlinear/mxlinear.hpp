@@ -1,6 +1,6 @@
 // mxlinear's public API in one include: the MX formats, tensor views, errors, the linear layer
 // on the GPU, quantization, the CPU reference, the selection report, model tables and tuned
-// tables.
+// tables, and the version.
 #pragma once
 
 #include "mxlinear/error.hpp"
@@ -13,3 +13,4 @@
 #include "mxlinear/selection.hpp"
 #include "mxlinear/tensor.hpp"
 #include "mxlinear/tuned_table.hpp"
+#include "mxlinear/version.hpp"
