@@ -44,10 +44,6 @@ constexpr DecodeInstanceInfo info() {
           twin_smem};
 }
 
-constexpr std::array<DecodeInstanceInfo, 6> kInstances = {
-    info<T8St4, T8St4Quantizing>(),       info<T32St4>(),    info<T128St4>(),
-    info<T8St8Alt, T8St8AltQuantizing>(), info<T32St4Alt>(), info<T8St6, T8St6Quantizing>()};
-
 template <class Tile>
 cudaError_t launch(const GemmParams& p, int splits, cudaStream_t stream) {
   if (cudaError_t e = ensure_max_dynamic_smem<decode_gemm_kernel<Tile>>(kSm90MaxSmemPerCta);
@@ -77,6 +73,36 @@ cudaError_t launch(const GemmParams& p, int splits, cudaStream_t stream) {
   return launch_programmatic(decode_gemm_kernel<Tile>, grid, dim3(Tile::kThreads), smem, stream,
                              static_cast<unsigned>(splits), w_map, a_map, p);
 }
+
+// An instance: its sizes, its launcher, and its quantizing twin's launcher (null without one).
+using Launcher = cudaError_t (*)(const GemmParams&, int, cudaStream_t);
+struct Compiled {
+  DecodeInstanceInfo info;
+  Launcher plain;
+  Launcher quantizing;
+};
+
+template <class Tile, class QuantizingTwin = void>
+constexpr Compiled compiled() {
+  Launcher twin = nullptr;
+  if constexpr (!std::is_void_v<QuantizingTwin>) twin = launch<QuantizingTwin>;
+  return {info<Tile, QuantizingTwin>(), launch<Tile>, twin};
+}
+
+// Every compiled instance, in the order of their index (the registry's config names go by it).
+constexpr std::array<Compiled, 6> kCompiled = {compiled<T8St4, T8St4Quantizing>(),
+                                               compiled<T32St4>(),
+                                               compiled<T128St4>(),
+                                               compiled<T8St8Alt, T8St8AltQuantizing>(),
+                                               compiled<T32St4Alt>(),
+                                               compiled<T8St6, T8St6Quantizing>()};
+
+constexpr std::array<DecodeInstanceInfo, kCompiled.size()> infos() {
+  std::array<DecodeInstanceInfo, kCompiled.size()> out{};
+  for (std::size_t i = 0; i < kCompiled.size(); ++i) out[i] = kCompiled[i].info;
+  return out;
+}
+constexpr auto kInstances = infos();
 
 }  // namespace
 
@@ -110,34 +136,14 @@ cudaError_t launch_decode_gemm(const GemmParams& p, int instance, int splits, cu
   if (splits < 1 || splits > kDecodeMaxSplits || splits > (p.k + 127) / 128) {
     return cudaErrorInvalidValue;
   }
-  if (p.x != nullptr) {
-    switch (instance) {
-      case 0:
-        return launch<T8St4Quantizing>(p, splits, stream);
-      case 3:
-        return launch<T8St8AltQuantizing>(p, splits, stream);
-      case 5:
-        return launch<T8St6Quantizing>(p, splits, stream);
-      default:
-        return cudaErrorInvalidValue;  // no quantizing twin (quantizing_fixed_smem_bytes == 0)
-    }
+  if (instance < 0 || instance >= static_cast<int>(kCompiled.size())) {
+    return cudaErrorInvalidValue;
   }
-  switch (instance) {
-    case 0:
-      return launch<T8St4>(p, splits, stream);
-    case 1:
-      return launch<T32St4>(p, splits, stream);
-    case 2:
-      return launch<T128St4>(p, splits, stream);
-    case 3:
-      return launch<T8St8Alt>(p, splits, stream);
-    case 4:
-      return launch<T32St4Alt>(p, splits, stream);
-    case 5:
-      return launch<T8St6>(p, splits, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  const Compiled& c = kCompiled[static_cast<std::size_t>(instance)];
+  // An instance without a quantizing twin has quantizing_fixed_smem_bytes == 0.
+  const Launcher launcher = p.x != nullptr ? c.quantizing : c.plain;
+  if (launcher == nullptr) return cudaErrorInvalidValue;
+  return launcher(p, splits, stream);
 }
 
 // This translation unit's buffer pointer (timeline.cuh).
