@@ -2,15 +2,16 @@
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
+#include <regex.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -49,21 +50,50 @@ struct BenchOptions {
   bool step = false;
   bool all_configs = false;
   std::vector<std::string> sweep_kernels;  // empty: every GPU kernel
-  std::string sweep_configs;               // a regex; empty: every config
+  std::string sweep_configs;               // an extended regex; empty: every config
   int replays = 10;
   int warm_ms = 0;  // per figure, before its timed replays (0: a burst figure)
+};
+
+// A POSIX extended regex, searched in a string. POSIX <regex.h> rather than std::regex: GCC 12
+// reports -Wmaybe-uninitialized inside <regex>'s templates at -O2 with the sanitizers, which
+// -Werror turns into a failed build, and a config filter needs no more than ERE.
+class ConfigPattern {
+ public:
+  // Compiles `pattern`; on a syntax error, error() says what is wrong.
+  explicit ConfigPattern(const std::string& pattern) {
+    const int rc = regcomp(&regex_, pattern.c_str(), REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+      char message[256];
+      regerror(rc, &regex_, message, sizeof message);
+      error_ = message;
+    }
+  }
+  ConfigPattern(const ConfigPattern&) = delete;
+  ConfigPattern& operator=(const ConfigPattern&) = delete;
+  ~ConfigPattern() {
+    if (error_.empty()) regfree(&regex_);
+  }
+  const std::string& error() const { return error_; }
+  bool found_in(const std::string& text) const {
+    return regexec(&regex_, text.c_str(), 0, nullptr, 0) == 0;
+  }
+
+ private:
+  regex_t regex_{};
+  std::string error_;
 };
 
 // Which configs --all-configs times: kernels by name, configs by a regex searched in the name.
 struct SweepFilter {
   bool all_configs = false;
   std::vector<std::string> kernels;  // empty: every GPU kernel
-  std::optional<std::regex> configs;
+  std::unique_ptr<ConfigPattern> configs;
 
   bool takes(std::string_view kernel, const std::string& config) const {
     return (kernels.empty() ||
             std::find(kernels.begin(), kernels.end(), kernel) != kernels.end()) &&
-           (!configs || std::regex_search(config, *configs));
+           (!configs || configs->found_in(config));
   }
 };
 
@@ -264,13 +294,14 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
 }
 
 int run_bench(const BenchOptions& o) {
-  SweepFilter sweep{o.all_configs, o.sweep_kernels, std::nullopt};
+  SweepFilter sweep{o.all_configs, o.sweep_kernels, nullptr};
   if (!o.sweep_configs.empty()) {
-    try {
-      sweep.configs.emplace(o.sweep_configs, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      fmt::print(stderr, "mxlinear bench: --sweep-configs is '{}', not a valid regex: {}\n",
-                 o.sweep_configs, e.what());
+    sweep.configs = std::make_unique<ConfigPattern>(o.sweep_configs);
+    if (!sweep.configs->error().empty()) {
+      fmt::print(stderr,
+                 "mxlinear bench: --sweep-configs is '{}', not a valid regex (POSIX extended): "
+                 "{}\n",
+                 o.sweep_configs, sweep.configs->error());
       return 2;
     }
   }
@@ -451,8 +482,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "with --all-configs: only these kernels' configs (e.g. decode)")
       ->delimiter(',');
   cmd->add_option("--sweep-configs", o->sweep_configs,
-                  "with --all-configs: only the configs whose name this regex matches "
-                  "(e.g. 't160|t192')");
+                  "with --all-configs: only the configs whose name this POSIX extended regex "
+                  "matches (e.g. 't160|t192', 'overlap$')");
   cmd->add_flag("--all-configs", o->all_configs,
                 "also time every config of every GPU kernel per figure (the tuner's sweep)");
   cmd->add_flag("--ceilings", o->ceilings_only, "only measure read bandwidth and bf16/FP8 peaks");
