@@ -2,6 +2,7 @@
 // measured there. Format and rules: docs/TUNED_TABLES.md.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -65,7 +66,11 @@ class TunedTable {
   // key wins and a later conflicting row is reported; rows of a later add() override earlier
   // tables.
   TableStats add(const std::string& text, const std::string& source, const TableContext& context);
-  // Reads a file and adds it; a file that cannot be read is a warning.
+  // The most bytes add_file() reads of one table (16 MiB; the shipped H200 table has 10 KB).
+  static constexpr std::size_t kMaxFileBytes = std::size_t{16} << 20;
+  // Reads a file and adds it. A path that cannot be opened, is not a regular file (a directory,
+  // a device such as /dev/zero, a FIFO) or holds more than kMaxFileBytes is a warning naming the
+  // path and the problem, and adds nothing; no path blocks or reads without bound.
   void add_file(const std::string& path, const TableContext& context);
 
   // The row for a call: an exact-M row first, then M's bucket, then the nearest bucket below,

@@ -30,4 +30,26 @@ void log(LogLevel level, std::string_view message) {
   std::fprintf(stderr, "mxlinear: %.*s\n", static_cast<int>(message.size()), message.data());
 }
 
+std::string for_display(std::string_view value, std::size_t limit) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  std::size_t used = 0;  // bytes of value shown
+  for (; used < value.size(); ++used) {
+    const auto byte = static_cast<unsigned char>(value[used]);
+    const bool plain = byte >= 0x20 && byte < 0x7F;
+    if (out.size() + (plain ? 1 : 4) > limit) break;
+    if (plain) {
+      out += static_cast<char>(byte);
+    } else {
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xF];
+    }
+  }
+  if (used < value.size()) {
+    out += "... (" + std::to_string(value.size() - used) + " more bytes not shown)";
+  }
+  return out;
+}
+
 }  // namespace mxlinear::detail

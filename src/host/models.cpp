@@ -3,15 +3,16 @@
 #include <fmt/format.h>
 
 #include <charconv>
-#include <fstream>
 
+#include "host/log.hpp"
+#include "host/user_file.hpp"
 #include "host/validate.hpp"
 
 namespace mxlinear {
 namespace {
 
 // MiniMax-M3.1-Flash, tensor parallel 4, with its speculative draft model: every MXFP8 linear of
-// one rank (docs/TARGETS.md, from the seed pull request's validation table).
+// one rank, and how many layers of each shape a decode step runs.
 const std::vector<ModelLayer>& minimax_m31_flash_tp4() {
   static const std::vector<ModelLayer> layers = {
       {"self_attn.qkv_proj", 2560, 6144, 60},
@@ -40,25 +41,26 @@ std::vector<std::string> builtin_model_names() { return {"minimax-m3.1-flash-tp4
 
 std::vector<ModelLayer> builtin_model(const std::string& name) {
   if (name == "minimax-m3.1-flash-tp4") return minimax_m31_flash_tp4();
-  detail::fail(
-      ErrorCode::kInvalidArgument, "builtin_model", "name",
-      fmt::format("is '{}'; expected one of: {}", name, fmt::join(builtin_model_names(), ", ")));
+  detail::fail(ErrorCode::kInvalidArgument, "builtin_model", "name",
+               fmt::format("is '{}'; expected one of: {}", detail::for_display(name),
+                           fmt::join(builtin_model_names(), ", ")));
 }
 
-std::vector<ModelLayer> load_model_csv(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    detail::fail(
-        ErrorCode::kInvalidArgument, "load_model_csv", "path",
-        fmt::format("is '{}', which cannot be opened; expected a readable CSV file", path));
-  }
+std::vector<ModelLayer> parse_model_csv(std::string_view text, const std::string& source) {
+  const std::string shown_source = detail::for_display(source);
   std::vector<ModelLayer> layers;
-  std::string line;
-  for (int line_no = 1; std::getline(in, line); ++line_no) {
-    if (line.empty() || line[0] == '#' || line.rfind("name,", 0) == 0) continue;
+  int line_no = 0;
+  for (std::size_t start = 0; start < text.size();) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (line.empty() || line == "\r" || line[0] == '#' || line.rfind("name,", 0) == 0) continue;
     std::vector<std::string_view> fields;
     std::string_view rest = line;
-    for (std::size_t comma; (comma = rest.find(',')) != std::string_view::npos;) {
+    for (std::size_t comma;
+         fields.size() < 5 && (comma = rest.find(',')) != std::string_view::npos;) {
       fields.push_back(rest.substr(0, comma));
       rest.remove_prefix(comma + 1);
     }
@@ -70,11 +72,28 @@ std::vector<ModelLayer> load_model_csv(const std::string& path) {
       detail::fail(ErrorCode::kInvalidArgument, "load_model_csv", "path",
                    fmt::format("has {}:{}: '{}'; expected 'name,N,K,count' with N >= 1, K a "
                                "positive multiple of 32 and count >= 1",
-                               path, line_no, line));
+                               shown_source, line_no, detail::for_display(line)));
     }
     layers.push_back({std::string(fields[0]), n, k, static_cast<int>(count)});
   }
+  if (layers.empty()) {
+    detail::fail(ErrorCode::kInvalidArgument, "load_model_csv", "path",
+                 fmt::format("is '{}', which has no layers; expected a model CSV with at least one "
+                             "'name,N,K,count' row",
+                             shown_source));
+  }
   return layers;
+}
+
+std::vector<ModelLayer> load_model_csv(const std::string& path) {
+  const detail::UserFile file = detail::read_user_file(path, kMaxModelFileBytes);
+  if (!file.problem.empty()) {
+    detail::fail(ErrorCode::kInvalidArgument, "load_model_csv", "path",
+                 fmt::format("is '{}', which {}; expected a model CSV file ('name,N,K,count' "
+                             "rows, at least one layer) or builtin:<name>",
+                             detail::for_display(path), file.problem));
+  }
+  return parse_model_csv(file.text, path);
 }
 
 std::vector<ModelLayer> load_model(const std::string& spec) {

@@ -3,10 +3,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <filesystem>
 #include <fstream>
 #include <random>
 
 #include "cpu/registry_test_kernels.hpp"
+#include "cpu/scratch_dir.hpp"
 #include "mxlinear/tuned_table.hpp"
 #include "support/random.hpp"
 
@@ -137,7 +141,80 @@ TEST(TunedTable, MissingFileIsAWarning) {
   TunedTable t;
   t.add_file("/nonexistent/mxlinear/table.csv", context());
   ASSERT_EQ(t.warnings().size(), 1u);
-  EXPECT_THAT(t.warnings()[0], HasSubstr("cannot be read"));
+  EXPECT_THAT(t.warnings()[0], HasSubstr("/nonexistent/mxlinear/table.csv: tuned table cannot be "
+                                         "opened: No such file or directory"));
+}
+
+TEST(TunedTable, FileIsReadAndItsRowsNameIt) {
+  const ScratchDir dir;
+  const std::string path = dir.file("user.csv", "# a table\n" + kGood + "\n");
+  TunedTable t;
+  t.add_file(path, context());
+  EXPECT_TRUE(t.warnings().empty());
+  ASSERT_TRUE(t.lookup("sm_90a", 132, 2560, 6144, 64).has_value());
+  EXPECT_EQ(t.lookup("sm_90a", 132, 2560, 6144, 64)->source, path + ":2");
+}
+
+// A path that is not a regular file is refused at once, without reading: a directory (which
+// opens and reads as empty), /dev/zero (which never ends) and a FIFO (whose open waits for a
+// writer).
+TEST(TunedTable, PathThatIsNotARegularFileIsAWarningAndAddsNothing) {
+  const ScratchDir dir;
+  const std::string fifo = (dir.path / "fifo").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::pair<std::string, std::string> cases[] = {
+      {dir.path.string(), "is a directory, not a regular file"},
+      {"/dev/zero", "is a character device, not a regular file"},
+      {fifo, "is a FIFO, not a regular file"},
+  };
+  for (const auto& [path, expect] : cases) {
+    TunedTable t;
+    t.add_file(path, context());
+    ASSERT_EQ(t.warnings().size(), 1u) << path;
+    EXPECT_THAT(t.warnings()[0], HasSubstr(path + ": tuned table " + expect)) << path;
+    EXPECT_THAT(t.warnings()[0], HasSubstr("it is ignored"));
+    EXPECT_TRUE(t.rows().empty());
+  }
+}
+
+// A table of exactly the cap is read; one byte more is refused whole, naming the cap and how
+// much was read, so a truncated last row can never be taken.
+TEST(TunedTable, FileOverTheSizeCapIsAWarningNamingTheCap) {
+  const ScratchDir dir;
+  std::string text = kGood + "\n";
+  const std::string comment = "#" + std::string(1000, '-') + "\n";
+  while (text.size() + comment.size() <= TunedTable::kMaxFileBytes) text += comment;
+  text += "#" + std::string(TunedTable::kMaxFileBytes - text.size() - 1, '-');
+  ASSERT_EQ(text.size(), TunedTable::kMaxFileBytes);
+  TunedTable at_cap;
+  at_cap.add_file(dir.file("at_cap.csv", text), context());
+  EXPECT_TRUE(at_cap.warnings().empty());
+  EXPECT_EQ(at_cap.rows().size(), 1u);
+
+  TunedTable over;
+  const std::string path = dir.file("over.csv", text + "\n");
+  over.add_file(path, context());
+  ASSERT_EQ(over.warnings().size(), 1u);
+  EXPECT_THAT(over.warnings()[0],
+              HasSubstr(path + ": tuned table is larger than the cap of 16777216 bytes (16 MiB): "
+                               "reading stopped after 16777217 bytes"));
+  EXPECT_TRUE(over.rows().empty());
+}
+
+// What a warning echoes of a table (its path, its fields) is escaped and cut short: a binary
+// file or a control sequence in a path never reaches the terminal as such.
+TEST(TunedTable, WarningsEscapeAndBoundWhatTheyEcho) {
+  TunedTable t;
+  std::string junk_field(900, '\x1b');
+  const TableStats s = t.add("sm_90a,132," + junk_field + ",6144,64,tuned,t64,1,0.1,0.1,13.0\n",
+                             "evil\x1b[2J.csv", context());
+  EXPECT_EQ(s.skipped, 1);
+  ASSERT_EQ(t.warnings().size(), 1u);
+  const std::string& w = t.warnings()[0];
+  EXPECT_THAT(w, HasSubstr("evil\\x1b[2J.csv:1: row skipped: it has n '\\x1b\\x1b"));
+  EXPECT_THAT(w, HasSubstr("(850 more bytes not shown)"));
+  EXPECT_LT(w.size(), 400u);
+  for (const char c : w) EXPECT_TRUE(c >= 0x20 && c < 0x7F) << static_cast<int>(c);
 }
 
 TEST(TunedTable, OverlongLineIsSkippedWithAWarning) {

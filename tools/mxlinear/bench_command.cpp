@@ -2,16 +2,18 @@
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
+#include <regex.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,11 +22,15 @@
 #include "bench_layer.hpp"
 #include "bench_rates.hpp"
 #include "bench_step.hpp"
+#include "cli_support.hpp"
 #include "device_data.hpp"
 #include "device_memory.hpp"
+#include "exit_codes.hpp"
 #include "harness.hpp"
 #include "host/diagnostics.hpp"
+#include "host/log.hpp"
 #include "host/registry/registry.hpp"
+#include "host/user_file.hpp"
 #include "mxlinear/error.hpp"
 #include "mxlinear/linear.hpp"
 #include "mxlinear/models.hpp"
@@ -34,9 +40,6 @@ namespace mxlinear::cli {
 namespace {
 
 using nlohmann::json;
-
-// The conventional "skipped" exit status, so a test harness can tell it from an error (2).
-constexpr int kExitSkipped = 77;
 
 struct BenchOptions {
   std::string model = "builtin:minimax-m3.1-flash-tp4";
@@ -49,21 +52,50 @@ struct BenchOptions {
   bool step = false;
   bool all_configs = false;
   std::vector<std::string> sweep_kernels;  // empty: every GPU kernel
-  std::string sweep_configs;               // a regex; empty: every config
+  std::string sweep_configs;               // an extended regex; empty: every config
   int replays = 10;
   int warm_ms = 0;  // per figure, before its timed replays (0: a burst figure)
+};
+
+// A POSIX extended regex, searched in a string. POSIX <regex.h> rather than std::regex: GCC 12
+// reports -Wmaybe-uninitialized inside <regex>'s templates at -O2 with the sanitizers, which
+// -Werror turns into a failed build, and a config filter needs no more than ERE.
+class ConfigPattern {
+ public:
+  // Compiles `pattern`; on a syntax error, error() says what is wrong.
+  explicit ConfigPattern(const std::string& pattern) {
+    const int rc = regcomp(&regex_, pattern.c_str(), REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+      char message[256];
+      regerror(rc, &regex_, message, sizeof message);
+      error_ = message;
+    }
+  }
+  ConfigPattern(const ConfigPattern&) = delete;
+  ConfigPattern& operator=(const ConfigPattern&) = delete;
+  ~ConfigPattern() {
+    if (error_.empty()) regfree(&regex_);
+  }
+  const std::string& error() const { return error_; }
+  bool found_in(const std::string& text) const {
+    return regexec(&regex_, text.c_str(), 0, nullptr, 0) == 0;
+  }
+
+ private:
+  regex_t regex_{};
+  std::string error_;
 };
 
 // Which configs --all-configs times: kernels by name, configs by a regex searched in the name.
 struct SweepFilter {
   bool all_configs = false;
   std::vector<std::string> kernels;  // empty: every GPU kernel
-  std::optional<std::regex> configs;
+  std::unique_ptr<ConfigPattern> configs;
 
   bool takes(std::string_view kernel, const std::string& config) const {
     return (kernels.empty() ||
             std::find(kernels.begin(), kernels.end(), kernel) != kernels.end()) &&
-           (!configs || std::regex_search(config, *configs));
+           (!configs || configs->found_in(config));
   }
 };
 
@@ -144,8 +176,8 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     const auto full =
         median([&](int i) { linear(xv, w.view(i), std::nullopt, ov, stream, workspace); });
     // With the workspace, as an engine's captured hot path calls it. Without one the prefill
-    // kernel's scratch is allocated and freed on the stream around every call (graph memory
-    // nodes), which sessions 3-13 timed here by mistake.
+    // kernel's scratch would be allocated and freed on the stream around every call (graph
+    // memory nodes), and timed with it.
     const auto gemm =
         median([&](int i) { linear(xa, w.view(i), std::nullopt, ov, stream, workspace); });
     row["linear_us"] = full.median;
@@ -233,7 +265,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
         configs_error[key] = config_err;
         configs[key] = median(call).median;
         // How many waves its grid takes on this device, where the kernel says (a grid that
-        // does not fit at once pays for it: session 21's split configs at K = 768).
+        // does not fit at once pays for it, e.g. split configs at K = 768).
         if (const auto f = kernel->launch_footprint({m, n, k}, config); f && f->resident_ctas > 0) {
           configs_waves[key] = (f->ctas + f->resident_ctas - 1) / f->resident_ctas;
         }
@@ -263,19 +295,50 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
   return row;
 }
 
+// The anchor table of --anchors: read as any user file (a regular file, at most 16 MiB), so a
+// path such as /dev/zero is refused instead of read without end.
+std::map<bench::AnchorKey, double> load_anchors(const std::string& path) {
+  if (path.empty()) return {};
+  const detail::UserFile file = detail::read_user_file(path, std::size_t{16} << 20);
+  if (!file.problem.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, "--anchors",
+                fmt::format("bench: --anchors is '{}', which {}; expected an anchor CSV such as "
+                            "bench/anchors/h200-2026-11-30.csv",
+                            detail::for_display(path), file.problem));
+  }
+  std::istringstream text(file.text);
+  return bench::parse_tri_mx(text, detail::for_display(path));
+}
+
+// Writes `text` to `path`; an error names the option.
+void write_output(std::string_view option, const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) {
+    throw Error(ErrorCode::kInvalidArgument, std::string(option),
+                fmt::format("bench: {} is '{}', which could not be written", option,
+                            detail::for_display(path)));
+  }
+}
+
 int run_bench(const BenchOptions& o) {
-  SweepFilter sweep{o.all_configs, o.sweep_kernels, std::nullopt};
+  SweepFilter sweep{o.all_configs, o.sweep_kernels, nullptr};
   if (!o.sweep_configs.empty()) {
-    try {
-      sweep.configs.emplace(o.sweep_configs, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      fmt::print(stderr, "mxlinear bench: --sweep-configs is '{}', not a valid regex: {}\n",
-                 o.sweep_configs, e.what());
-      return 2;
+    sweep.configs = std::make_unique<ConfigPattern>(o.sweep_configs);
+    if (!sweep.configs->error().empty()) {
+      fmt::print(stderr,
+                 "mxlinear bench: --sweep-configs is '{}', not a valid regex (POSIX extended): "
+                 "{}\n",
+                 detail::for_display(o.sweep_configs), sweep.configs->error());
+      return kExitInvalid;
     }
   }
-  // The input files first: a bad one is reported with or without a GPU.
-  const auto tri_mx = bench::load_tri_mx(o.anchors);
+  for (const std::string& name : o.sweep_kernels) (void)require_kernel("--sweep-kernels", name);
+  // The inputs and outputs first: a bad one is reported with or without a GPU.
+  if (!o.json_path.empty()) require_writable_path("--json", o.json_path);
+  if (!o.markdown_path.empty()) require_writable_path("--markdown", o.markdown_path);
+  const auto tri_mx = load_anchors(o.anchors);
   const std::vector<ModelLayer> layers = load_model(o.model);
   if (!gpu_available()) {
     fmt::print(stderr, "mxlinear bench: SKIPPED: no sm_90 GPU; nothing to time\n");
@@ -420,9 +483,9 @@ int run_bench(const BenchOptions& o) {
   cudaStreamDestroy(stream);
   const std::vector<std::string> problems = bench::schema_errors(doc);
   for (const std::string& p : problems) fmt::print(stderr, "mxlinear bench: report: {}\n", p);
-  if (!o.json_path.empty()) std::ofstream(o.json_path) << doc.dump(2) << "\n";
+  if (!o.json_path.empty()) write_output("--json", o.json_path, doc.dump(2) + "\n");
   if (!o.markdown_path.empty() && !o.ceilings_only) {
-    std::ofstream(o.markdown_path) << bench::markdown_report(doc);
+    write_output("--markdown", o.markdown_path, bench::markdown_report(doc));
   }
   int wrong = 0;
   for (const json& r : doc["rows"]) {
@@ -435,7 +498,7 @@ int run_bench(const BenchOptions& o) {
     }
   }
   if (wrong) fmt::print(stderr, "mxlinear bench: {} figures failed the correctness check\n", wrong);
-  return problems.empty() && wrong == 0 ? 0 : 1;
+  return problems.empty() && wrong == 0 ? kExitOk : kExitFailed;
 }
 
 }  // namespace
@@ -444,19 +507,26 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Time the linear per layer shape and M on the GPU");
   cmd->add_option("--model", o->model, "builtin:<name> or a CSV of name,N,K,count");
-  cmd->add_option("--m", o->ms, "token counts")->delimiter(',');
+  cmd->add_option("--m", o->ms, "token counts")
+      ->delimiter(',')
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   cmd->add_flag("--step", o->step, "also time the decode-step replay of every layer instance");
-  cmd->add_option("--step-m", o->step_ms, "token counts for --step")->delimiter(',');
+  cmd->add_option("--step-m", o->step_ms, "token counts for --step")
+      ->delimiter(',')
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   cmd->add_option("--sweep-kernels", o->sweep_kernels,
                   "with --all-configs: only these kernels' configs (e.g. decode)")
       ->delimiter(',');
   cmd->add_option("--sweep-configs", o->sweep_configs,
-                  "with --all-configs: only the configs whose name this regex matches "
-                  "(e.g. 't160|t192')");
+                  "with --all-configs: only the configs whose name this POSIX extended regex "
+                  "matches (e.g. 't160|t192', 'overlap$')");
   cmd->add_flag("--all-configs", o->all_configs,
                 "also time every config of every GPU kernel per figure (the tuner's sweep)");
   cmd->add_flag("--ceilings", o->ceilings_only, "only measure read bandwidth and bf16/FP8 peaks");
-  cmd->add_option("--anchors", o->anchors, "CSV of the brief's anchors (bench/anchors/*.csv)");
+  cmd->add_option("--anchors", o->anchors,
+                  "CSV of anchor figures measured on an H200 (cuBLAS bf16, cuBLASLt FP8 and "
+                  "Triton tl.dot_scaled microseconds per layer and M), e.g. "
+                  "bench/anchors/h200-2026-11-30.csv; adds the tri_mx column (default: none)");
   cmd->add_option("--json", o->json_path, "write the results as JSON here");
   cmd->add_option("--markdown", o->markdown_path, "write a Markdown report here");
   cmd->add_option("--replays", o->replays, "timed graph replays per figure")

@@ -21,8 +21,8 @@ struct Ceilings {
 Ceilings measure_ceilings(bench::Anchors& anchors, double warm_seconds, cudaStream_t stream);
 
 // The activation quantizer alone, its bf16 inputs rotating through copies worth >= 3x L2 like
-// the weights (issue 3's goal: >= 80% of read bandwidth for M >= 512), and a plain copy of the
-// same bytes.
+// the weights (the quantizer's goal: >= 80% of read bandwidth for M >= 512), and a plain copy of
+// the same bytes.
 nlohmann::json bench_quantize(std::int64_t m, std::int64_t k, std::size_t l2, const Ceilings& ceil,
                               const bench::Timing& timing, cudaStream_t stream);
 

@@ -55,7 +55,7 @@ json bench_step(const std::vector<ModelLayer>& layers, std::int64_t m, bench::An
   });
   // The same reads overlapped (each kernel lets the next launch at once and waits for nothing):
   // what a step of weight-bound kernels could take at best if one layer's weights streamed while
-  // the layer before still ran, the bar for the decode-step goals (issue 6).
+  // the layer before still ran: the bar for the decode step's goals.
   row["weight_stream_overlapped_ms"] = step_ms([&](int i) {
     const auto& l = instances[static_cast<std::size_t>(i)];
     cuda_or_throw(bench::stream_read_overlapped(data[static_cast<std::size_t>(i)]->ptr,

@@ -11,7 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "cli_support.hpp"
 #include "device_memory.hpp"
+#include "exit_codes.hpp"
+#include "host/log.hpp"
 #include "host/registry/registry.hpp"
 #include "layer_data.hpp"
 #include "mxlinear/error.hpp"
@@ -29,7 +32,23 @@ struct CheckOptions {
   std::string kernel;  // run this kernel and config directly instead of linear()'s selection
   std::string config;
   int repeat = 1;
+  bool allow_slow_reference = false;
 };
+
+// Multiply-adds per second of the fp64 reference passes on one CPU core, a ballpark measured on
+// an x86 host (check --cpu at M = 512, N = K = 4096: 3 passes in 51 s; small layers run up to
+// 3x faster from cache): enough to tell a check of seconds from one of hours.
+constexpr double kReferenceMacsPerSecond = 5e8;
+// A check whose CPU reference would take longer than this is refused without
+// --allow-slow-reference.
+constexpr double kReferenceSecondsAllowed = 60;
+
+std::string duration_text(double seconds) {
+  if (seconds < 120) return fmt::format("{:.0f} s", seconds);
+  if (seconds < 7200) return fmt::format("{:.0f} minutes", seconds / 60);
+  if (seconds < 172800) return fmt::format("{:.1f} hours", seconds / 3600);
+  return fmt::format("{:.0f} days", seconds / 86400);
+}
 
 // Device copies of a host layer's operands and its output.
 struct DeviceLayer {
@@ -73,13 +92,7 @@ struct DeviceLayer {
 int run_kernel_directly(const HostLayer& layer, const CheckOptions& options,
                         std::vector<std::uint8_t>& out) {
   const LayerSpec& s = layer.spec;
-  const Registry& registry = Registry::global();
-  const Kernel* kernel = nullptr;
-  for (const auto& k : registry.kernels()) {
-    if (k->name() == options.kernel) kernel = k.get();
-  }
-  if (!kernel)
-    throw Error(ErrorCode::kInvalidArgument, "--kernel", "names no kernel: " + options.kernel);
+  const Kernel* kernel = &registry_kernel(options.kernel);
   DeviceLayer d(layer, out.size());
   KernelCall call;
   call.x = QuantizedActivation{DeviceLayer::view(d.xq, s.m, s.k, DType::kE4M3),
@@ -177,10 +190,45 @@ void print_error_location(const ErrorStats& stats, std::int64_t n) {
   fmt::print("  outlier column tiles n/64 ({}): {}\n", tiles.size(), first_16(tiles));
 }
 
+// Refuses, before anything runs, what cannot run: an unknown kernel or config, and a layer
+// whose CPU reference would take hours (unless the caller allows it).
+void validate(const CheckOptions& options, bool reference_on_cpu) {
+  if (!options.kernel.empty()) {
+    require_config("--config", require_kernel("--kernel", options.kernel), options.config);
+  }
+  const LayerSpec& s = options.spec;
+  const double macs =
+      static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+  // The fp64 result of the MX layer and of the unquantized layer, and the kernel itself where
+  // the CPU reference runs it.
+  const int passes = reference_on_cpu ? 3 : 2;
+  const double seconds = passes * macs / kReferenceMacsPerSecond;
+  if (seconds > kReferenceSecondsAllowed && !options.allow_slow_reference) {
+    throw Error(
+        ErrorCode::kInvalidArgument, "--m",
+        fmt::format("check: --m {} --n {} --k {} needs {} CPU passes of M*N*K = {:.2g} "
+                    "multiply-adds for its fp64 reference, about {} at ~{:.2g} per second (the "
+                    "limit is {:.0f} s); choose a smaller --m, --n or --k, or pass "
+                    "--allow-slow-reference to run it anyway",
+                    s.m, s.n, s.k, passes, macs, duration_text(seconds), kReferenceMacsPerSecond,
+                    kReferenceSecondsAllowed));
+  }
+}
+
 int run_check(const CheckOptions& options) {
+  const bool on_gpu = !options.cpu && gpu_available();
+  validate(options, options.kernel.empty() && !on_gpu);
+  if (!options.kernel.empty()) {
+    note_unused_selection_switches(
+        "check", fmt::format("--kernel runs {} directly", detail::for_display(options.kernel)));
+  } else if (!on_gpu) {
+    note_unused_selection_switches(
+        "check", options.cpu ? "--cpu runs the CPU reference directly"
+                             : "with no sm_90 GPU here the CPU reference runs directly");
+  }
   if (!options.kernel.empty() && !gpu_available()) {
     fmt::print("mxlinear check: --kernel needs an sm_90 GPU; this machine has none (skipped)\n");
-    return 77;
+    return kExitSkipped;
   }
   LayerSpec spec = options.spec;
   spec.out_dtype = parse_out_dtype(options.out_dtype);
@@ -198,15 +246,25 @@ int run_check(const CheckOptions& options) {
   std::string kernel_name = "reference (CPU, fp64 accumulation)";
   int differing_runs = 0;
   if (!options.kernel.empty()) {
+    detail::log(detail::LogLevel::kInfo,
+                fmt::format("check: {} x {} x {}: {}/{} run directly, without kernel selection",
+                            spec.m, spec.n, spec.k, options.kernel,
+                            options.config.empty() ? "(its default)" : options.config));
     differing_runs = run_kernel_directly(layer, options, out);
     kernel_name = fmt::format("{}/{} (run directly, pre-quantized activation, {} runs)",
                               options.kernel, options.config, options.repeat);
-  } else if (!options.cpu && gpu_available()) {
+  } else if (on_gpu) {
     kernel_name = run_on_gpu(layer, options.prequantized, out);
-  } else if (options.prequantized) {
-    reference_linear(layer.activation_view(), layer.weight_view(), layer.bias_view(), out_view);
   } else {
-    reference_linear(layer.x_view(), layer.weight_view(), layer.bias_view(), out_view);
+    detail::log(
+        detail::LogLevel::kInfo,
+        fmt::format("check: {} x {} x {}: the CPU reference kernel, run directly ({})", spec.m,
+                    spec.n, spec.k, options.cpu ? "--cpu" : "no sm_90 GPU on this machine"));
+    if (options.prequantized) {
+      reference_linear(layer.activation_view(), layer.weight_view(), layer.bias_view(), out_view);
+    } else {
+      reference_linear(layer.x_view(), layer.weight_view(), layer.bias_view(), out_view);
+    }
   }
   const ErrorStats kernel = compare_with_f64(out.data(), spec.out_dtype, exact);
 
@@ -243,7 +301,7 @@ int run_check(const CheckOptions& options) {
              quantization.relative_frobenius);
   // A correct kernel adds its output rounding (about u/sqrt(3) in the Frobenius norm) and the
   // fp32 accumulation error. For bf16/fp16 output one unit roundoff u bounds both; for fp32
-  // output the accumulation dominates and MXFP8.md allows a relative Frobenius error of 1e-5.
+  // output the accumulation dominates and docs/MXFP8.md allows a relative Frobenius error of 1e-5.
   const double allowed =
       spec.out_dtype == DType::kF32 ? 1e-5 : output_unit_roundoff(spec.out_dtype);
   if (options.repeat > 1) {
@@ -254,7 +312,7 @@ int run_check(const CheckOptions& options) {
       kernel.nan_count == 0 && kernel.relative_frobenius <= allowed && differing_runs == 0;
   if (!ok) print_error_location(kernel, spec.n);
   fmt::print("  result  {}\n", ok ? "PASS" : "FAIL");
-  return ok ? 0 : 1;
+  return ok ? kExitOk : kExitFailed;
 }
 
 }  // namespace
@@ -263,23 +321,33 @@ void add_check_command(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<CheckOptions>();
   CLI::App* cmd = app.add_subcommand("check", "Run one random layer and print its error vs fp64");
   cmd->add_option("-m,--m", options->spec.m, "tokens (rows of the activation)")
-      ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("-n,--n", options->spec.n, "output features")->check(CLI::Range(1, 1 << 16));
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  cmd->add_option("-n,--n", options->spec.n, "output features")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 16));
   cmd->add_option("-k,--k", options->spec.k, "input features, a multiple of 32")
-      ->check(CLI::Range(32, 1 << 16));
+      ->check(multiple_of_32(std::int64_t{1} << 16));
   cmd->add_option("--out-dtype", options->out_dtype, "bf16, fp16 or fp32")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   cmd->add_flag("--bias", options->spec.bias, "add an fp32 bias");
   cmd->add_flag("--prequantized", options->prequantized,
                 "feed the pre-quantized activation entry point");
-  cmd->add_option("--seed", options->spec.seed, "random seed (0: a fresh one)");
+  cmd->add_option("--seed", options->spec.seed, "random seed (0: a fresh one)")
+      ->check(non_negative_integer());
   cmd->add_flag("--cpu", options->cpu, "run the CPU reference kernel even where a GPU is present");
-  cmd->add_option(
+  CLI::Option* kernel = cmd->add_option(
       "--kernel", options->kernel,
       "run this registry kernel directly (e.g. decode) on the pre-quantized activation");
-  cmd->add_option("--config", options->config, "the kernel's config (default: its default for M)");
-  cmd->add_option("--repeat", options->repeat, "runs, each compared bit for bit with the first")
-      ->check(CLI::Range(1, 10000));
+  cmd->add_option("--config", options->config,
+                  "with --kernel: the kernel's config (default: its default for M)")
+      ->needs(kernel);
+  cmd->add_option("--repeat", options->repeat,
+                  "with --kernel: runs, each compared bit for bit with the first")
+      ->check(CLI::Range(1, 10000))
+      ->needs(kernel);
+  cmd->add_flag("--allow-slow-reference", options->allow_slow_reference,
+                fmt::format("run layers whose fp64 CPU reference would take over {:.0f} s "
+                            "(refused by default, with the estimate)",
+                            kReferenceSecondsAllowed));
   cmd->callback([options, &exit_code] { exit_code = run_check(*options); });
 }
 

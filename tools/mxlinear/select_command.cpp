@@ -2,9 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
+#include "cli_support.hpp"
+#include "exit_codes.hpp"
+#include "host/log.hpp"
 #include "host/registry/registry.hpp"
 
 namespace mxlinear::cli {
@@ -17,32 +21,70 @@ struct SelectOptions {
   bool json = false;
 };
 
+// The decisions behind the report through the library's log, in linear()'s words: info, one
+// line per layer; debug, one line per M.
+void log_decisions(const std::vector<ReportRow>& rows, const DeviceDescription& device, DType out) {
+  if (!detail::log_enabled(detail::LogLevel::kInfo)) return;
+  for (const ReportRow& r : rows) {
+    const LayerSelection& s = r.selection;
+    std::string rejected;
+    for (const Rejection& j : s.rejected) {
+      rejected += fmt::format("; {} rejected: {}", j.kernel, j.reason);
+    }
+    std::vector<std::string> runs;
+    for (const auto& [m, d] : r.per_m) {
+      const std::string name = d.kernel ? std::string(d.kernel->name()) : "none";
+      if (std::find(runs.begin(), runs.end(), name) == runs.end()) runs.push_back(name);
+    }
+    detail::log(
+        detail::LogLevel::kInfo,
+        fmt::format("layer {} x {} ({} out) on {}: {}{}; its calls run on {}", r.layer.n, r.layer.k,
+                    to_string(out), device.to_string(), s.kernel ? s.kernel->name() : "no kernel",
+                    rejected, fmt::join(runs, ", ")));
+    for (const auto& [m, d] : r.per_m) {
+      detail::log(detail::LogLevel::kDebug,
+                  fmt::format("{} x {} x {}: {}/{} ({})", m, r.layer.n, r.layer.k,
+                              d.kernel ? d.kernel->name() : "none", d.config, d.why));
+    }
+  }
+}
+
 int run_select(const SelectOptions& o) {
-  const Registry& registry = Registry::global();
+  // The model first: a bad file is reported before the registry reads its tables.
+  const std::vector<ModelLayer> layers = load_model(o.model);
   const DeviceDescription device =
       o.device == "current" ? DeviceDescription::current() : DeviceDescription::parse(o.device);
+  if (o.device != "current") {
+    if (const auto set = selection_switches_set(); !set.empty()) {
+      fmt::print(stderr, "mxlinear select: the report for {} applies {} from this environment\n",
+                 device.to_string(), fmt::join(set, ", "));
+    }
+  }
+  const Registry& registry = Registry::global();
   const DType out =
       o.out_dtype == "fp32" ? DType::kF32 : (o.out_dtype == "fp16" ? DType::kF16 : DType::kBF16);
-  const auto rows = registry.report(load_model(o.model), device, out);
+  const auto rows = registry.report(layers, device, out);
+  log_decisions(rows, device, out);
   if (o.json) {
     fmt::print("{}\n", report_json(rows, device));
   } else {
     fmt::print("{}", format_report(rows, device));
   }
   for (const ReportRow& r : rows) {
-    if (!r.selection.kernel) return 1;
+    if (!r.selection.kernel) return kExitFailed;
   }
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace
 
 void add_select_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<SelectOptions>();
-  CLI::App* cmd = app.add_subcommand("select", "Show the kernel each layer of a model gets");
-  cmd->add_option("--model", o->model, "builtin:<name> or a CSV of name,N,K,count");
+  CLI::App* cmd = app.add_subcommand(
+      "select", "Show the kernels each layer of a model runs on, per M, and why");
+  cmd->add_option("--model", o->model, "builtin:<name> or a CSV of name,N,K,count rows");
   cmd->add_option("--device", o->device,
-                  "current (default), cpu, or a described GPU such as sm_90a:132");
+                  "current, cpu, or a described GPU such as sm_90a:132 (arch:SMs)");
   cmd->add_option("--out-dtype", o->out_dtype, "bf16, fp16 or fp32")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   cmd->add_flag("--json", o->json, "print the report as JSON");

@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "cli_support.hpp"
 #include "device_data.hpp"
 #include "device_memory.hpp"
+#include "exit_codes.hpp"
 #include "harness.hpp"
 #include "host/diagnostics.hpp"
 #include "host/registry/registry.hpp"
@@ -82,23 +84,18 @@ void print_slowest(const std::vector<std::uint32_t>& host, const std::vector<std
 }
 
 int run_timeline(const TimelineOptions& o) {
+  // The kernel and config first: a bad name is refused with or without a GPU.
+  require_config("--config", require_kernel("--kernel", o.kernel), o.config);
+  note_unused_selection_switches("timeline", fmt::format("--kernel runs {} directly", o.kernel));
   if (!gpu_available()) {
     fmt::print(stderr, "mxlinear timeline: SKIPPED: no sm_90 GPU\n");
-    return 77;
+    return kExitSkipped;
   }
   if (!timeline_compiled()) {
     throw Error(ErrorCode::kUnsupported, "",
                 "timeline: this build records no stamps; configure with -DMXLINEAR_TIMELINE=ON");
   }
-  const Kernel* kernel = nullptr;
-  for (const auto& k : Registry::global().kernels()) {
-    if (k->name() == o.kernel) kernel = k.get();
-  }
-  if (kernel == nullptr || (o.kernel != "decode" && o.kernel != "gemv" && o.kernel != "prefill")) {
-    throw Error(ErrorCode::kInvalidArgument, "kernel",
-                fmt::format("timeline: argument 'kernel' is '{}', expected decode, gemv or prefill",
-                            o.kernel));
-  }
+  const Kernel* kernel = &registry_kernel(o.kernel);
   const std::string config = o.config.empty() ? kernel->default_config(o.m) : o.config;
   cudaDeviceProp prop{};
   cuda_or_throw(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -154,7 +151,7 @@ int run_timeline(const TimelineOptions& o) {
   }
   if (ctas.empty()) {
     fmt::print(stderr, "mxlinear timeline: no CTA recorded a stamp\n");
-    return 1;
+    return kExitFailed;
   }
   std::uint32_t start = host[ctas[0] * kTimelineStamps];
   for (std::size_t c : ctas) {
@@ -188,7 +185,7 @@ int run_timeline(const TimelineOptions& o) {
                percentile(since_entry, 0.5));
   }
   print_slowest(host, ctas, start, o.slowest);
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace
@@ -205,7 +202,7 @@ void add_timeline_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-m,--m", o->m, "tokens")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("-n,--n", o->n, "output features")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("-k,--k", o->k, "input features, a multiple of 32")
-      ->check(CLI::Range(32, 1 << 16));
+      ->check(multiple_of_32(std::int64_t{1} << 16));
   cmd->add_option("--calls", o->calls, "calls back to back; the last one's stamps are shown")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--slowest", o->slowest, "CTAs that ended last, listed with their SM")

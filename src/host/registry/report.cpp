@@ -1,24 +1,63 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "host/log.hpp"
 #include "host/registry/registry.hpp"
 
 namespace mxlinear {
+namespace {
+
+std::string kernel_or_none(const Kernel* k) { return k ? std::string(k->name()) : "NONE"; }
+
+// The kernels a layer's calls run on, in the order the per-M dispatch first uses them. It can
+// leave out the selected kernel: a tuned row may hand every M of the layer to another kernel.
+std::vector<std::string> kernels_run(const ReportRow& r) {
+  std::vector<std::string> names;
+  for (const auto& [m, d] : r.per_m) {
+    if (!d.kernel) continue;
+    const std::string name(d.kernel->name());
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return names;
+}
+
+std::string m_range(const ReportRow& r) {
+  if (r.per_m.empty()) return "";
+  return fmt::format("M = {}..{}", r.per_m.front().first, r.per_m.back().first);
+}
+
+}  // namespace
 
 std::string format_report(const std::vector<ReportRow>& rows, const DeviceDescription& device) {
   std::string s = fmt::format("mxlinear select on {}\n", device.to_string());
-  s += fmt::format("{:<30} {:>12} {:>5}  {:<10} {}\n", "layer", "N x K", "count", "kernel",
-                   "rejected (reason)");
+  std::vector<std::string> runs;
+  std::size_t runs_width = std::string_view("runs").size();
   for (const ReportRow& r : rows) {
+    const std::vector<std::string> names = kernels_run(r);
+    runs.push_back(names.empty() ? "NONE" : fmt::format("{}", fmt::join(names, ",")));
+    runs_width = std::max(runs_width, runs.back().size());
+  }
+  s += fmt::format("{:<30} {:>12} {:>5}  {:<{}}  {:<10} {}\n", "layer", "N x K", "count", "runs",
+                   runs_width, "selected", "rejected (reason)");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const ReportRow& r = rows[i];
     std::string rejected;
     for (const Rejection& j : r.selection.rejected) {
       rejected += fmt::format("{}{}: {}", rejected.empty() ? "" : "; ", j.kernel, j.reason);
     }
-    s += fmt::format("{:<30} {:>12} {:>5}  {:<10} {}\n", r.layer.name,
-                     fmt::format("{} x {}", r.layer.n, r.layer.k), r.layer.count,
-                     r.selection.kernel ? r.selection.kernel->name() : "NONE",
+    s += fmt::format("{:<30} {:>12} {:>5}  {:<{}}  {:<10} {}\n", detail::for_display(r.layer.name),
+                     fmt::format("{} x {}", r.layer.n, r.layer.k), r.layer.count, runs[i],
+                     runs_width, kernel_or_none(r.selection.kernel),
                      rejected.empty() ? "-" : rejected);
+  }
+  if (!rows.empty()) {
+    s += fmt::format(
+        "runs: the kernels the layer's calls run on at {} (the per-M dispatch below)\n"
+        "selected: the kernel that claims the layer; a tuned row may hand an M to another "
+        "kernel\n",
+        m_range(rows.front()));
   }
   s += "\nper-M dispatch, kernel/config (* = from a tuned row, ~ = from the row of the nearest "
        "tuned shape):\n";
@@ -26,7 +65,7 @@ std::string format_report(const std::vector<ReportRow>& rows, const DeviceDescri
     s += fmt::format("  {:>12}:", fmt::format("{} x {}", r.layer.n, r.layer.k));
     for (const auto& [m, d] : r.per_m) {
       const char* mark = d.borrowed_n != 0 ? "~" : (d.why.rfind("tuned", 0) == 0 ? "*" : "");
-      s += fmt::format("  M={} {}/{}{}", m, d.kernel ? d.kernel->name() : "NONE", d.config, mark);
+      s += fmt::format("  M={} {}/{}{}", m, kernel_or_none(d.kernel), d.config, mark);
     }
     s += "\n";
   }
@@ -53,14 +92,18 @@ std::string report_json(const std::vector<ReportRow>& rows, const DeviceDescript
       if (d.borrowed_n != 0) entry["borrowed_from"] = {d.borrowed_n, d.borrowed_k};
       per_m.push_back(std::move(entry));
     }
-    layers.push_back({{"layer", r.layer.name},
-                      {"n", r.layer.n},
-                      {"k", r.layer.k},
-                      {"count", r.layer.count},
-                      {"kernel", r.selection.kernel ? std::string(r.selection.kernel->name()) : ""},
-                      {"rejected", rejected},
-                      {"per_m", per_m},
-                      {"warnings", r.selection.warnings}});
+    // kernels_run: what the calls run on (per_m says which M goes where); selected_kernel: the
+    // kernel that claims the layer, which a tuned row may leave with no M at all.
+    layers.push_back(
+        {{"layer", r.layer.name},
+         {"n", r.layer.n},
+         {"k", r.layer.k},
+         {"count", r.layer.count},
+         {"kernels_run", kernels_run(r)},
+         {"selected_kernel", r.selection.kernel ? std::string(r.selection.kernel->name()) : ""},
+         {"rejected", rejected},
+         {"per_m", per_m},
+         {"warnings", r.selection.warnings}});
   }
   nlohmann::json doc = {{"device",
                          {{"name", device.name},
@@ -68,7 +111,8 @@ std::string report_json(const std::vector<ReportRow>& rows, const DeviceDescript
                           {"sms", device.sms},
                           {"is_gpu", device.is_gpu}}},
                         {"layers", layers}};
-  return doc.dump(2);
+  // A layer name from a user's model CSV need not be UTF-8: replace such bytes, never throw.
+  return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace mxlinear

@@ -5,11 +5,12 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 #include <string_view>
+
+#include "host/log.hpp"
+#include "host/user_file.hpp"
 
 namespace mxlinear {
 namespace {
@@ -55,14 +56,8 @@ bool printable(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7F; });
 }
 
-// A field as it may appear in a message: printable, at most 40 characters.
-std::string shown(std::string_view field) {
-  std::string out(field.substr(0, 40));
-  for (char& c : out) {
-    if (c < 0x20 || c >= 0x7F) c = '?';
-  }
-  return field.size() > 40 ? out + "..." : out;
-}
+// A field as it may appear in a message.
+std::string shown(std::string_view field) { return detail::for_display(field); }
 
 std::string major_of(const std::string& version) { return version.substr(0, version.find('.')); }
 
@@ -148,6 +143,7 @@ TableStats TunedTable::add(const std::string& text, const std::string& source,
                            const TableContext& context) {
   TableStats stats;
   std::map<TunedKey, TunedValue> mine;
+  const std::string shown_source = detail::for_display(source);
   std::size_t start = 0;
   int line_no = 0;
   while (start < text.size()) {
@@ -156,7 +152,7 @@ TableStats TunedTable::add(const std::string& text, const std::string& source,
     const std::string_view raw(text.data() + start, end - start);
     start = end + 1;
     ++line_no;
-    const std::string where = fmt::format("{}:{}", source, line_no);
+    const std::string where = fmt::format("{}:{}", shown_source, line_no);
     if (raw.size() > kMaxLine) {
       ++stats.data_lines;
       ++stats.skipped;
@@ -194,14 +190,13 @@ TableStats TunedTable::add(const std::string& text, const std::string& source,
 }
 
 void TunedTable::add_file(const std::string& path, const TableContext& context) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    warnings_.push_back(fmt::format("{}: tuned table cannot be read; it is ignored", path));
+  const detail::UserFile file = detail::read_user_file(path, kMaxFileBytes);
+  if (!file.problem.empty()) {
+    warnings_.push_back(fmt::format("{}: tuned table {}; expected a tuned-table CSV; it is ignored",
+                                    detail::for_display(path), file.problem));
     return;
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  add(text.str(), path, context);
+  add(file.text, path, context);
 }
 
 std::optional<TunedValue> TunedTable::lookup(const std::string& arch, int sms, std::int64_t n,

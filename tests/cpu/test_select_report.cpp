@@ -1,0 +1,101 @@
+// The selection report says what runs: the kernels of the per-M dispatch ("runs") apart from
+// the kernel that claims the layer ("selected"), which tuned rows may leave with no M at all.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cpu/registry_test_kernels.hpp"
+#include "host/registry/registry.hpp"
+
+namespace mxlinear::test {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+const DeviceDescription kH200 = DeviceDescription::parse("sm_90a:132");
+
+std::vector<std::shared_ptr<const Kernel>> kernels() {
+  return {std::make_shared<FakeKernel>("tuned", true, std::vector<std::string>{"t"}),
+          std::make_shared<FakeKernel>("general", false, std::vector<std::string>{"g"}),
+          std::make_shared<FakeKernel>("small", false, std::vector<std::string>{"s"})};
+}
+
+std::string row(std::int64_t n, const std::string& m, const std::string& kernel,
+                const std::string& config) {
+  const TableContext c = table_context(kernels());
+  return "sm_90a,132," + std::to_string(n) + ",6144," + m + "," + kernel + "," + config +
+         ",1.0,0.2," + c.library_version + "," + c.cuda_version + "\n";
+}
+
+// Both layers have rows of "tuned", so "tuned" claims both. Layer a's only "tuned" row is for
+// M = 48 exactly, which the report does not show: its M = 1 goes to "small", every other M to
+// "general" (the nearest bucket below). Layer b runs "tuned" itself from M = 32. The registry
+// outlives the rows, which point at its kernels.
+std::vector<ReportRow> report() {
+  static const Registry registry = [] {
+    TunedTable table;
+    table.add(row(2560, "=48", "tuned", "t") + row(2560, "1", "small", "s") +
+                  row(2560, "32", "general", "g") + row(4096, "1", "small", "s") +
+                  row(4096, "32", "tuned", "t"),
+              "t.csv", table_context(kernels()));
+    EXPECT_TRUE(table.warnings().empty());
+    return Registry(kernels(), std::move(table), Environment{});
+  }();
+  return registry.report({{"a", 2560, 6144, 3}, {"b", 4096, 6144, 1}}, kH200, DType::kBF16);
+}
+
+// The whitespace-separated fields of the report line of `layer`.
+std::vector<std::string> fields_of(const std::string& text, const std::string& layer) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(layer + " ", 0) != 0) continue;
+    std::istringstream words(line);
+    std::vector<std::string> fields;
+    for (std::string w; words >> w;) fields.push_back(w);
+    return fields;
+  }
+  return {};
+}
+
+TEST(SelectReport, RunsColumnListsTheDispatchedKernelsApartFromTheSelectedOne) {
+  const auto rows = report();
+  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_EQ(rows[0].selection.kernel->name(), "tuned");
+  ASSERT_EQ(rows[1].selection.kernel->name(), "tuned");
+  const std::string text = format_report(rows, kH200);
+  // name, N, x, K, count, runs, selected, rejected
+  EXPECT_THAT(fields_of(text, "layer"), ElementsAre("layer", "N", "x", "K", "count", "runs",
+                                                    "selected", "rejected", "(reason)"));
+  EXPECT_THAT(fields_of(text, "a"),
+              ElementsAre("a", "2560", "x", "6144", "3", "small,general", "tuned", "-"))
+      << text;
+  EXPECT_THAT(fields_of(text, "b"),
+              ElementsAre("b", "4096", "x", "6144", "1", "small,tuned", "tuned", "-"))
+      << text;
+  EXPECT_THAT(text, HasSubstr("selected: the kernel that claims the layer"));
+}
+
+TEST(SelectReport, JsonSaysWhatRunsAndWhatClaimsTheLayer) {
+  const auto doc = nlohmann::json::parse(report_json(report(), kH200));
+  const auto& a = doc.at("layers").at(0);
+  EXPECT_EQ(a.at("kernels_run"), nlohmann::json({"small", "general"}));
+  EXPECT_EQ(a.at("selected_kernel"), "tuned");
+  EXPECT_FALSE(a.contains("kernel"));  // no field that reads as "what runs" but is the claim
+  for (const auto& m : a.at("per_m")) EXPECT_NE(m.at("kernel"), "tuned") << m.dump();
+  EXPECT_EQ(doc.at("layers").at(1).at("kernels_run"), nlohmann::json({"small", "tuned"}));
+}
+
+// A layer name from a user's CSV is escaped in the table and never breaks the JSON.
+TEST(SelectReport, UnprintableLayerNamesAreEscapedAndJsonStaysValid) {
+  static const Registry r(kernels(), TunedTable{}, Environment{});
+  const auto rows = r.report({{"bad\x1b[2J\xff", 2560, 6144, 1}}, kH200, DType::kBF16);
+  EXPECT_THAT(format_report(rows, kH200), HasSubstr("bad\\x1b[2J\\xff"));
+  const auto doc = nlohmann::json::parse(report_json(rows, kH200));
+  EXPECT_THAT(doc.at("layers").at(0).at("layer").get<std::string>(), HasSubstr("bad"));
+}
+
+}  // namespace
+}  // namespace mxlinear::test
