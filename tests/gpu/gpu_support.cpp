@@ -50,7 +50,7 @@ void DeviceBuffer::download_to(void* dst, std::size_t bytes) const {
 
 // cudaMemset runs on the legacy stream and may still be in flight when it returns, and work on
 // a non-blocking stream does not wait for it: a poison landing after a kernel's stores would fail
-// a correct kernel (the likely cause of one failed graph replay in session 25, 0xFF bytes where
+// a correct kernel (the likely cause of a graph replay once seen failing with 0xFF bytes where
 // eager had a value). So the fill is complete on return.
 void DeviceBuffer::poison() {
   if (bytes_ &&
