@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "host/numeric.hpp"
 #include "mxlinear/quantize.hpp"
 
 namespace mxlinear::cli {
@@ -18,17 +19,6 @@ std::uint16_t to_bf16_bits(float v) {
   static_assert(sizeof bits == sizeof b);
   std::memcpy(&bits, &b, sizeof bits);
   return bits;
-}
-
-double load(const void* base, DType dtype, std::size_t i) {
-  switch (dtype) {
-    case DType::kBF16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
-    case DType::kF16:
-      return __half2float(static_cast<const __half*>(base)[i]);
-    default:
-      return static_cast<const float*>(base)[i];
-  }
 }
 
 }  // namespace
@@ -89,7 +79,7 @@ ErrorStats compare_with_f64(const void* out, DType dtype, const std::vector<doub
   double err2 = 0;
   double ref2 = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
-    const double got = load(out, dtype, i);
+    const double got = detail::load_as_float(out, dtype, static_cast<std::int64_t>(i));
     if (std::isnan(got) && !std::isnan(ref[i])) {
       ++stats.nan_count;
       continue;
@@ -105,7 +95,7 @@ ErrorStats compare_with_f64(const void* out, DType dtype, const std::vector<doub
   stats.relative_frobenius = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
   const double outlier = 1e-3 * std::sqrt(ref2 / static_cast<double>(ref.size() ? ref.size() : 1));
   for (std::size_t i = 0; i < ref.size(); ++i) {
-    const double got = load(out, dtype, i);
+    const double got = detail::load_as_float(out, dtype, static_cast<std::int64_t>(i));
     if (!std::isnan(got) && std::fabs(got - ref[i]) > outlier) stats.outliers.push_back(i);
   }
   return stats;
