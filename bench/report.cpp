@@ -54,7 +54,7 @@ std::string markdown_report(const json& doc) {
     const double g = value_or_nan(r, "gemm_us");
     s += fmt::format(
         "| {} | {}x{} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.2f} | "
-        "{:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {} |\n",
+        "{:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.0f} | {} |\n",
         r["layer"].get<std::string>(), r["n"].get<std::int64_t>(), r["k"].get<std::int64_t>(),
         r["m"].get<std::int64_t>(), r["kernel"].get<std::string>(), value_or_nan(r, "linear_us"), g,
         value_or_nan(r, "cublas_bf16_us"), value_or_nan(r, "cublaslt_fp8_tensor_us"),

@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -129,6 +131,47 @@ TEST(BenchReport, MarkdownHasEveryRowAndTheGeomeans) {
   std::size_t rows = 0;
   for (std::size_t p = md.find("\n| "); p != std::string::npos; p = md.find("\n| ", p + 1)) ++rows;
   EXPECT_EQ(rows, 48u + 6u + 2u + 3u);  // figures, geomeans, steps, three header lines
+}
+
+// Whether `line` holds a number with more than four digits after its decimal point.
+bool has_long_fraction(const std::string& line) {
+  for (std::size_t dot = line.find('.'); dot != std::string::npos; dot = line.find('.', dot + 1)) {
+    std::size_t digits = 0;
+    while (dot + 1 + digits < line.size() &&
+           std::isdigit(static_cast<unsigned char>(line[dot + 1 + digits]))) {
+      ++digits;
+    }
+    if (digits > 4) return true;
+  }
+  return false;
+}
+
+// Every row of every Markdown table has as many cells as its header, and no figure is printed
+// unrounded (a placeholder short in a row's format once shifted every cell after it).
+TEST(BenchReport, MarkdownRowsHaveTheirHeadersCellCount) {
+  const std::string md = markdown_report(seed_report());
+  std::size_t header_cells = 0;
+  int tables = 0;
+  std::size_t begin = 0;
+  while (begin < md.size()) {
+    std::size_t end = md.find('\n', begin);
+    if (end == std::string::npos) end = md.size();
+    const std::string line = md.substr(begin, end - begin);
+    begin = end + 1;
+    if (line.empty() || line[0] != '|') {
+      header_cells = 0;
+      continue;
+    }
+    const auto cells = static_cast<std::size_t>(std::count(line.begin(), line.end(), '|')) - 1;
+    if (header_cells == 0) {
+      header_cells = cells;
+      ++tables;
+      continue;
+    }
+    EXPECT_EQ(cells, header_cells) << line;
+    EXPECT_FALSE(has_long_fraction(line)) << line;
+  }
+  EXPECT_GE(tables, 3);
 }
 
 // The report says whether its figures were timed in a burst or after warming (the H200's power
