@@ -26,11 +26,6 @@ const detail::ConfigTable<detail::DecodeConfig>& compiled_configs() {
   return table;
 }
 
-// A config name parsed, and the instance that runs it (instance < 0: the kernel has none).
-using ParsedConfig = detail::Resolved<detail::DecodeConfig>;
-
-ParsedConfig parse_config(std::string_view config) { return compiled_configs().find(config); }
-
 class DecodeKernel final : public detail::ConfiguredKernel<detail::DecodeConfig> {
  public:
   DecodeKernel() : ConfiguredKernel("decode", compiled_configs()) {}
@@ -62,7 +57,7 @@ class DecodeKernel final : public detail::ConfiguredKernel<detail::DecodeConfig>
   }
 
   static bool quantizes_activation(const Problem& problem, std::string_view config) {
-    const ParsedConfig parsed = parse_config(config);
+    const auto parsed = compiled_configs().find(config);
     // The twin holds a 16-bit activation ring, larger than the e4m3 one: where it would not fit
     // at this K, the call takes the quantize kernel and the plain instance instead.
     if (parsed.instance < 0 ||
@@ -105,7 +100,7 @@ class DecodeKernel final : public detail::ConfiguredKernel<detail::DecodeConfig>
  private:
   // can_run's checks, for the instance that quantizes its activation or the plain one.
   Verdict config_verdict(std::int64_t k, std::string_view config, bool quantizing) const {
-    const ParsedConfig c = parse_config(config);
+    const auto c = compiled_configs().find(config);
     if (c.instance < 0) return not_a_config(config);
     if (const Verdict v = splits_fit(config, c.splits, k); !v.ok()) return v;
     return smem_fits(

@@ -36,11 +36,6 @@ const detail::ConfigTable<detail::PrefillConfig>& compiled_configs() {
   return table;
 }
 
-// A config name parsed, and the instance that runs it (instance < 0: the kernel has none).
-using PrefillConfig = detail::Resolved<detail::PrefillConfig>;
-
-PrefillConfig find_config(std::string_view config) { return compiled_configs().find(config); }
-
 class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfig> {
  public:
   PrefillKernel() : ConfiguredKernel("prefill", compiled_configs()) {}
@@ -63,7 +58,7 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
   // (two CTAs fit an SM, so one's main loop hides the other's prologue and epilogue: small K)
   // from M = 8 up.
   bool worth_sweeping(std::int64_t m, std::string_view config) const override {
-    const PrefillConfig c = find_config(config);
+    const auto c = compiled_configs().find(config);
     if (c.instance < 0) return false;
     if (c.splits > 1) return m >= 8 && m <= 512;
     return m >= (c.rows < 128 ? 8 : c.tokens);
@@ -94,7 +89,7 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
   }
 
   Verdict can_run(std::int64_t m, std::int64_t k, std::string_view config) const override {
-    const PrefillConfig c = find_config(config);
+    const auto c = compiled_configs().find(config);
     if (c.instance < 0) return not_a_config(config);
     if (is_stream_k(config) && m < device::kPrefillStreamKMinRows) {
       return {fmt::format("is '{}'; stream-K configs run from M = {} (M is {})", config,
@@ -108,7 +103,7 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
 
   std::optional<LaunchFootprint> launch_footprint(const LinearShape& shape,
                                                   const std::string& config) const override {
-    const PrefillConfig c = find_config(config);
+    const auto c = compiled_configs().find(config);
     constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
     if (c.instance < 0 || shape.m < 1 || shape.m > kIntMax || shape.n < 1 || shape.n > kIntMax ||
         shape.k > kIntMax || !can_run(shape.m, shape.k, config).ok()) {
@@ -125,7 +120,7 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
   }
 
   void run(const KernelCall& call, const std::string& config) const override {
-    const PrefillConfig c = known(config);
+    const auto c = known(config);
     const LinearShape& shape = call.shape;
     require(can_run(shape.m, shape.k, config));
     require_token_tiles(shape, c.tokens, config);
@@ -178,7 +173,7 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
     ScratchLayout l;
     l.activation_bytes = activation_bytes(shape);
     l.bytes = l.activation_bytes;
-    const PrefillConfig c = find_config(config);
+    const auto c = compiled_configs().find(config);
     if (c.instance < 0 || sms < 1 ||
         !device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)].stream_k) {
       return l;
@@ -195,7 +190,7 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
     return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
   }
   static bool is_stream_k(std::string_view config) {
-    return find_config(config).walk == detail::PrefillConfig::Walk::kStreamK;
+    return compiled_configs().find(config).walk == detail::PrefillConfig::Walk::kStreamK;
   }
 };
 
