@@ -23,14 +23,8 @@ namespace {
 using detail::GenericConfig;
 
 const detail::ConfigTable<GenericConfig>& compiled_configs() {
-  static const detail::ConfigTable<GenericConfig> table = [] {
-    detail::ConfigTable<GenericConfig> t;
-    const auto instances = device::generic_gemm_configs();
-    for (std::size_t i = 0; i < instances.size(); ++i) {
-      t.add(GenericConfig::of(instances[i]), static_cast<int>(i));
-    }
-    return t;
-  }();
+  static const auto table =
+      detail::ConfigTable<GenericConfig>::of_each(device::generic_gemm_configs());
   return table;
 }
 

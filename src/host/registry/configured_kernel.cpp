@@ -24,6 +24,11 @@ Verdict needs_whole_blocks(const LayerDescription& layer) {
   return {fmt::format("needs K % 32 == 0; K is {}", layer.k)};
 }
 
+Verdict needs_whole_blocks_in_16_byte_rows(const LayerDescription& layer) {
+  if (Verdict v = needs_whole_blocks(layer); !v.ok()) return v;
+  return needs_16_byte_rows(layer);
+}
+
 Verdict Sm90Kernel::is_supported(const DeviceDescription& device) const {
   return needs_sm90a(device);
 }

@@ -47,6 +47,16 @@ class ConfigTable {
     return table;
   }
 
+  // One config per instance: Config::of(instance).
+  template <class Instance>
+  static ConfigTable of_each(std::span<const Instance> instances) {
+    ConfigTable table;
+    for (std::size_t i = 0; i < instances.size(); ++i) {
+      table.add(Config::of(instances[i]), static_cast<int>(i));
+    }
+    return table;
+  }
+
   void add(const Config& config, int instance) {
     compiled_.push_back({config, instance});
     names_.push_back(config.name());
@@ -74,6 +84,8 @@ class ConfigTable {
 Verdict needs_16_byte_rows(const LayerDescription& layer);
 // "needs K % 32 == 0" unless it is (whole MX blocks).
 Verdict needs_whole_blocks(const LayerDescription& layer);
+// Both: what a kernel reading its operands by TMA boxes of whole MX blocks needs.
+Verdict needs_whole_blocks_in_16_byte_rows(const LayerDescription& layer);
 
 // A GPU kernel for sm_90a: it reads the weight in the checkpoint layout, and its run() checks a
 // call with the same errors as the others'.

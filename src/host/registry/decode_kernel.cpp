@@ -31,8 +31,7 @@ class DecodeKernel final : public detail::ConfiguredKernel<detail::DecodeConfig>
   DecodeKernel() : ConfiguredKernel("decode", compiled_configs()) {}
 
   Verdict can_implement(const LayerDescription& layer) const override {
-    if (const Verdict v = detail::needs_whole_blocks(layer); !v.ok()) return v;
-    return detail::needs_16_byte_rows(layer);
+    return detail::needs_whole_blocks_in_16_byte_rows(layer);
   }
 
   bool needs_tuned_rows() const override { return true; }

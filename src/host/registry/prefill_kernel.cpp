@@ -41,8 +41,7 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
   PrefillKernel() : ConfiguredKernel("prefill", compiled_configs()) {}
 
   Verdict can_implement(const LayerDescription& layer) const override {
-    if (const Verdict v = detail::needs_whole_blocks(layer); !v.ok()) return v;
-    if (const Verdict v = detail::needs_16_byte_rows(layer); !v.ok()) return v;
+    if (const Verdict v = detail::needs_whole_blocks_in_16_byte_rows(layer); !v.ok()) return v;
     for (std::size_t i = 0; i < device::prefill_gemm_instances().size(); ++i) {
       if (device::prefill_gemm_smem_bytes(static_cast<int>(i), static_cast<int>(layer.k), 1) <=
           device::kSm90MaxSmemPerCta) {
