@@ -84,8 +84,11 @@ std::vector<ReportRow> selection_report(const std::vector<ModelLayer>& layers,
                                         const DeviceDescription& device,
                                         DType out_dtype = DType::kBF16);
 
-// Pretty and JSON forms of a report (the CLI's `select`).
+// The kernels a layer's calls run on, in the order its per-M dispatch first uses them. It can
+// leave out the selected kernel: a tuned row may hand every M of the layer to another kernel.
+std::vector<std::string> kernels_run(const ReportRow& row);
+
+// The report as text (the CLI's `select`; `select --json` writes the same as JSON).
 std::string format_report(const std::vector<ReportRow>& rows, const DeviceDescription& device);
-std::string report_json(const std::vector<ReportRow>& rows, const DeviceDescription& device);
 
 }  // namespace mxlinear

@@ -8,6 +8,7 @@
 
 #include "cpu/registry_test_kernels.hpp"
 #include "host/registry/registry.hpp"
+#include "select_json.hpp"
 #include "support/random.hpp"
 
 namespace mxlinear::test {
@@ -257,7 +258,7 @@ TEST(Registry, ReportForTheBuiltinModelOnADescribedH200) {
   EXPECT_THAT(text, HasSubstr("self_attn.qkv_proj"));
   EXPECT_THAT(text,
               HasSubstr("tuned: no tuned rows of tuned for 6144 x 2048 on sm_90a with 132 SMs"));
-  const std::string json = report_json(rows, kH200);
+  const std::string json = cli::select_report_json(rows, kH200);
   EXPECT_THAT(json, HasSubstr("\"kernel\": \"tuned\""));
   EXPECT_THAT(json, HasSubstr("\"count\": 60"));
 }
@@ -412,7 +413,7 @@ TEST(Registry, ShippedTableLendsTheNearestSeedShapesRowsToAnUntunedLayer) {
   const std::string text = format_report(rows, kH200);
   EXPECT_THAT(text, HasSubstr("M=1 gemv/w16_t8_kwarps8_early~"));
   EXPECT_THAT(text, HasSubstr("M=1 gemv/w16_t8_kwarps8_early*"));
-  EXPECT_THAT(report_json(rows, kH200), HasSubstr("\"borrowed_from\": [\n"));
+  EXPECT_THAT(cli::select_report_json(rows, kH200), HasSubstr("\"borrowed_from\": [\n"));
   // 2560 x 16384 borrows 2560 x 6144's rows, but the 128 x 160 tile of its M = 2048 row cannot
   // hold the scale bytes of K = 16384: the generic kernel keeps that call.
   const LayerSelection long_k = r.select(layer(2560, 16384), kH200);

@@ -8,6 +8,7 @@
 
 #include "cpu/registry_test_kernels.hpp"
 #include "host/registry/registry.hpp"
+#include "select_json.hpp"
 
 namespace mxlinear::test {
 namespace {
@@ -79,7 +80,7 @@ TEST(SelectReport, RunsColumnListsTheDispatchedKernelsApartFromTheSelectedOne) {
 }
 
 TEST(SelectReport, JsonSaysWhatRunsAndWhatClaimsTheLayer) {
-  const auto doc = nlohmann::json::parse(report_json(report(), kH200));
+  const auto doc = nlohmann::json::parse(cli::select_report_json(report(), kH200));
   const auto& a = doc.at("layers").at(0);
   EXPECT_EQ(a.at("kernels_run"), nlohmann::json({"small", "general"}));
   EXPECT_EQ(a.at("selected_kernel"), "tuned");
@@ -93,7 +94,7 @@ TEST(SelectReport, UnprintableLayerNamesAreEscapedAndJsonStaysValid) {
   static const Registry r(kernels(), TunedTable{}, Environment{});
   const auto rows = r.report({{"bad\x1b[2J\xff", 2560, 6144, 1}}, kH200, DType::kBF16);
   EXPECT_THAT(format_report(rows, kH200), HasSubstr("bad\\x1b[2J\\xff"));
-  const auto doc = nlohmann::json::parse(report_json(rows, kH200));
+  const auto doc = nlohmann::json::parse(cli::select_report_json(rows, kH200));
   EXPECT_THAT(doc.at("layers").at(0).at("layer").get<std::string>(), HasSubstr("bad"));
 }
 

@@ -10,6 +10,7 @@
 #include "exit_codes.hpp"
 #include "host/log.hpp"
 #include "host/registry/registry.hpp"
+#include "select_json.hpp"
 
 namespace mxlinear::cli {
 namespace {
@@ -66,7 +67,7 @@ int run_select(const SelectOptions& o) {
   const auto rows = registry.report(layers, device, out);
   log_decisions(rows, device, out);
   if (o.json) {
-    fmt::print("{}\n", report_json(rows, device));
+    fmt::print("{}\n", select_report_json(rows, device));
   } else {
     fmt::print("{}", format_report(rows, device));
   }

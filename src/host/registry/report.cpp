@@ -1,7 +1,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 
 #include "host/log.hpp"
 #include "host/registry/registry.hpp"
@@ -11,8 +10,13 @@ namespace {
 
 std::string kernel_or_none(const Kernel* k) { return k ? std::string(k->name()) : "NONE"; }
 
-// The kernels a layer's calls run on, in the order the per-M dispatch first uses them. It can
-// leave out the selected kernel: a tuned row may hand every M of the layer to another kernel.
+std::string m_range(const ReportRow& r) {
+  if (r.per_m.empty()) return "";
+  return fmt::format("M = {}..{}", r.per_m.front().first, r.per_m.back().first);
+}
+
+}  // namespace
+
 std::vector<std::string> kernels_run(const ReportRow& r) {
   std::vector<std::string> names;
   for (const auto& [m, d] : r.per_m) {
@@ -22,13 +26,6 @@ std::vector<std::string> kernels_run(const ReportRow& r) {
   }
   return names;
 }
-
-std::string m_range(const ReportRow& r) {
-  if (r.per_m.empty()) return "";
-  return fmt::format("M = {}..{}", r.per_m.front().first, r.per_m.back().first);
-}
-
-}  // namespace
 
 std::string format_report(const std::vector<ReportRow>& rows, const DeviceDescription& device) {
   std::string s = fmt::format("mxlinear select on {}\n", device.to_string());
@@ -73,46 +70,6 @@ std::string format_report(const std::vector<ReportRow>& rows, const DeviceDescri
     for (const std::string& w : r.selection.warnings) s += fmt::format("warning: {}\n", w);
   }
   return s;
-}
-
-std::string report_json(const std::vector<ReportRow>& rows, const DeviceDescription& device) {
-  nlohmann::json layers = nlohmann::json::array();
-  for (const ReportRow& r : rows) {
-    nlohmann::json rejected = nlohmann::json::array();
-    for (const Rejection& j : r.selection.rejected) {
-      rejected.push_back({{"kernel", j.kernel}, {"reason", j.reason}});
-    }
-    nlohmann::json per_m = nlohmann::json::array();
-    for (const auto& [m, d] : r.per_m) {
-      nlohmann::json entry = {{"m", m},
-                              {"kernel", d.kernel ? std::string(d.kernel->name()) : ""},
-                              {"config", d.config},
-                              {"source", d.why},
-                              {"borrowed_from", nullptr}};
-      if (d.borrowed_n != 0) entry["borrowed_from"] = {d.borrowed_n, d.borrowed_k};
-      per_m.push_back(std::move(entry));
-    }
-    // kernels_run: what the calls run on (per_m says which M goes where); selected_kernel: the
-    // kernel that claims the layer, which a tuned row may leave with no M at all.
-    layers.push_back(
-        {{"layer", r.layer.name},
-         {"n", r.layer.n},
-         {"k", r.layer.k},
-         {"count", r.layer.count},
-         {"kernels_run", kernels_run(r)},
-         {"selected_kernel", r.selection.kernel ? std::string(r.selection.kernel->name()) : ""},
-         {"rejected", rejected},
-         {"per_m", per_m},
-         {"warnings", r.selection.warnings}});
-  }
-  nlohmann::json doc = {{"device",
-                         {{"name", device.name},
-                          {"arch", device.arch},
-                          {"sms", device.sms},
-                          {"is_gpu", device.is_gpu}}},
-                        {"layers", layers}};
-  // A layer name from a user's model CSV need not be UTF-8: replace such bytes, never throw.
-  return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace mxlinear
