@@ -12,6 +12,10 @@ have_cmd ninja || need+=(ninja-build)
 have_cmd g++ || need+=(g++)
 have_cmd clang-format || need+=(clang-format)
 have_cmd python3 || need+=(python3)  # the tests of scripts/
+# The Python package (scripts/test-python.sh): venv and the headers of the extension module.
+python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+have_cmd python3 && have_file "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ||
+  need+=(python3-dev)
 have_file /usr/include/gtest/gtest.h || need+=(libgtest-dev)
 have_file /usr/include/gmock/gmock.h || need+=(libgmock-dev)
 have_file /usr/include/CLI/CLI.hpp || need+=(libcli11-dev)

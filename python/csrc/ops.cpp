@@ -3,9 +3,9 @@
 // entry points on torch's current stream. Every argument is checked here, before the library is
 // called, so a bad call names the torch argument; mxlinear::Error is turned into ValueError (bad
 // input) or RuntimeError (anything else).
-#include <Python.h>
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <Python.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -42,8 +42,7 @@ mxlinear::DType to_mx_dtype(at::ScalarType t) {
 
 // A contiguous 2-D view [rows, cols] of t's storage (t must be contiguous).
 mxlinear::TensorView view2d(const at::Tensor& t, std::int64_t rows, std::int64_t cols) {
-  const auto location =
-      t.is_cuda() ? mxlinear::Location::kDevice : mxlinear::Location::kHost;
+  const auto location = t.is_cuda() ? mxlinear::Location::kDevice : mxlinear::Location::kHost;
   return mxlinear::TensorView::matrix(t.data_ptr(), rows, cols, cols, to_mx_dtype(t.scalar_type()),
                                       location);
 }
@@ -64,8 +63,8 @@ void check_activation(const char* op, const at::Tensor& x) {
                     dtype_name(x.scalar_type()), "; expected bfloat16, float16 or float32");
   TORCH_CHECK_VALUE(x.dim() >= 1, op, ": argument 'x' is a 0-d tensor; expected [..., K]");
   const std::int64_t k = x.size(-1);
-  TORCH_CHECK_VALUE(k > 0 && k % kBlock == 0, op, ": argument 'x' has K = ", k,
-                    " (shape ", x.sizes(), "); expected a positive multiple of 32");
+  TORCH_CHECK_VALUE(k > 0 && k % kBlock == 0, op, ": argument 'x' has K = ", k, " (shape ",
+                    x.sizes(), "); expected a positive multiple of 32");
 }
 
 // Runs f, turning mxlinear::Error into the matching torch exception.
@@ -148,8 +147,8 @@ at::Tensor linear_impl(const at::Tensor& x_in, const at::Tensor& weight_in,
     const auto& b = *bias_in;
     TORCH_CHECK_VALUE(is_activation_dtype(b.scalar_type()), op, ": argument 'bias' has dtype ",
                       dtype_name(b.scalar_type()), "; expected bfloat16, float16 or float32");
-    TORCH_CHECK_VALUE(b.dim() == 1 && b.size(0) == n, op, ": argument 'bias' has shape ",
-                      b.sizes(), "; expected [", n, "] (N)");
+    TORCH_CHECK_VALUE(b.dim() == 1 && b.size(0) == n, op, ": argument 'bias' has shape ", b.sizes(),
+                      "; expected [", n, "] (N)");
     TORCH_CHECK_VALUE(b.device() == device, op, ": argument 'bias' is on ", b.device(),
                       "; expected x's device ", device);
     // The library takes a bf16 or fp32 bias; fp16 widens to fp32 exactly.
@@ -170,9 +169,10 @@ at::Tensor linear_impl(const at::Tensor& x_in, const at::Tensor& weight_in,
 
   const mxlinear::MxWeight w{view2d(weight, n, k), view2d(weight_scale, n, k / kBlock)};
   std::optional<mxlinear::TensorView> bv;
-  if (bias) bv = mxlinear::TensorView::contiguous(
-      bias->data_ptr(), {n}, to_mx_dtype(bias->scalar_type()),
-      bias->is_cuda() ? mxlinear::Location::kDevice : mxlinear::Location::kHost);
+  if (bias)
+    bv = mxlinear::TensorView::contiguous(
+        bias->data_ptr(), {n}, to_mx_dtype(bias->scalar_type()),
+        bias->is_cuda() ? mxlinear::Location::kDevice : mxlinear::Location::kHost);
   const auto xv = view2d(x, rows, k);
   const auto ov = view2d(out, rows, n);
   translate_errors(op, [&] {
@@ -192,8 +192,8 @@ at::Tensor linear_impl(const at::Tensor& x_in, const at::Tensor& weight_in,
   return out;
 }
 
-at::Tensor linear_cpu(const at::Tensor& x, const at::Tensor& weight,
-                      const at::Tensor& weight_scale, const std::optional<at::Tensor>& bias,
+at::Tensor linear_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
+                      const std::optional<at::Tensor>& bias,
                       std::optional<at::ScalarType> out_dtype) {
   return linear_impl(x, weight, weight_scale, bias, out_dtype);
 }
@@ -225,8 +225,8 @@ TORCH_LIBRARY_IMPL(mxlinear, CUDA, m) {
 
 // Importing mxlinear._C registers the ops above (static initializers); the module itself only
 // carries the library's version.
-static PyModuleDef mxlinear_module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr,
-                                      nullptr, nullptr, nullptr, nullptr};
+static PyModuleDef mxlinear_module = {
+    PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr, nullptr, nullptr, nullptr, nullptr};
 
 PyMODINIT_FUNC PyInit__C() {
   PyObject* module = PyModule_Create(&mxlinear_module);
