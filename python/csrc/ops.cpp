@@ -78,10 +78,12 @@ auto translate_errors(const char* op, F&& f) {
   }
 }
 
-std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x_in, std::string_view rule_s) {
+// One implementation serves both dispatch keys: the dispatcher picks CUDA when any tensor
+// argument is on a GPU, and the device checks below reject a mix.
+std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x_in, c10::string_view rule_s) {
   constexpr const char* op = "mxlinear.quantize";
   check_activation(op, x_in);
-  const auto rule = parse_rule(std::string(rule_s));
+  const auto rule = parse_rule(std::string(rule_s.data(), rule_s.size()));
   const at::Tensor x = x_in.contiguous();
   const std::int64_t k = x.size(-1);
   const std::int64_t rows = k == 0 ? 0 : x.numel() / k;
@@ -103,16 +105,6 @@ std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x_in, std::st
     return 0;
   });
   return {data, scales};
-}
-
-std::tuple<at::Tensor, at::Tensor> quantize_cpu(const at::Tensor& x, c10::string_view rule) {
-  TORCH_CHECK_VALUE(x.device().is_cpu(), "mxlinear.quantize: argument 'x' is on ", x.device(),
-                    "; expected cpu");
-  return quantize_impl(x, std::string_view(rule.data(), rule.size()));
-}
-
-std::tuple<at::Tensor, at::Tensor> quantize_cuda(const at::Tensor& x, c10::string_view rule) {
-  return quantize_impl(x, std::string_view(rule.data(), rule.size()));
 }
 
 at::Tensor linear_impl(const at::Tensor& x_in, const at::Tensor& weight_in,
@@ -192,18 +184,6 @@ at::Tensor linear_impl(const at::Tensor& x_in, const at::Tensor& weight_in,
   return out;
 }
 
-at::Tensor linear_cpu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
-                      const std::optional<at::Tensor>& bias,
-                      std::optional<at::ScalarType> out_dtype) {
-  return linear_impl(x, weight, weight_scale, bias, out_dtype);
-}
-
-at::Tensor linear_cuda(const at::Tensor& x, const at::Tensor& weight,
-                       const at::Tensor& weight_scale, const std::optional<at::Tensor>& bias,
-                       std::optional<at::ScalarType> out_dtype) {
-  return linear_impl(x, weight, weight_scale, bias, out_dtype);
-}
-
 }  // namespace
 
 TORCH_LIBRARY(mxlinear, m) {
@@ -214,13 +194,13 @@ TORCH_LIBRARY(mxlinear, m) {
 }
 
 TORCH_LIBRARY_IMPL(mxlinear, CPU, m) {
-  m.impl("quantize", &quantize_cpu);
-  m.impl("linear", &linear_cpu);
+  m.impl("quantize", &quantize_impl);
+  m.impl("linear", &linear_impl);
 }
 
 TORCH_LIBRARY_IMPL(mxlinear, CUDA, m) {
-  m.impl("quantize", &quantize_cuda);
-  m.impl("linear", &linear_cuda);
+  m.impl("quantize", &quantize_impl);
+  m.impl("linear", &linear_impl);
 }
 
 // Importing mxlinear._C registers the ops above (static initializers); the module itself only

@@ -222,6 +222,21 @@ def test_torch_compile_fullgraph():
         assert torch.equal(compiled(x), layer(x))
 
 
+def test_fake_implementations_on_meta_tensors():
+    x = torch.empty(2, 3, 64, dtype=torch.float16, device="meta")
+    data, scales = mxlinear.quantize(x)
+    assert data.device.type == "meta" and data.dtype == torch.float8_e4m3fn
+    assert data.shape == x.shape and scales.shape == (2, 3, 2) and scales.dtype == torch.uint8
+    w = torch.empty(24, 64, dtype=torch.float8_e4m3fn, device="meta")
+    ws = torch.empty(24, 2, dtype=torch.uint8, device="meta")
+    out = mxlinear.linear(x, w, ws, None, torch.bfloat16)
+    assert out.shape == (2, 3, 24) and out.dtype == torch.bfloat16
+    with pytest.raises(Exception, match="'weight_scale'"):
+        mxlinear.linear(x, w, ws[:, :1])
+    with pytest.raises(Exception, match="'x'"):
+        mxlinear.quantize(torch.empty(2, 40, device="meta"))
+
+
 # --------------------------------------------------------------------------- bad input
 
 
