@@ -36,10 +36,11 @@ int alignment_of(std::initializer_list<const TensorView*> views) {
   return static_cast<int>(bits & (~bits + 1));
 }
 
-// The current CUDA device, described once per device.
+// The current CUDA device, described and checked once per device.
 struct CurrentDevice {
   int ordinal = -1;
   DeviceDescription description;
+  Verdict usable;  // whether linear() may run on it (Registry::check_device)
 };
 
 const CurrentDevice& current_device() {
@@ -49,7 +50,11 @@ const CurrentDevice& current_device() {
   (void)cudaGetDevice(&ordinal);
   const std::lock_guard<std::mutex> lock(mutex);
   auto [it, added] = devices.try_emplace(ordinal);
-  if (added) it->second = CurrentDevice{ordinal, DeviceDescription::current()};
+  if (added) {
+    const DeviceDescription description = DeviceDescription::current();
+    it->second =
+        CurrentDevice{ordinal, description, Registry::global().check_device(description, ordinal)};
+  }
   return it->second;
 }
 
@@ -112,9 +117,7 @@ LayerDescription describe(const KernelCall& call) {
 // device, or no kernel can run the layer.
 Dispatch dispatch_call(std::string_view op, const KernelCall& call, const CurrentDevice& device) {
   const Registry& registry = Registry::global();
-  if (const Verdict v = registry.check_device(device.description, device.ordinal); !v.ok()) {
-    detail::fail(ErrorCode::kUnsupported, op, "x", v.reason);
-  }
+  if (!device.usable.ok()) detail::fail(ErrorCode::kUnsupported, op, "x", device.usable.reason);
   const LayerDescription layer = describe(call);
   const LayerSelection& selection = selection_for(layer, device);
   if (!selection.kernel) {
@@ -166,13 +169,8 @@ void run_dispatched(std::string_view op, const Dispatch& d, const KernelCall& ca
     return;
   }
   // Only the pre-quantized entry point called without a workspace, or a kernel outside the
-  // registry, gets here; the 16-bit entry point's workspace covers every registered kernel's
-  // scratch (linear_workspace_bytes).
-  if (call.activation == ActivationForm::kDequantized) {
-    detail::fail(ErrorCode::kInternal, op, "workspace",
-                 fmt::format("has {} bytes of kernel scratch; {} needs {}", call.workspace.bytes,
-                             d.kernel->name(), scratch));
-  }
+  // registry, gets here: the 16-bit entry point checked its plan against the workspace before
+  // anything ran.
   KernelCall with_scratch = call;
   detail::check_cuda(cudaMallocAsync(&with_scratch.workspace.data, scratch, call.stream),
                      fmt::format("{}: kernel scratch", op));
