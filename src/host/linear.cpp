@@ -199,10 +199,12 @@ WorkspaceLayout workspace_layout(std::int64_t rows, std::int64_t k,
           round_up(Registry::global().max_scratch_bytes(rows, k, device), kWorkspaceAlign)};
 }
 
-// A caller's workspace must be empty (allocate on demand) or large and aligned enough.
+// Whether the caller gave a workspace; an empty one means allocate on demand.
+bool given(const Workspace& workspace) { return workspace.data != nullptr || workspace.bytes != 0; }
+
+// A workspace the caller gave must be large and aligned enough.
 void check_workspace(std::string_view op, const Workspace& workspace, const LinearShape& shape,
                      std::size_t needed) {
-  if (workspace.data == nullptr && workspace.bytes == 0) return;
   if (workspace.data == nullptr || workspace.bytes < needed) {
     detail::fail(ErrorCode::kInvalidArgument, op, "workspace",
                  fmt::format("has {} bytes at {}; expected at least {} bytes for M = {}, "
@@ -225,7 +227,7 @@ void linear_from_16bit(std::string_view op, const TensorView& x, const MxWeight&
   if (shape.m == 0) return;
   const CurrentDevice& device = current_device();
   const WorkspaceLayout layout = workspace_layout(shape.m, shape.k, device.description);
-  check_workspace(op, workspace, shape, layout.total());
+  if (given(workspace)) check_workspace(op, workspace, shape, layout.total());
   // The quantized activation's views, placed in the workspace below. Until then their data are
   // null, which aligns like the workspace's 256-byte aligned parts for the selection.
   TensorView q =
@@ -242,7 +244,7 @@ void linear_from_16bit(std::string_view op, const TensorView& x, const MxWeight&
                  fmt::format("has {} bytes of kernel scratch; {}/{} plans {}", layout.scratch,
                              d.kernel->name(), d.config, plan.scratch_bytes));
   }
-  const bool allocate = workspace.data == nullptr && workspace.bytes == 0;
+  const bool allocate = !given(workspace);
   void* buffer = workspace.data;
   if (allocate) {
     detail::check_cuda(cudaMallocAsync(&buffer, layout.total(), stream),
@@ -309,8 +311,10 @@ void linear(const QuantizedActivation& x, const MxWeight& weight,
   const LinearShape shape =
       detail::check_linear(kOp, x.data, &x.scales, weight, bias, out, Location::kDevice);
   const CurrentDevice& device = current_device();
-  check_workspace(kOp, workspace, shape,
-                  workspace_layout(shape.m, shape.k, device.description).total());
+  if (given(workspace)) {
+    check_workspace(kOp, workspace, shape,
+                    workspace_layout(shape.m, shape.k, device.description).total());
+  }
   if (shape.m == 0) return;
   KernelCall call{x, weight, bias, out, shape, stream, workspace};
   call.sms = device.description.sms;

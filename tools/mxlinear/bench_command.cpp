@@ -34,6 +34,7 @@
 #include "mxlinear/error.hpp"
 #include "mxlinear/linear.hpp"
 #include "mxlinear/models.hpp"
+#include "mxlinear/version.hpp"
 #include "report.hpp"
 
 namespace mxlinear::cli {
@@ -374,7 +375,7 @@ int run_bench(const BenchOptions& o) {
                {{"driver_cuda", fmt::format("{}.{}", driver / 1000, (driver % 1000) / 10)},
                 {"cuda_runtime", fmt::format("{}.{}", runtime / 1000, (runtime % 1000) / 10)},
                 {"cublas", bench::cublas_version()},
-                {"mxlinear", MXLINEAR_VERSION_STRING}}},
+                {"mxlinear", std::string(mxlinear::version())}}},
               {"sms", prop.multiProcessorCount},
               {"l2_bytes", l2},
               {"method",

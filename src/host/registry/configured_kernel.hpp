@@ -62,12 +62,12 @@ class ConfigTable {
     names_.push_back(config.name());
   }
 
-  // The compiled config `name` names (instance < 0 where none does).
+  // The compiled config `name` names (instance < 0 where none does). A name is compared with the
+  // compiled names rather than parsed: Config::parse accepts only the text name() prints, so the
+  // two agree, and a lookup on every call stays a string comparison per config.
   Resolved<Config> find(std::string_view name) const {
-    if (const std::optional<Config> parsed = Config::parse(name)) {
-      for (const Resolved<Config>& c : compiled_) {
-        if (static_cast<const Config&>(c) == *parsed) return c;
-      }
+    for (std::size_t i = 0; i < names_.size(); ++i) {
+      if (names_[i] == name) return compiled_[i];
     }
     return {};
   }

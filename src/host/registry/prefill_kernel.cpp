@@ -90,7 +90,7 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
   Verdict can_run(std::int64_t m, std::int64_t k, std::string_view config) const override {
     const auto c = compiled_configs().find(config);
     if (c.instance < 0) return not_a_config(config);
-    if (is_stream_k(config) && m < device::kPrefillStreamKMinRows) {
+    if (c.walk == detail::PrefillConfig::Walk::kStreamK && m < device::kPrefillStreamKMinRows) {
       return {fmt::format("is '{}'; stream-K configs run from M = {} (M is {})", config,
                           device::kPrefillStreamKMinRows, m)};
     }
@@ -173,13 +173,9 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
     l.activation_bytes = activation_bytes(shape);
     l.bytes = l.activation_bytes;
     const auto c = compiled_configs().find(config);
-    if (c.instance < 0 || sms < 1 ||
-        !device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)].stream_k) {
-      return l;
-    }
-    const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)];
+    if (c.instance < 0 || sms < 1 || c.walk != detail::PrefillConfig::Walk::kStreamK) return l;
     l.stream_k_ctas = sms;
-    l.flags = {l.activation_bytes + static_cast<std::size_t>(sms) * i.rows * i.tokens * 4,
+    l.flags = {l.activation_bytes + static_cast<std::size_t>(sms) * c.rows * c.tokens * 4,
                static_cast<std::size_t>(sms)};
     l.bytes += device::prefill_stream_k_bytes(sms);
     return l;
@@ -187,9 +183,6 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
   static std::size_t activation_bytes(const LinearShape& shape) {
     const auto bytes = static_cast<std::size_t>(shape.m * shape.k) * 2;
     return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
-  }
-  static bool is_stream_k(std::string_view config) {
-    return compiled_configs().find(config).walk == detail::PrefillConfig::Walk::kStreamK;
   }
 };
 

@@ -9,10 +9,7 @@
 
 #include "host/log.hpp"
 #include "host/registry/shipped_tables.hpp"
-
-#ifndef MXLINEAR_VERSION_MAJOR_MINOR
-#error "the build defines MXLINEAR_VERSION_MAJOR_MINOR"
-#endif
+#include "mxlinear/version.hpp"
 
 namespace mxlinear {
 namespace {
@@ -32,7 +29,7 @@ std::string names_of(const std::vector<std::shared_ptr<const Kernel>>& kernels) 
 TableContext table_context(const std::vector<std::shared_ptr<const Kernel>>& kernels) {
   TableContext context;
   for (const auto& k : kernels) context.kernel_configs[std::string(k->name())] = k->configs();
-  context.library_version = MXLINEAR_VERSION_MAJOR_MINOR;
+  context.library_version = fmt::format("{}.{}", MXLINEAR_VERSION_MAJOR, MXLINEAR_VERSION_MINOR);
   context.cuda_version = fmt::format("{}.{}", CUDART_VERSION / 1000, (CUDART_VERSION % 1000) / 10);
   return context;
 }
