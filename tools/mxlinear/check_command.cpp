@@ -216,7 +216,8 @@ void validate(const CheckOptions& options, bool reference_on_cpu) {
 }
 
 int run_check(const CheckOptions& options) {
-  const bool on_gpu = !options.cpu && gpu_available();
+  const bool gpu = gpu_available();
+  const bool on_gpu = !options.cpu && gpu;
   validate(options, options.kernel.empty() && !on_gpu);
   if (!options.kernel.empty()) {
     note_unused_selection_switches(
@@ -226,7 +227,7 @@ int run_check(const CheckOptions& options) {
         "check", options.cpu ? "--cpu runs the CPU reference directly"
                              : "with no sm_90 GPU here the CPU reference runs directly");
   }
-  if (!options.kernel.empty() && !gpu_available()) {
+  if (!options.kernel.empty() && !gpu) {
     fmt::print("mxlinear check: --kernel needs an sm_90 GPU; this machine has none (skipped)\n");
     return kExitSkipped;
   }

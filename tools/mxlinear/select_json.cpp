@@ -19,7 +19,7 @@ std::string select_report_json(const std::vector<ReportRow>& rows,
     nlohmann::json per_m = nlohmann::json::array();
     for (const auto& [m, d] : r.per_m) {
       nlohmann::json entry = {{"m", m},
-                              {"kernel", d.kernel ? std::string(d.kernel->name()) : ""},
+                              {"kernel", std::string(kernel_name(d.kernel))},
                               {"config", d.config},
                               {"source", d.why},
                               {"borrowed_from", nullptr}};
@@ -28,16 +28,15 @@ std::string select_report_json(const std::vector<ReportRow>& rows,
     }
     // kernels_run: what the calls run on (per_m says which M goes where); selected_kernel: the
     // kernel that claims the layer, which a tuned row may leave with no M at all.
-    layers.push_back(
-        {{"layer", r.layer.name},
-         {"n", r.layer.n},
-         {"k", r.layer.k},
-         {"count", r.layer.count},
-         {"kernels_run", kernels_run(r)},
-         {"selected_kernel", r.selection.kernel ? std::string(r.selection.kernel->name()) : ""},
-         {"rejected", rejected},
-         {"per_m", per_m},
-         {"warnings", r.selection.warnings}});
+    layers.push_back({{"layer", r.layer.name},
+                      {"n", r.layer.n},
+                      {"k", r.layer.k},
+                      {"count", r.layer.count},
+                      {"kernels_run", kernels_run(r)},
+                      {"selected_kernel", std::string(kernel_name(r.selection.kernel))},
+                      {"rejected", rejected},
+                      {"per_m", per_m},
+                      {"warnings", r.selection.warnings}});
   }
   nlohmann::json doc = {{"device",
                          {{"name", device.name},

@@ -1,7 +1,6 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "host/log.hpp"
 #include "host/registry/registry.hpp"
 
 namespace mxlinear {
@@ -27,21 +26,15 @@ Environment Environment::from(const std::map<std::string, std::string>& vars) {
     const auto it = vars.find(name);
     return it == vars.end() ? "" : it->second;
   };
-  // Kernel names, the backend and the log level are kept as messages show them (for_display):
-  // a valid value (a kernel name, warn/info/debug) is printable and short, so unchanged, and an
-  // invalid one is only ever echoed in a warning, which must not carry a 100 KB value or
-  // terminal control bytes. Table paths stay verbatim: they are opened.
-  for (const std::string& name : split(get("MXLINEAR_DISABLED_KERNELS"), ',')) {
-    env.disabled.push_back(detail::for_display(name));
-  }
-  if (const std::string b = get("MXLINEAR_BACKEND"); !b.empty())
-    env.backend = detail::for_display(b);
-  if (const std::string l = get("MXLINEAR_LOG"); !l.empty()) env.log = detail::for_display(l);
+  // Values are kept as given; the registry's warnings echo an invalid one through for_display.
+  env.disabled = split(get("MXLINEAR_DISABLED_KERNELS"), ',');
+  if (const std::string b = get("MXLINEAR_BACKEND"); !b.empty()) env.backend = b;
+  if (const std::string l = get("MXLINEAR_LOG"); !l.empty()) env.log = l;
   env.tuned_tables = split(get("MXLINEAR_TUNED_TABLES"), ':');
   if (const std::string n = get("MXLINEAR_NEAREST_ROWS"); n == "0") {
     env.nearest_rows = false;
   } else if (!n.empty() && n != "1") {
-    env.nearest_rows_invalid = detail::for_display(n);
+    env.nearest_rows_invalid = n;
   }
   return env;
 }

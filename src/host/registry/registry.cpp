@@ -45,24 +45,24 @@ Registry::Registry(std::vector<std::shared_ptr<const Kernel>> kernels, TunedTabl
   for (const std::string& name : env_.disabled) {
     if (!find(name)) {
       warnings_.push_back(fmt::format(
-          "MXLINEAR_DISABLED_KERNELS names '{}', which is not a kernel; valid names: {}", name,
-          names_of(kernels_)));
+          "MXLINEAR_DISABLED_KERNELS names '{}', which is not a kernel; valid names: {}",
+          detail::for_display(name), names_of(kernels_)));
     }
   }
   if (env_.backend != "auto" && !find(env_.backend)) {
     warnings_.push_back(fmt::format(
         "MXLINEAR_BACKEND is '{}', which is not a kernel; using automatic selection. Valid: "
         "auto, {}",
-        env_.backend, names_of(kernels_)));
+        detail::for_display(env_.backend), names_of(kernels_)));
     env_.backend = "auto";
   }
   if (env_.log != "warn" && env_.log != "info" && env_.log != "debug") {
-    warnings_.push_back(
-        fmt::format("MXLINEAR_LOG is '{}'; expected warn, info or debug", env_.log));
+    warnings_.push_back(fmt::format("MXLINEAR_LOG is '{}'; expected warn, info or debug",
+                                    detail::for_display(env_.log)));
   }
   if (!env_.nearest_rows_invalid.empty()) {
     warnings_.push_back(fmt::format("MXLINEAR_NEAREST_ROWS is '{}'; expected 1 or 0; using 1",
-                                    env_.nearest_rows_invalid));
+                                    detail::for_display(env_.nearest_rows_invalid)));
   }
 }
 

@@ -8,7 +8,8 @@
 namespace mxlinear {
 namespace {
 
-std::string kernel_or_none(const Kernel* k) { return k ? std::string(k->name()) : "NONE"; }
+// A dispatch's kernel, or NONE where no kernel can run the layer.
+std::string_view kernel_or_none(const Kernel* k) { return k ? kernel_name(k) : "NONE"; }
 
 std::string m_range(const ReportRow& r) {
   if (r.per_m.empty()) return "";

@@ -56,9 +56,6 @@ bool printable(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7F; });
 }
 
-// A field as it may appear in a message.
-std::string shown(std::string_view field) { return detail::for_display(field); }
-
 std::string major_of(const std::string& version) { return version.substr(0, version.find('.')); }
 
 // One data row, or the reason it is rejected.
@@ -81,51 +78,52 @@ std::string parse_row(std::string_view line, const TableContext& context, TunedK
   key.arch = std::string(f[0]);
   std::int64_t sms = 0;
   if (!parse_int(f[1], 1, 4096, sms))
-    return fmt::format("has sms '{}'; expected 1..4096", shown(f[1]));
+    return fmt::format("has sms '{}'; expected 1..4096", detail::for_display(f[1]));
   key.sms = static_cast<int>(sms);
   if (!parse_int(f[2], 1, kMaxExtent, key.n)) {
-    return fmt::format("has n '{}'; expected 1..{}", shown(f[2]), kMaxExtent);
+    return fmt::format("has n '{}'; expected 1..{}", detail::for_display(f[2]), kMaxExtent);
   }
   if (!parse_int(f[3], 32, kMaxExtent, key.k) || key.k % 32 != 0) {
-    return fmt::format("has k '{}'; expected a multiple of 32 in 32..{}", shown(f[3]), kMaxExtent);
+    return fmt::format("has k '{}'; expected a multiple of 32 in 32..{}", detail::for_display(f[3]),
+                       kMaxExtent);
   }
   std::string_view m = f[4];
   key.exact_m = !m.empty() && m.front() == '=';
   if (key.exact_m) m.remove_prefix(1);
   if (!parse_int(m, 1, kMaxExtent, key.m) || (!key.exact_m && !is_power_of_two(key.m))) {
     return fmt::format("has m '{}'; expected a power-of-two bucket (64) or an exact M (=48)",
-                       shown(f[4]));
+                       detail::for_display(f[4]));
   }
   value.kernel = std::string(f[5]);
   const auto kernel = context.kernel_configs.find(value.kernel);
   if (kernel == context.kernel_configs.end()) {
     std::vector<std::string> names;
     for (const auto& [name, configs] : context.kernel_configs) names.push_back(name);
-    return fmt::format("names kernel '{}'; expected one of: {}", shown(f[5]),
+    return fmt::format("names kernel '{}'; expected one of: {}", detail::for_display(f[5]),
                        fmt::join(names, ", "));
   }
   value.config = std::string(f[6]);
   const auto& configs = kernel->second;
   if (std::find(configs.begin(), configs.end(), value.config) == configs.end()) {
-    return fmt::format("names config '{}' of kernel {}; expected one of: {}", shown(f[6]),
-                       value.kernel, fmt::join(configs, ", "));
+    return fmt::format("names config '{}' of kernel {}; expected one of: {}",
+                       detail::for_display(f[6]), value.kernel, fmt::join(configs, ", "));
   }
   if (!parse_real(f[7], value.us))
-    return fmt::format("has us '{}'; expected a number >= 0", shown(f[7]));
+    return fmt::format("has us '{}'; expected a number >= 0", detail::for_display(f[7]));
   if (!parse_real(f[8], value.error_ratio) || value.error_ratio > 1.0) {
     return fmt::format(
         "has error_ratio '{}'; expected a number in 0..1 (a config that failed "
         "its accuracy check is never used)",
-        shown(f[8]));
+        detail::for_display(f[8]));
   }
   value.library_version = std::string(f[9]);
   value.cuda_version = std::string(f[10]);
   if (value.library_version != context.library_version) {
-    return fmt::format("is stale: tuned with mxlinear {}; this is mxlinear {}", shown(f[9]),
-                       context.library_version);
+    return fmt::format("is stale: tuned with mxlinear {}; this is mxlinear {}",
+                       detail::for_display(f[9]), context.library_version);
   }
   if (major_of(value.cuda_version) != major_of(context.cuda_version)) {
-    return fmt::format("is stale: tuned with CUDA {}; this is CUDA {}", shown(f[10]),
+    return fmt::format("is stale: tuned with CUDA {}; this is CUDA {}", detail::for_display(f[10]),
                        context.cuda_version);
   }
   return "";
