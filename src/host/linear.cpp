@@ -93,10 +93,8 @@ const LayerSelection& selection_for(const LayerDescription& layer, const Current
                                 ? ""
                                 : s.rejected.front().kernel + ": " + s.rejected.front().reason));
   } else if (s.kernel) {
-    detail::log(
-        detail::LogLevel::kInfo,
-        fmt::format("layer {} x {} ({} out) on {}: {}", layer.n, layer.k,
-                    to_string(layer.out_dtype), device.description.to_string(), s.kernel->name()));
+    detail::log(detail::LogLevel::kInfo, selection_log_line(layer.n, layer.k, layer.out_dtype,
+                                                            device.description, s.kernel->name()));
   }
   return cache.emplace(key, std::move(s)).first->second;
 }
@@ -131,9 +129,7 @@ Dispatch dispatch_call(std::string_view op, const KernelCall& call, const Curren
   }
   const Dispatch d = registry.dispatch(selection, device.description, call.shape.m);
   if (detail::log_enabled(detail::LogLevel::kDebug)) {
-    detail::log(detail::LogLevel::kDebug,
-                fmt::format("{} x {} x {}: {}/{} ({})", call.shape.m, layer.n, layer.k,
-                            d.kernel->name(), d.config, d.why));
+    detail::log(detail::LogLevel::kDebug, dispatch_log_line(call.shape.m, layer.n, layer.k, d));
   }
   return d;
 }

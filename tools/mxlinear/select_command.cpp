@@ -32,20 +32,16 @@ void log_decisions(const std::vector<ReportRow>& rows, const DeviceDescription& 
     for (const Rejection& j : s.rejected) {
       rejected += fmt::format("; {} rejected: {}", j.kernel, j.reason);
     }
-    std::vector<std::string> runs;
-    for (const auto& [m, d] : r.per_m) {
-      const std::string name = d.kernel ? std::string(d.kernel->name()) : "none";
-      if (std::find(runs.begin(), runs.end(), name) == runs.end()) runs.push_back(name);
-    }
+    const std::vector<std::string> runs = kernels_run(r);
     detail::log(
         detail::LogLevel::kInfo,
-        fmt::format("layer {} x {} ({} out) on {}: {}{}; its calls run on {}", r.layer.n, r.layer.k,
-                    to_string(out), device.to_string(), s.kernel ? s.kernel->name() : "no kernel",
-                    rejected, fmt::join(runs, ", ")));
+        fmt::format("{}{}; its calls run on {}",
+                    selection_log_line(r.layer.n, r.layer.k, out, device,
+                                       s.kernel ? s.kernel->name() : "no kernel"),
+                    rejected, runs.empty() ? "none" : fmt::format("{}", fmt::join(runs, ", "))));
+    if (!detail::log_enabled(detail::LogLevel::kDebug)) continue;
     for (const auto& [m, d] : r.per_m) {
-      detail::log(detail::LogLevel::kDebug,
-                  fmt::format("{} x {} x {}: {}/{} ({})", m, r.layer.n, r.layer.k,
-                              d.kernel ? d.kernel->name() : "none", d.config, d.why));
+      detail::log(detail::LogLevel::kDebug, dispatch_log_line(m, r.layer.n, r.layer.k, d));
     }
   }
 }

@@ -252,6 +252,17 @@ std::vector<ReportRow> selection_report(const std::vector<ModelLayer>& layers,
 
 bool is_cpu_reference(const Kernel& kernel) { return kernel.name() == "reference"; }
 
+std::string selection_log_line(std::int64_t n, std::int64_t k, DType out,
+                               const DeviceDescription& device, std::string_view kernel) {
+  return fmt::format("layer {} x {} ({} out) on {}: {}", n, k, to_string(out), device.to_string(),
+                     kernel);
+}
+
+std::string dispatch_log_line(std::int64_t m, std::int64_t n, std::int64_t k, const Dispatch& d) {
+  return fmt::format("{} x {} x {}: {}/{} ({})", m, n, k, d.kernel ? d.kernel->name() : "none",
+                     d.config, d.why);
+}
+
 std::string_view kernel_name(const Kernel* kernel) {
   return kernel != nullptr ? kernel->name() : std::string_view();
 }

@@ -106,6 +106,12 @@ class Registry {
 // through the host and synchronizes the stream.
 bool is_cpu_reference(const Kernel& kernel);
 
+// The log lines of a selection and of a dispatch, as linear() and `mxlinear select` write them:
+// "layer N x K (<out> out) on <device>: <kernel>" and "M x N x K: <kernel>/<config> (<why>)".
+std::string selection_log_line(std::int64_t n, std::int64_t k, DType out,
+                               const DeviceDescription& device, std::string_view kernel);
+std::string dispatch_log_line(std::int64_t m, std::int64_t n, std::int64_t k, const Dispatch& d);
+
 // The built-in kernels in preference order, and the context their tuned rows are parsed with.
 std::vector<std::shared_ptr<const Kernel>> builtin_kernels();
 TableContext table_context(const std::vector<std::shared_ptr<const Kernel>>& kernels);
