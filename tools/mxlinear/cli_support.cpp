@@ -97,9 +97,7 @@ const Kernel& require_kernel(std::string_view option, const std::string& name) {
 }
 
 const Kernel& registry_kernel(std::string_view name) {
-  for (const auto& k : Registry::global().kernels()) {
-    if (k->name() == name) return *k;
-  }
+  if (const Kernel* k = Registry::global().find(name)) return *k;
   throw Error(ErrorCode::kInternal, "kernel",
               fmt::format("the registry has no kernel {}", detail::for_display(name)));
 }

@@ -91,9 +91,10 @@ class Registry {
   const std::vector<std::shared_ptr<const Kernel>>& kernels() const { return kernels_; }
   const TunedTable& table() const { return table_; }
   const Environment& environment() const { return env_; }
+  // The kernel of that name, or nullptr.
+  const Kernel* find(std::string_view name) const;
 
  private:
-  const Kernel* find(std::string_view name) const;
   std::vector<std::shared_ptr<const Kernel>> kernels_;
   // Each kernel's configs() as a set, asked once: dispatch() checks a row's config per call.
   std::map<const Kernel*, std::set<std::string, std::less<>>> configs_;
