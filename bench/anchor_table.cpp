@@ -4,11 +4,13 @@
 
 #include <charconv>
 #include <cmath>
-#include <fstream>
+#include <sstream>
 #include <string_view>
 #include <system_error>
 #include <vector>
 
+#include "host/log.hpp"
+#include "host/user_file.hpp"
 #include "mxlinear/error.hpp"
 
 namespace mxlinear::bench {
@@ -89,12 +91,17 @@ std::map<AnchorKey, double> parse_tri_mx(std::istream& in, const std::string& so
 
 std::map<AnchorKey, double> load_tri_mx(const std::string& path) {
   if (path.empty()) return {};
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw Error(ErrorCode::kInvalidArgument, "anchors",
-                fmt::format("bench: argument 'anchors' is '{}', which cannot be opened", path));
+  // Read as any user file (a regular file, at most 16 MiB): /dev/zero is refused, not read
+  // without end.
+  const detail::UserFile file = detail::read_user_file(path, std::size_t{16} << 20);
+  if (!file.problem.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, "--anchors",
+                fmt::format("bench: --anchors is '{}', which {}; expected an anchor CSV such as "
+                            "bench/anchors/h200-2026-11-30.csv",
+                            detail::for_display(path), file.problem));
   }
-  return parse_tri_mx(in, path);
+  std::istringstream text(file.text);
+  return parse_tri_mx(text, detail::for_display(path));
 }
 
 }  // namespace mxlinear::bench

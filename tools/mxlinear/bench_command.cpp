@@ -13,7 +13,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,7 +29,6 @@
 #include "host/diagnostics.hpp"
 #include "host/log.hpp"
 #include "host/registry/registry.hpp"
-#include "host/user_file.hpp"
 #include "mxlinear/error.hpp"
 #include "mxlinear/linear.hpp"
 #include "mxlinear/models.hpp"
@@ -296,21 +294,6 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
   return row;
 }
 
-// The anchor table of --anchors: read as any user file (a regular file, at most 16 MiB), so a
-// path such as /dev/zero is refused instead of read without end.
-std::map<bench::AnchorKey, double> load_anchors(const std::string& path) {
-  if (path.empty()) return {};
-  const detail::UserFile file = detail::read_user_file(path, std::size_t{16} << 20);
-  if (!file.problem.empty()) {
-    throw Error(ErrorCode::kInvalidArgument, "--anchors",
-                fmt::format("bench: --anchors is '{}', which {}; expected an anchor CSV such as "
-                            "bench/anchors/h200-2026-11-30.csv",
-                            detail::for_display(path), file.problem));
-  }
-  std::istringstream text(file.text);
-  return bench::parse_tri_mx(text, detail::for_display(path));
-}
-
 // Writes `text` to `path`; an error names the option.
 void write_output(std::string_view option, const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
@@ -339,7 +322,7 @@ int run_bench(const BenchOptions& o) {
   // The inputs and outputs first: a bad one is reported with or without a GPU.
   if (!o.json_path.empty()) require_writable_path("--json", o.json_path);
   if (!o.markdown_path.empty()) require_writable_path("--markdown", o.markdown_path);
-  const auto tri_mx = load_anchors(o.anchors);
+  const auto tri_mx = bench::load_tri_mx(o.anchors);
   const std::vector<ModelLayer> layers = load_model(o.model);
   if (!gpu_available()) {
     fmt::print(stderr, "mxlinear bench: SKIPPED: no sm_90 GPU; nothing to time\n");
