@@ -23,6 +23,12 @@
 #             bench-2.json and bench-base-2.json (round 2), ..., and ab-summary.md,
 #             ab-summary-2.md, ... (scripts/ab_summary.py: this tree / base per M; below 1 this
 #             tree is faster). Implies bench
+#   python    the Python package: `pip install .` into the environment of $PYTHON (default
+#             python3; it must have torch, scikit-build-core and pytest), then its whole pytest
+#             suite, GPU tests included: pytest.log
+#   pybench   `python -m mxlinear.bench $PYBENCH_ARGS`: pybench.json, pybench.txt. Implies python
+#   minilm    examples/minilm/run.py on the model directory $MINILM_DIR (default .devrun/minilm):
+#             minilm/. Implies python
 # SKIP_BUILD=1 uses build/ as it is. PACK_OUT=1 packs everything under $OUT into $OUT/out.tgz as
 # the script ends, a failed build included.
 # $BENCH_ARGS is a word list, split on purpose:
@@ -132,6 +138,33 @@ fi
 if has_step select; then
   "$cli" select --model builtin:minimax-m3.1-flash-tp4 | tee "$OUT/select.txt" || status=1
   "$cli" select --model builtin:minimax-m3.1-flash-tp4 --json >"$OUT/select.json" || status=1
+fi
+
+if has_step python || has_step pybench || has_step minilm; then
+  py="${PYTHON:-python3}"
+  if "$py" -m pip install -q --no-build-isolation --no-deps --no-index . >"$OUT/pip.log" 2>&1; then
+    rm -f "$OUT/pip.log"
+    if has_step python; then
+      (cd python/tests && "$py" -m pytest -q -rs -p no:cacheprovider) >"$OUT/pytest.log" 2>&1 ||
+        status=1
+      tail -25 "$OUT/pytest.log"
+    fi
+    if has_step pybench; then
+      "$py" -m mxlinear.bench ${PYBENCH_ARGS:-} --json "$OUT/pybench.json" 2>&1 |
+        tee "$OUT/pybench.txt"
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    fi
+    if has_step minilm; then
+      "$py" examples/minilm/run.py --model-dir "${MINILM_DIR:-.devrun/minilm}" \
+        --out "$OUT/minilm" 2>&1 | tee "$OUT/minilm.txt"
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    fi
+  else
+    echo "PYTHON PACKAGE BUILD FAILED"
+    tail -40 "$OUT/pip.log"
+    status=1
+  fi
+  step_ended python
 fi
 
 # bench_run BINARY NAME [ARGS...]: one `mxlinear bench $BENCH_ARGS` into NAME.json and NAME.txt.

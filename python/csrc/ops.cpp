@@ -1,220 +1,263 @@
-// The torch custom ops mxlinear::quantize and mxlinear::linear over the mxlinear library: the CPU
-// kernels are the library's reference (quantize_rows, reference_linear), the CUDA kernels its GPU
-// entry points on torch's current stream. Every argument is checked here, before the library is
-// called, so a bad call names the torch argument; mxlinear::Error is turned into ValueError (bad
-// input) or RuntimeError (anything else).
-#include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <Python.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <torch/library.h>
+// The torch custom ops mxlinear::_quantize, mxlinear::linear and mxlinear::linear_quantized over
+// the mxlinear library, registered through torch's stable ABI. CPU tensors run the library's
+// reference (quantize_rows, reference_linear); CUDA tensors its GPU entry points on torch's
+// current stream, with the workspace from torch's caching allocator, so a call never
+// synchronizes the host and can be captured in a CUDA graph. Every argument is checked before
+// the library is called, so a bad call names the torch argument.
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
 
-#include <cstdint>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
-#include "mxlinear/mxlinear.hpp"
+#include "torch_views.hpp"
 
+namespace mxlinear_torch {
 namespace {
 
-constexpr std::int64_t kBlock = 32;
-
-std::string dtype_name(at::ScalarType t) { return std::string(c10::toString(t)); }
-
-mxlinear::DType to_mx_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::kBFloat16:
-      return mxlinear::DType::kBF16;
-    case at::kHalf:
-      return mxlinear::DType::kF16;
-    case at::kFloat:
-      return mxlinear::DType::kF32;
-    case at::kFloat8_e4m3fn:
-      return mxlinear::DType::kE4M3;
-    case at::kByte:
-    case at::kFloat8_e8m0fnu:
-      return mxlinear::DType::kE8M0;
-    default:
-      TORCH_CHECK(false, "mxlinear: dtype ", dtype_name(t), " has no mxlinear equivalent");
-  }
-}
-
-// A contiguous 2-D view [rows, cols] of t's storage (t must be contiguous).
-mxlinear::TensorView view2d(const at::Tensor& t, std::int64_t rows, std::int64_t cols) {
-  const auto location = t.is_cuda() ? mxlinear::Location::kDevice : mxlinear::Location::kHost;
-  return mxlinear::TensorView::matrix(t.data_ptr(), rows, cols, cols, to_mx_dtype(t.scalar_type()),
-                                      location);
-}
-
-mxlinear::ScaleRule parse_rule(const std::string& rule) {
-  if (rule == "rceil") return mxlinear::ScaleRule::kRceil;
-  if (rule == "floor") return mxlinear::ScaleRule::kFloor;
-  TORCH_CHECK_VALUE(false, "mxlinear.quantize: argument 'rule' is '", rule,
-                    "'; expected 'rceil' or 'floor'");
-}
-
-bool is_activation_dtype(at::ScalarType t) {
-  return t == at::kBFloat16 || t == at::kHalf || t == at::kFloat;
-}
-
-void check_activation(const char* op, const at::Tensor& x) {
-  TORCH_CHECK_VALUE(is_activation_dtype(x.scalar_type()), op, ": argument 'x' has dtype ",
-                    dtype_name(x.scalar_type()), "; expected bfloat16, float16 or float32");
-  TORCH_CHECK_VALUE(x.dim() >= 1, op, ": argument 'x' is a 0-d tensor; expected [..., K]");
-  const std::int64_t k = x.size(-1);
-  TORCH_CHECK_VALUE(k > 0 && k % kBlock == 0, op, ": argument 'x' has K = ", k, " (shape ",
-                    x.sizes(), "); expected a positive multiple of 32");
-}
-
-// Runs f, turning mxlinear::Error into the matching torch exception.
+// Runs f, prefixing a library error with the op's name.
 template <typename F>
-auto translate_errors(const char* op, F&& f) {
+void call_library(const char* op, F&& f) {
   try {
-    return f();
+    f();
   } catch (const mxlinear::Error& e) {
-    TORCH_CHECK_VALUE(e.code() != mxlinear::ErrorCode::kInvalidArgument, op, ": ", e.what());
-    TORCH_CHECK(false, op, ": ", e.what(), " (", mxlinear::to_string(e.code()), ")");
+    fail(concat(op, ": ", e.what(), " (", mxlinear::to_string(e.code()), ")"));
   }
 }
 
-// One implementation serves both dispatch keys: the dispatcher picks CUDA when any tensor
-// argument is on a GPU, and the device checks below reject a mix.
-std::tuple<at::Tensor, at::Tensor> quantize_impl(const at::Tensor& x_in, c10::string_view rule_s) {
+cudaStream_t current_stream(const Tensor& t) {
+  void* stream = nullptr;
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(t.get_device_index(), &stream));
+  return static_cast<cudaStream_t>(stream);
+}
+
+std::vector<std::int64_t> sizes_with_last(const Tensor& t, std::int64_t last) {
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(t.dim()));
+  for (std::int64_t d = 0; d < t.dim(); ++d) sizes[static_cast<std::size_t>(d)] = t.size(d);
+  sizes.back() = last;
+  return sizes;
+}
+
+// A device workspace of linear_workspace_bytes(rows, k) bytes from torch's caching allocator on
+// t's device. It is returned to the allocator when the tensor dies, and the allocator reuses it
+// only for work ordered after this stream's kernels.
+Tensor workspace_for(const Tensor& t, std::int64_t rows, std::int64_t k, std::size_t* bytes) {
+  *bytes = mxlinear::linear_workspace_bytes(rows, k);
+  return torch::stable::new_empty(t, {static_cast<std::int64_t>(*bytes)}, ScalarType::Byte);
+}
+
+// The bias as the library takes it: bf16 or fp32, contiguous (fp16 widens to fp32 exactly).
+std::optional<Tensor> check_bias(const char* op, const std::optional<Tensor>& bias, const Tensor& x,
+                                 std::int64_t n) {
+  if (!bias.has_value()) return std::nullopt;
+  const Tensor& b = *bias;
+  MXLINEAR_TORCH_CHECK(is_activation_dtype(b.scalar_type()), op, ": argument 'bias' has dtype ",
+                       torch::headeronly::toString(b.scalar_type()),
+                       "; expected BFloat16, Half or Float");
+  MXLINEAR_TORCH_CHECK(b.dim() == 1 && b.size(0) == n, op, ": argument 'bias' has shape ",
+                       shape_string(b), "; expected [", n, "] (N)");
+  MXLINEAR_TORCH_CHECK(same_device(b, x), op, ": argument 'bias' is on ", device_string(b),
+                       "; expected x's device ", device_string(x));
+  if (b.scalar_type() == ScalarType::Half) return torch::stable::to(b, ScalarType::Float);
+  return torch::stable::contiguous(b);
+}
+
+ScalarType check_out_dtype(const char* op, std::optional<ScalarType> out_dtype,
+                           ScalarType fallback) {
+  const ScalarType t = out_dtype.value_or(fallback);
+  MXLINEAR_TORCH_CHECK(is_activation_dtype(t), op, ": argument 'out_dtype' is ",
+                       torch::headeronly::toString(t), "; expected BFloat16, Half or Float");
+  return t;
+}
+
+// The rule arrives as an index (0 rceil, 1 floor): the public op mxlinear::quantize (str rule) is
+// defined in Python over this one, because a str argument crossing the stable ABI is leaked by
+// torch's unboxing and freed twice when the kernel throws.
+std::tuple<Tensor, Tensor> quantize_op(Tensor x_in, std::int64_t rule_index) {
   constexpr const char* op = "mxlinear.quantize";
-  check_activation(op, x_in);
-  const auto rule = parse_rule(std::string(rule_s.data(), rule_s.size()));
-  const at::Tensor x = x_in.contiguous();
-  const std::int64_t k = x.size(-1);
-  const std::int64_t rows = k == 0 ? 0 : x.numel() / k;
-  auto data = at::empty(x.sizes(), x.options().dtype(at::kFloat8_e4m3fn));
-  auto scale_sizes = x.sizes().vec();
-  scale_sizes.back() = k / kBlock;
-  auto scales = at::empty(scale_sizes, x.options().dtype(at::kByte));
+  const std::int64_t k = check_activation(op, x_in);
+  const auto rule = rule_from_index(rule_index);
+  const Tensor x = torch::stable::contiguous(x_in);
+  const std::int64_t rows = x.numel() / k;
+  Tensor data = torch::stable::new_empty(x, sizes_with_last(x, k), ScalarType::Float8_e4m3fn);
+  Tensor scales = torch::stable::new_empty(x, sizes_with_last(x, k / kBlock), ScalarType::Byte);
   if (rows == 0) return {data, scales};
   const auto xv = view2d(x, rows, k);
   const auto dv = view2d(data, rows, k);
   const auto sv = view2d(scales, rows, k / kBlock);
-  translate_errors(op, [&] {
+  call_library(op, [&] {
     if (x.is_cuda()) {
-      const c10::cuda::CUDAGuard guard(x.device());
-      mxlinear::quantize(xv, dv, sv, at::cuda::getCurrentCUDAStream().stream(), rule);
+      const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
+      mxlinear::quantize(xv, dv, sv, current_stream(x), rule);
     } else {
       mxlinear::quantize_rows(xv, dv, sv, rule);
     }
-    return 0;
   });
   return {data, scales};
 }
 
-at::Tensor linear_impl(const at::Tensor& x_in, const at::Tensor& weight_in,
-                       const at::Tensor& weight_scale_in, const std::optional<at::Tensor>& bias_in,
-                       std::optional<at::ScalarType> out_dtype_in) {
+Tensor linear_op(Tensor x_in, Tensor weight_in, Tensor weight_scale_in,
+                 std::optional<Tensor> bias_in, std::optional<ScalarType> out_dtype_in) {
   constexpr const char* op = "mxlinear.linear";
-  check_activation(op, x_in);
-  const std::int64_t k = x_in.size(-1);
-  TORCH_CHECK_VALUE(weight_in.scalar_type() == at::kFloat8_e4m3fn, op,
-                    ": argument 'weight' has dtype ", dtype_name(weight_in.scalar_type()),
-                    "; expected float8_e4m3fn");
-  TORCH_CHECK_VALUE(weight_in.dim() == 2 && weight_in.size(1) == k, op,
-                    ": argument 'weight' has shape ", weight_in.sizes(), "; expected [N, ", k,
-                    "] (N, K of x)");
-  const std::int64_t n = weight_in.size(0);
-  TORCH_CHECK_VALUE(n >= 1, op, ": argument 'weight' has N = 0; expected N >= 1");
-  const auto st = weight_scale_in.scalar_type();
-  TORCH_CHECK_VALUE(st == at::kByte || st == at::kFloat8_e8m0fnu, op,
-                    ": argument 'weight_scale' has dtype ", dtype_name(st),
-                    "; expected uint8 or float8_e8m0fnu");
-  TORCH_CHECK_VALUE(weight_scale_in.dim() == 2 && weight_scale_in.size(0) == n &&
-                        weight_scale_in.size(1) == k / kBlock,
-                    op, ": argument 'weight_scale' has shape ", weight_scale_in.sizes(),
-                    "; expected [", n, ", ", k / kBlock, "] (N, K/32)");
-  const auto device = x_in.device();
-  TORCH_CHECK_VALUE(weight_in.device() == device, op, ": argument 'weight' is on ",
-                    weight_in.device(), "; expected x's device ", device);
-  TORCH_CHECK_VALUE(weight_scale_in.device() == device, op, ": argument 'weight_scale' is on ",
-                    weight_scale_in.device(), "; expected x's device ", device);
-  std::optional<at::Tensor> bias;
-  if (bias_in.has_value()) {
-    const auto& b = *bias_in;
-    TORCH_CHECK_VALUE(is_activation_dtype(b.scalar_type()), op, ": argument 'bias' has dtype ",
-                      dtype_name(b.scalar_type()), "; expected bfloat16, float16 or float32");
-    TORCH_CHECK_VALUE(b.dim() == 1 && b.size(0) == n, op, ": argument 'bias' has shape ", b.sizes(),
-                      "; expected [", n, "] (N)");
-    TORCH_CHECK_VALUE(b.device() == device, op, ": argument 'bias' is on ", b.device(),
-                      "; expected x's device ", device);
-    // The library takes a bf16 or fp32 bias; fp16 widens to fp32 exactly.
-    bias = (b.scalar_type() == at::kHalf ? b.to(at::kFloat) : b).contiguous();
-  }
-  const auto out_dtype = out_dtype_in.value_or(x_in.scalar_type());
-  TORCH_CHECK_VALUE(is_activation_dtype(out_dtype), op, ": argument 'out_dtype' is ",
-                    dtype_name(out_dtype), "; expected bfloat16, float16 or float32");
+  const std::int64_t k = check_activation(op, x_in);
+  const std::int64_t n = check_weight(op, x_in, weight_in, weight_scale_in, k);
+  const auto bias = check_bias(op, bias_in, x_in, n);
+  const ScalarType out_dtype = check_out_dtype(op, out_dtype_in, x_in.scalar_type());
 
-  const at::Tensor x = x_in.contiguous();
-  const at::Tensor weight = weight_in.contiguous();
-  const at::Tensor weight_scale = weight_scale_in.contiguous();
-  auto out_sizes = x.sizes().vec();
-  out_sizes.back() = n;
-  auto out = at::empty(out_sizes, x.options().dtype(out_dtype));
+  const Tensor x = torch::stable::contiguous(x_in);
+  const Tensor weight = torch::stable::contiguous(weight_in);
+  const Tensor weight_scale = torch::stable::contiguous(weight_scale_in);
+  Tensor out = torch::stable::new_empty(x, sizes_with_last(x, n), out_dtype);
   const std::int64_t rows = x.numel() / k;
   if (rows == 0) return out;
 
   const mxlinear::MxWeight w{view2d(weight, n, k), view2d(weight_scale, n, k / kBlock)};
   std::optional<mxlinear::TensorView> bv;
-  if (bias)
-    bv = mxlinear::TensorView::contiguous(
-        bias->data_ptr(), {n}, to_mx_dtype(bias->scalar_type()),
-        bias->is_cuda() ? mxlinear::Location::kDevice : mxlinear::Location::kHost);
+  if (bias) bv = view1d(*bias, n);
   const auto xv = view2d(x, rows, k);
   const auto ov = view2d(out, rows, n);
-  translate_errors(op, [&] {
+  call_library(op, [&] {
     if (x.is_cuda()) {
-      const c10::cuda::CUDAGuard guard(device);
-      // The workspace comes from torch's caching allocator on the current stream: no
-      // synchronization, and safe under CUDA-graph capture.
-      const auto bytes = mxlinear::linear_workspace_bytes(rows, k);
-      auto workspace = at::empty({static_cast<std::int64_t>(bytes)}, x.options().dtype(at::kByte));
-      mxlinear::linear(xv, w, bv, ov, at::cuda::getCurrentCUDAStream().stream(),
+      const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
+      std::size_t bytes = 0;
+      const Tensor workspace = workspace_for(x, rows, k, &bytes);
+      mxlinear::linear(xv, w, bv, ov, current_stream(x),
                        mxlinear::Workspace{workspace.data_ptr(), bytes});
     } else {
       mxlinear::reference_linear(xv, w, bv, ov);
     }
-    return 0;
   });
   return out;
 }
 
-}  // namespace
+Tensor linear_quantized_op(Tensor x_data_in, Tensor x_scales_in, Tensor weight_in,
+                           Tensor weight_scale_in, std::optional<Tensor> bias_in,
+                           std::optional<ScalarType> out_dtype_in) {
+  constexpr const char* op = "mxlinear.linear_quantized";
+  MXLINEAR_TORCH_CHECK(
+      x_data_in.scalar_type() == ScalarType::Float8_e4m3fn, op, ": argument 'x_data' has dtype ",
+      torch::headeronly::toString(x_data_in.scalar_type()), "; expected Float8_e4m3fn");
+  MXLINEAR_TORCH_CHECK(x_data_in.dim() >= 1, op,
+                       ": argument 'x_data' is a 0-d tensor; expected [..., K]");
+  MXLINEAR_TORCH_CHECK(x_data_in.is_cpu() || x_data_in.is_cuda(), op, ": argument 'x_data' is on ",
+                       device_string(x_data_in), "; expected a CPU or CUDA tensor");
+  const std::int64_t k = x_data_in.size(-1);
+  MXLINEAR_TORCH_CHECK(k > 0 && k % kBlock == 0, op, ": argument 'x_data' has K = ", k, " (shape ",
+                       shape_string(x_data_in), "); expected a positive multiple of 32");
+  const auto xst = x_scales_in.scalar_type();
+  MXLINEAR_TORCH_CHECK(xst == ScalarType::Byte || xst == ScalarType::Float8_e8m0fnu, op,
+                       ": argument 'x_scales' has dtype ", torch::headeronly::toString(xst),
+                       "; expected Byte (uint8) or Float8_e8m0fnu");
+  bool scales_match = x_scales_in.dim() == x_data_in.dim();
+  for (std::int64_t d = 0; scales_match && d + 1 < x_data_in.dim(); ++d)
+    scales_match = x_scales_in.size(d) == x_data_in.size(d);
+  MXLINEAR_TORCH_CHECK(scales_match && x_scales_in.size(-1) == k / kBlock, op,
+                       ": argument 'x_scales' has shape ", shape_string(x_scales_in),
+                       "; expected x_data's shape with K/32 = ", k / kBlock, " last (x_data is ",
+                       shape_string(x_data_in), ")");
+  MXLINEAR_TORCH_CHECK(same_device(x_scales_in, x_data_in), op, ": argument 'x_scales' is on ",
+                       device_string(x_scales_in), "; expected x_data's device ",
+                       device_string(x_data_in));
+  const std::int64_t n = check_weight(op, x_data_in, weight_in, weight_scale_in, k);
+  const auto bias = check_bias(op, bias_in, x_data_in, n);
+  const ScalarType out_dtype = check_out_dtype(op, out_dtype_in, ScalarType::BFloat16);
 
-TORCH_LIBRARY(mxlinear, m) {
-  m.def("quantize(Tensor x, str rule=\"rceil\") -> (Tensor, Tensor)");
+  const Tensor x_data = torch::stable::contiguous(x_data_in);
+  const Tensor x_scales = torch::stable::contiguous(x_scales_in);
+  const Tensor weight = torch::stable::contiguous(weight_in);
+  const Tensor weight_scale = torch::stable::contiguous(weight_scale_in);
+  Tensor out = torch::stable::new_empty(x_data, sizes_with_last(x_data, n), out_dtype);
+  const std::int64_t rows = x_data.numel() / k;
+  if (rows == 0) return out;
+
+  const mxlinear::MxWeight w{view2d(weight, n, k), view2d(weight_scale, n, k / kBlock)};
+  const mxlinear::QuantizedActivation xq{
+      view2d(x_data, rows, k), view2d(x_scales, rows, k / kBlock), to_mx_dtype(out_dtype)};
+  std::optional<mxlinear::TensorView> bv;
+  if (bias) bv = view1d(*bias, n);
+  const auto ov = view2d(out, rows, n);
+  call_library(op, [&] {
+    if (x_data.is_cuda()) {
+      const torch::stable::accelerator::DeviceGuard guard(x_data.get_device_index());
+      std::size_t bytes = 0;
+      const Tensor workspace = workspace_for(x_data, rows, k, &bytes);
+      mxlinear::linear(xq, w, bv, ov, current_stream(x_data),
+                       mxlinear::Workspace{workspace.data_ptr(), bytes});
+    } else {
+      mxlinear::reference_linear(xq, w, bv, ov);
+    }
+  });
+  return out;
+}
+
+// For the benchmark: host seconds per call of `iters` back-to-back calls of the library's own
+// linear() on these tensors (no torch dispatch, one workspace), on the current stream. Captured
+// in a CUDA graph it records exactly the kernels those library calls launch.
+double library_call_seconds_op(Tensor x, Tensor weight, Tensor weight_scale, Tensor out,
+                               std::int64_t iters) {
+  constexpr const char* op = "mxlinear._library_call_seconds";
+  const std::int64_t k = check_activation(op, x);
+  const std::int64_t n = check_weight(op, x, weight, weight_scale, k);
+  MXLINEAR_TORCH_CHECK(x.is_cuda(), op, ": argument 'x' is on ", device_string(x),
+                       "; expected a CUDA tensor");
+  MXLINEAR_TORCH_CHECK(iters >= 1, op, ": argument 'iters' is ", iters, "; expected >= 1");
+  const std::int64_t rows = x.numel() / k;
+  MXLINEAR_TORCH_CHECK(x.is_contiguous() && weight.is_contiguous() &&
+                           weight_scale.is_contiguous() && out.is_contiguous(),
+                       op, ": arguments must be contiguous");
+  MXLINEAR_TORCH_CHECK(
+      same_device(out, x) && out.numel() == rows * n && is_activation_dtype(out.scalar_type()), op,
+      ": argument 'out' has shape ", shape_string(out), " on ", device_string(out), "; expected ",
+      rows * n, " float elements on x's device");
+  const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
+  std::size_t bytes = 0;
+  const Tensor workspace = workspace_for(x, rows, k, &bytes);
+  const mxlinear::MxWeight w{view2d(weight, n, k), view2d(weight_scale, n, k / kBlock)};
+  const auto xv = view2d(x, rows, k);
+  const auto ov = view2d(out, rows, n);
+  const cudaStream_t stream = current_stream(x);
+  const mxlinear::Workspace ws{workspace.data_ptr(), bytes};
+  double seconds = 0;
+  call_library(op, [&] {
+    const auto start = std::chrono::steady_clock::now();
+    for (std::int64_t i = 0; i < iters; ++i) mxlinear::linear(xv, w, std::nullopt, ov, stream, ws);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
+  return seconds / static_cast<double>(iters);
+}
+
+}  // namespace
+}  // namespace mxlinear_torch
+
+STABLE_TORCH_LIBRARY(mxlinear, m) {
+  m.def("_quantize(Tensor x, int rule) -> (Tensor, Tensor)");
   m.def(
       "linear(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None, "
       "ScalarType? out_dtype=None) -> Tensor");
+  m.def(
+      "linear_quantized(Tensor x_data, Tensor x_scales, Tensor weight, Tensor weight_scale, "
+      "Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor");
+  m.def(
+      "_library_call_seconds(Tensor x, Tensor weight, Tensor weight_scale, Tensor(a!) out, "
+      "int iters) -> float");
 }
 
-TORCH_LIBRARY_IMPL(mxlinear, CPU, m) {
-  m.impl("quantize", &quantize_impl);
-  m.impl("linear", &linear_impl);
+// One implementation serves both dispatch keys: the dispatcher picks CUDA when any tensor
+// argument is on a GPU, and the device checks reject a mix.
+STABLE_TORCH_LIBRARY_IMPL(mxlinear, CPU, m) {
+  m.impl("_quantize", TORCH_BOX(&mxlinear_torch::quantize_op));
+  m.impl("linear", TORCH_BOX(&mxlinear_torch::linear_op));
+  m.impl("linear_quantized", TORCH_BOX(&mxlinear_torch::linear_quantized_op));
 }
 
-TORCH_LIBRARY_IMPL(mxlinear, CUDA, m) {
-  m.impl("quantize", &quantize_impl);
-  m.impl("linear", &linear_impl);
-}
-
-// Importing mxlinear._C registers the ops above (static initializers); the module itself only
-// carries the library's version.
-static PyModuleDef mxlinear_module = {
-    PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr, nullptr, nullptr, nullptr, nullptr};
-
-PyMODINIT_FUNC PyInit__C() {
-  PyObject* module = PyModule_Create(&mxlinear_module);
-  if (module == nullptr) return nullptr;
-  const std::string version(mxlinear::version());
-  if (PyModule_AddStringConstant(module, "__version__", version.c_str()) != 0) {
-    Py_DECREF(module);
-    return nullptr;
-  }
-  return module;
+STABLE_TORCH_LIBRARY_IMPL(mxlinear, CUDA, m) {
+  m.impl("_quantize", TORCH_BOX(&mxlinear_torch::quantize_op));
+  m.impl("linear", TORCH_BOX(&mxlinear_torch::linear_op));
+  m.impl("linear_quantized", TORCH_BOX(&mxlinear_torch::linear_quantized_op));
+  m.impl("_library_call_seconds", TORCH_BOX(&mxlinear_torch::library_call_seconds_op));
 }

@@ -1,18 +1,22 @@
 """MXFP8 linear layers for NVIDIA Hopper as PyTorch custom ops.
 
-``quantize`` and ``linear`` call ``torch.ops.mxlinear.quantize`` and ``torch.ops.mxlinear.linear``:
-on CPU tensors the library's reference, on CUDA tensors its GPU kernels on the current stream.
-The numeric contract is docs/MXFP8.md in the source tree.
+``quantize`` and ``linear`` call the ops ``torch.ops.mxlinear.quantize``, ``.linear`` and
+``.linear_quantized``: on CPU tensors the library's exact reference, on CUDA tensors its GPU
+kernels on the current stream. The numeric contract is docs/MXFP8.md in the source tree. A bad
+argument raises RuntimeError with a message that names it ("mxlinear.linear: argument 'x' ...").
 """
 
 import torch
 
-from . import _C  # registers torch.ops.mxlinear.*
+from . import _C  # registers the C++ ops torch.ops.mxlinear.*
 from . import _fake  # noqa: F401  (fake implementations for torch.compile and meta tensors)
+from . import _library  # noqa: F401  (the op mxlinear::quantize)
 
 __version__: str = _C.__version__
 
-__all__ = ["quantize", "linear", "__version__"]
+__all__ = ["quantize", "linear", "select", "__version__"]
+
+_DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 
 
 def quantize(x: torch.Tensor, rule: str = "rceil") -> tuple[torch.Tensor, torch.Tensor]:
@@ -25,7 +29,7 @@ def quantize(x: torch.Tensor, rule: str = "rceil") -> tuple[torch.Tensor, torch.
 
 
 def linear(
-    x: torch.Tensor,
+    x: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
     weight: torch.Tensor,
     weight_scale: torch.Tensor,
     bias: torch.Tensor | None = None,
@@ -33,8 +37,39 @@ def linear(
 ) -> torch.Tensor:
     """``deq(quantize(x)) @ deq(weight, weight_scale).T (+ bias)``.
 
-    ``x`` [..., K] bfloat16, float16 or float32; ``weight`` float8_e4m3fn [N, K]; ``weight_scale``
-    uint8 or float8_e8m0fnu [N, K/32]; ``bias`` [N]. The result is [..., N] in ``out_dtype``
-    (default: ``x.dtype``).
+    ``x`` is [..., K] bfloat16, float16 or float32, or an already quantized ``(data, scales)``
+    pair as ``quantize`` returns it (float8_e4m3fn [..., K], uint8 or float8_e8m0fnu
+    [..., K/32]). ``weight`` float8_e4m3fn [N, K]; ``weight_scale`` uint8 or float8_e8m0fnu
+    [N, K/32]; ``bias`` [N]. The result is [..., N] in ``out_dtype`` (default: ``x.dtype``, or
+    bfloat16 for a quantized ``x``).
     """
+    if isinstance(x, tuple):
+        if len(x) != 2:
+            raise TypeError(
+                f"mxlinear.linear: argument 'x' is a tuple of {len(x)} items; "
+                "expected a tensor or a (data, scales) pair"
+            )
+        data, scales = x
+        return torch.ops.mxlinear.linear_quantized(
+            data, scales, weight, weight_scale, bias, out_dtype
+        )
     return torch.ops.mxlinear.linear(x, weight, weight_scale, bias, out_dtype)
+
+
+def select(
+    n: int, k: int, *, out_dtype: torch.dtype = torch.bfloat16, device: str | None = None
+) -> dict:
+    """Which kernel serves an [N, K] layer, and which kernel and config each M dispatches to.
+
+    ``device`` is None for the current CUDA device (the CPU when there is none), ``"cpu"``, or
+    ``"sm_90a:132"`` (an arch and SM count) to ask about a GPU that is not here. Returns a dict
+    with ``device``, ``n``, ``k``, ``kernel`` (None if every kernel refused), ``rejected``
+    ((kernel, reason) pairs), ``warnings``, ``dispatch`` ({M: {kernel, config, why}} for
+    M = 1, 32, ..., 8192), ``kernels_run`` and ``report`` (the text ``mxlinear select`` prints).
+    """
+    if out_dtype not in _DTYPE_NAMES:
+        raise ValueError(
+            f"mxlinear.select: argument 'out_dtype' is {out_dtype}; "
+            "expected torch.bfloat16, torch.float16 or torch.float32"
+        )
+    return _C._select(int(n), int(k), device, _DTYPE_NAMES[out_dtype])

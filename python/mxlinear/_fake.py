@@ -1,54 +1,47 @@
 """Fake (meta) implementations of the mxlinear ops: shapes and dtypes only, with the same
-argument checks as the C++ ops, so torch.compile and meta tensors see the same errors."""
+argument checks and messages as the C++ ops, so torch.compile and meta tensors see the same
+errors as eager calls."""
 
 import torch
 
 _BLOCK = 32
 _ACTIVATION_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_SCALE_DTYPES = (torch.uint8, torch.float8_e8m0fnu)
 
 
-def _check_activation(op: str, x: torch.Tensor) -> int:
-    if x.dtype not in _ACTIVATION_DTYPES:
-        raise ValueError(
-            f"{op}: argument 'x' has dtype {x.dtype}; expected bfloat16, float16 or float32"
-        )
-    if x.dim() < 1:
-        raise ValueError(f"{op}: argument 'x' is a 0-d tensor; expected [..., K]")
-    k = x.shape[-1]
+def _fail(message: str):
+    raise RuntimeError(message)
+
+
+def _check_k(op: str, name: str, t: torch.Tensor) -> int:
+    if t.dim() < 1:
+        _fail(f"{op}: argument '{name}' is a 0-d tensor; expected [..., K]")
+    k = t.shape[-1]
     torch._check(
         k > 0 and k % _BLOCK == 0,
-        lambda: f"{op}: argument 'x' has K = {k}; expected a positive multiple of 32",
+        lambda: f"{op}: argument '{name}' has K = {k}; expected a positive multiple of 32",
     )
     return k
 
 
-@torch.library.register_fake("mxlinear::quantize")
-def _quantize_fake(x: torch.Tensor, rule: str = "rceil"):
-    k = _check_activation("mxlinear.quantize", x)
-    if rule not in ("rceil", "floor"):
-        raise ValueError(
-            f"mxlinear.quantize: argument 'rule' is {rule!r}; expected 'rceil' or 'floor'"
-        )
-    data = x.new_empty(x.shape, dtype=torch.float8_e4m3fn)
-    scales = x.new_empty((*x.shape[:-1], k // _BLOCK), dtype=torch.uint8)
-    return data, scales
+def _check_activation(op: str, x: torch.Tensor) -> int:
+    if x.dtype not in _ACTIVATION_DTYPES:
+        _fail(f"{op}: argument 'x' has dtype {x.dtype}; expected bfloat16, float16 or float32")
+    return _check_k(op, "x", x)
 
 
-@torch.library.register_fake("mxlinear::linear")
-def _linear_fake(x, weight, weight_scale, bias=None, out_dtype=None):
-    op = "mxlinear.linear"
-    k = _check_activation(op, x)
+def _check_weight(op: str, x, weight, weight_scale, k) -> int:
     if weight.dtype != torch.float8_e4m3fn:
-        raise ValueError(f"{op}: argument 'weight' has dtype {weight.dtype}; expected float8_e4m3fn")
+        _fail(f"{op}: argument 'weight' has dtype {weight.dtype}; expected float8_e4m3fn")
     if weight.dim() != 2:
-        raise ValueError(f"{op}: argument 'weight' has shape {list(weight.shape)}; expected [N, K]")
+        _fail(f"{op}: argument 'weight' has shape {list(weight.shape)}; expected [N, K]")
     torch._check(
         weight.shape[1] == k,
         lambda: f"{op}: argument 'weight' has shape {list(weight.shape)}; expected [N, {k}]",
     )
     n = weight.shape[0]
-    if weight_scale.dtype not in (torch.uint8, torch.float8_e8m0fnu):
-        raise ValueError(
+    if weight_scale.dtype not in _SCALE_DTYPES:
+        _fail(
             f"{op}: argument 'weight_scale' has dtype {weight_scale.dtype}; "
             "expected uint8 or float8_e8m0fnu"
         )
@@ -59,14 +52,75 @@ def _linear_fake(x, weight, weight_scale, bias=None, out_dtype=None):
         lambda: f"{op}: argument 'weight_scale' has shape {list(weight_scale.shape)}; "
         f"expected [{n}, {k // _BLOCK}] (N, K/32)",
     )
-    if bias is not None:
-        if bias.dtype not in _ACTIVATION_DTYPES:
-            raise ValueError(f"{op}: argument 'bias' has dtype {bias.dtype}")
-        torch._check(
-            bias.dim() == 1 and bias.shape[0] == n,
-            lambda: f"{op}: argument 'bias' has shape {list(bias.shape)}; expected [{n}]",
-        )
-    dtype = x.dtype if out_dtype is None else out_dtype
+    for name, t in (("weight", weight), ("weight_scale", weight_scale)):
+        if t.device != x.device:
+            _fail(f"{op}: argument '{name}' is on {t.device}; expected x's device {x.device}")
+    return n
+
+
+def _check_bias(op: str, x, bias, n) -> None:
+    if bias is None:
+        return
+    if bias.dtype not in _ACTIVATION_DTYPES:
+        _fail(f"{op}: argument 'bias' has dtype {bias.dtype}; expected bfloat16, float16 or float32")
+    torch._check(
+        bias.dim() == 1 and bias.shape[0] == n,
+        lambda: f"{op}: argument 'bias' has shape {list(bias.shape)}; expected [{n}] (N)",
+    )
+    if bias.device != x.device:
+        _fail(f"{op}: argument 'bias' is on {bias.device}; expected x's device {x.device}")
+
+
+def _check_out_dtype(op: str, dtype: torch.dtype) -> torch.dtype:
     if dtype not in _ACTIVATION_DTYPES:
-        raise ValueError(f"{op}: argument 'out_dtype' is {dtype}; expected bfloat16, float16 or float32")
+        _fail(f"{op}: argument 'out_dtype' is {dtype}; expected bfloat16, float16 or float32")
+    return dtype
+
+
+@torch.library.register_fake("mxlinear::_quantize")
+def _quantize_fake(x: torch.Tensor, rule: int):
+    k = _check_activation("mxlinear.quantize", x)
+    if rule not in (0, 1):
+        _fail(f"mxlinear.quantize: argument 'rule' has index {rule}; expected 0 (rceil) or 1 (floor)")
+    data = x.new_empty(x.shape, dtype=torch.float8_e4m3fn)
+    scales = x.new_empty((*x.shape[:-1], k // _BLOCK), dtype=torch.uint8)
+    return data, scales
+
+
+@torch.library.register_fake("mxlinear::linear")
+def _linear_fake(x, weight, weight_scale, bias=None, out_dtype=None):
+    op = "mxlinear.linear"
+    k = _check_activation(op, x)
+    n = _check_weight(op, x, weight, weight_scale, k)
+    _check_bias(op, x, bias, n)
+    dtype = _check_out_dtype(op, x.dtype if out_dtype is None else out_dtype)
     return x.new_empty((*x.shape[:-1], n), dtype=dtype)
+
+
+@torch.library.register_fake("mxlinear::linear_quantized")
+def _linear_quantized_fake(x_data, x_scales, weight, weight_scale, bias=None, out_dtype=None):
+    op = "mxlinear.linear_quantized"
+    if x_data.dtype != torch.float8_e4m3fn:
+        _fail(f"{op}: argument 'x_data' has dtype {x_data.dtype}; expected float8_e4m3fn")
+    k = _check_k(op, "x_data", x_data)
+    if x_scales.dtype not in _SCALE_DTYPES:
+        _fail(
+            f"{op}: argument 'x_scales' has dtype {x_scales.dtype}; "
+            "expected uint8 or float8_e8m0fnu"
+        )
+    torch._check(
+        x_scales.dim() == x_data.dim()
+        and x_scales.shape[:-1] == x_data.shape[:-1]
+        and x_scales.shape[-1] == k // _BLOCK,
+        lambda: f"{op}: argument 'x_scales' has shape {list(x_scales.shape)}; expected x_data's "
+        f"shape with K/32 = {k // _BLOCK} last (x_data is {list(x_data.shape)})",
+    )
+    if x_scales.device != x_data.device:
+        _fail(
+            f"{op}: argument 'x_scales' is on {x_scales.device}; "
+            f"expected x_data's device {x_data.device}"
+        )
+    n = _check_weight(op, x_data, weight, weight_scale, k)
+    _check_bias(op, x_data, bias, n)
+    dtype = _check_out_dtype(op, torch.bfloat16 if out_dtype is None else out_dtype)
+    return x_data.new_empty((*x_data.shape[:-1], n), dtype=dtype)

@@ -1,19 +1,23 @@
+#include <algorithm>
 #include <cstdlib>
-#include <sstream>
 
 #include "host/registry/registry.hpp"
 
 namespace mxlinear {
 namespace {
 
+// Splits on sep and trims spaces and tabs, dropping empty items. No iostreams: the library may be
+// linked into a process whose copy of libstdc++ never set up its iostreams locale.
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep)) {
+  std::size_t begin = 0;
+  while (begin <= s.size()) {
+    const std::size_t end = std::min(s.find(sep, begin), s.size());
+    const std::string item = s.substr(begin, end - begin);
     const auto b = item.find_first_not_of(" \t");
     const auto e = item.find_last_not_of(" \t");
     if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+    begin = end + 1;
   }
   return out;
 }

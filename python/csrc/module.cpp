@@ -1,0 +1,158 @@
+// The Python module mxlinear._C. Importing it registers the torch ops (ops.cpp, by static
+// initializers); the module itself carries the library's version and the selection report.
+// It uses only Python's limited API, like the ops use only torch's stable ABI.
+#include <Python.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mxlinear/mxlinear.hpp"
+
+namespace {
+
+// A new reference that is released on scope exit unless released to the caller.
+class Ref {
+ public:
+  explicit Ref(PyObject* p) : p_(p) {}
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+  ~Ref() { Py_XDECREF(p_); }
+  PyObject* get() const { return p_; }
+  PyObject* release() { return std::exchange(p_, nullptr); }
+  explicit operator bool() const { return p_ != nullptr; }
+
+ private:
+  PyObject* p_;
+};
+
+PyObject* str(const std::string& s) {
+  return PyUnicode_FromStringAndSize(s.data(), static_cast<Py_ssize_t>(s.size()));
+}
+
+// d[key] = value, stealing value; false (with a Python error set) on failure.
+bool set(PyObject* d, const char* key, PyObject* value) {
+  const Ref owned(value);
+  return value != nullptr && PyDict_SetItemString(d, key, value) == 0;
+}
+
+bool append(PyObject* list, PyObject* value) {
+  const Ref owned(value);
+  return value != nullptr && PyList_Append(list, value) == 0;
+}
+
+PyObject* dispatch_dict(const mxlinear::Dispatch& d) {
+  Ref out(PyDict_New());
+  if (!out || !set(out.get(), "kernel", str(std::string(mxlinear::kernel_name(d.kernel)))) ||
+      !set(out.get(), "config", str(d.config)) || !set(out.get(), "why", str(d.why)))
+    return nullptr;
+  return out.release();
+}
+
+PyObject* row_dict(const mxlinear::ReportRow& row) {
+  Ref out(PyDict_New());
+  if (!out) return nullptr;
+  const auto& sel = row.selection;
+  Ref rejected(PyList_New(0));
+  Ref warnings(PyList_New(0));
+  Ref per_m(PyDict_New());
+  Ref run(PyList_New(0));
+  if (!rejected || !warnings || !per_m || !run) return nullptr;
+  for (const auto& r : sel.rejected)
+    if (!append(rejected.get(), Py_BuildValue("(NN)", str(r.kernel), str(r.reason))))
+      return nullptr;
+  for (const auto& w : sel.warnings)
+    if (!append(warnings.get(), str(w))) return nullptr;
+  for (const auto& [m, dispatch] : row.per_m) {
+    const Ref key(PyLong_FromLongLong(m));
+    const Ref value(dispatch_dict(dispatch));
+    if (!key || !value || PyDict_SetItem(per_m.get(), key.get(), value.get()) != 0) return nullptr;
+  }
+  for (const auto& name : mxlinear::kernels_run(row))
+    if (!append(run.get(), str(name))) return nullptr;
+  const std::string kernel(mxlinear::kernel_name(sel.kernel));
+  if (!set(out.get(), "n", PyLong_FromLongLong(row.layer.n)) ||
+      !set(out.get(), "k", PyLong_FromLongLong(row.layer.k)) ||
+      !set(out.get(), "kernel", kernel.empty() ? Py_NewRef(Py_None) : str(kernel)) ||
+      !set(out.get(), "rejected", rejected.release()) ||
+      !set(out.get(), "warnings", warnings.release()) ||
+      !set(out.get(), "dispatch", per_m.release()) || !set(out.get(), "kernels_run", run.release()))
+    return nullptr;
+  return out.release();
+}
+
+bool parse_out_dtype(const char* name, mxlinear::DType* out) {
+  const std::string s(name);
+  if (s == "bfloat16")
+    *out = mxlinear::DType::kBF16;
+  else if (s == "float16")
+    *out = mxlinear::DType::kF16;
+  else if (s == "float32")
+    *out = mxlinear::DType::kF32;
+  else
+    return false;
+  return true;
+}
+
+// _select(n, k, device, out_dtype) -> dict; device None: the current CUDA device (or the CPU).
+PyObject* select(PyObject*, PyObject* args) {
+  long long n = 0, k = 0;
+  const char* device_spec = nullptr;
+  const char* out_dtype_name = nullptr;
+  if (!PyArg_ParseTuple(args, "LLzs", &n, &k, &device_spec, &out_dtype_name)) return nullptr;
+  mxlinear::DType out_dtype{};
+  if (!parse_out_dtype(out_dtype_name, &out_dtype)) {
+    PyErr_Format(PyExc_ValueError,
+                 "mxlinear.select: argument 'out_dtype' is '%s'; expected bfloat16, float16 or "
+                 "float32",
+                 out_dtype_name);
+    return nullptr;
+  }
+  if (n < 1 || k < 1) {
+    PyErr_Format(PyExc_ValueError,
+                 "mxlinear.select: arguments 'n' and 'k' are %lld and %lld; expected both >= 1", n,
+                 k);
+    return nullptr;
+  }
+  try {
+    const auto device = device_spec == nullptr ? mxlinear::DeviceDescription::current()
+                                               : mxlinear::DeviceDescription::parse(device_spec);
+    const std::vector<mxlinear::ModelLayer> layers{{"layer", n, k, 1}};
+    const auto rows = mxlinear::selection_report(layers, device, out_dtype);
+    Ref out(row_dict(rows.front()));
+    if (!out || !set(out.get(), "device", str(device.to_string())) ||
+        !set(out.get(), "report", str(mxlinear::format_report(rows, device))))
+      return nullptr;
+    return out.release();
+  } catch (const mxlinear::Error& e) {
+    PyErr_Format(
+        e.code() == mxlinear::ErrorCode::kInvalidArgument ? PyExc_ValueError : PyExc_RuntimeError,
+        "mxlinear.select: %s", e.what());
+    return nullptr;
+  } catch (const std::exception& e) {
+    PyErr_Format(PyExc_RuntimeError, "mxlinear.select: %s", e.what());
+    return nullptr;
+  }
+}
+
+PyMethodDef methods[] = {
+    {"_select", select, METH_VARARGS,
+     "_select(n, k, device, out_dtype) -> dict: the selection report of one layer."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_C", nullptr, -1, methods, nullptr, nullptr, nullptr, nullptr};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__C() {
+  PyObject* module = PyModule_Create(&module_def);
+  if (module == nullptr) return nullptr;
+  const std::string version(mxlinear::version());
+  if (PyModule_AddStringConstant(module, "__version__", version.c_str()) != 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
+}

@@ -1,0 +1,109 @@
+#include "torch_views.hpp"
+
+#include <stdexcept>
+
+namespace mxlinear_torch {
+
+std::string shape_string(const Tensor& t) {
+  std::string out = "[";
+  for (std::int64_t d = 0; d < t.dim(); ++d) out += (d ? ", " : "") + std::to_string(t.size(d));
+  return out + "]";
+}
+
+std::string device_string(const Tensor& t) {
+  if (t.is_cpu()) return "cpu";
+  return concat(t.is_cuda() ? "cuda:" : "device:", t.get_device_index());
+}
+
+bool same_device(const Tensor& a, const Tensor& b) {
+  return a.is_cuda() == b.is_cuda() && a.is_cpu() == b.is_cpu() &&
+         a.get_device_index() == b.get_device_index();
+}
+
+bool is_activation_dtype(ScalarType t) {
+  return t == ScalarType::BFloat16 || t == ScalarType::Half || t == ScalarType::Float;
+}
+
+void fail(const std::string& message) { throw std::runtime_error(message); }
+
+mxlinear::DType to_mx_dtype(ScalarType t) {
+  switch (t) {
+    case ScalarType::BFloat16:
+      return mxlinear::DType::kBF16;
+    case ScalarType::Half:
+      return mxlinear::DType::kF16;
+    case ScalarType::Float:
+      return mxlinear::DType::kF32;
+    case ScalarType::Float8_e4m3fn:
+      return mxlinear::DType::kE4M3;
+    case ScalarType::Byte:
+    case ScalarType::Float8_e8m0fnu:
+      return mxlinear::DType::kE8M0;
+    default:
+      fail(concat("mxlinear: dtype ", torch::headeronly::toString(t),
+                  " has no mxlinear equivalent"));
+  }
+}
+
+namespace {
+mxlinear::Location location_of(const Tensor& t) {
+  return t.is_cuda() ? mxlinear::Location::kDevice : mxlinear::Location::kHost;
+}
+}  // namespace
+
+mxlinear::TensorView view2d(const Tensor& t, std::int64_t rows, std::int64_t cols) {
+  return mxlinear::TensorView::matrix(t.data_ptr(), rows, cols, cols, to_mx_dtype(t.scalar_type()),
+                                      location_of(t));
+}
+
+mxlinear::TensorView view1d(const Tensor& t, std::int64_t n) {
+  return mxlinear::TensorView::contiguous(t.data_ptr(), {n}, to_mx_dtype(t.scalar_type()),
+                                          location_of(t));
+}
+
+mxlinear::ScaleRule rule_from_index(std::int64_t index) {
+  if (index == 0) return mxlinear::ScaleRule::kRceil;
+  if (index == 1) return mxlinear::ScaleRule::kFloor;
+  fail(concat("mxlinear.quantize: argument 'rule' has index ", index,
+              "; expected 0 (rceil) or 1 (floor)"));
+}
+
+std::int64_t check_activation(const char* op, const Tensor& x) {
+  MXLINEAR_TORCH_CHECK(is_activation_dtype(x.scalar_type()), op, ": argument 'x' has dtype ",
+                       torch::headeronly::toString(x.scalar_type()),
+                       "; expected BFloat16, Half or Float");
+  MXLINEAR_TORCH_CHECK(x.dim() >= 1, op, ": argument 'x' is a 0-d tensor; expected [..., K]");
+  const std::int64_t k = x.size(-1);
+  MXLINEAR_TORCH_CHECK(k > 0 && k % kBlock == 0, op, ": argument 'x' has K = ", k, " (shape ",
+                       shape_string(x), "); expected a positive multiple of 32");
+  MXLINEAR_TORCH_CHECK(x.is_cpu() || x.is_cuda(), op, ": argument 'x' is on ", device_string(x),
+                       "; expected a CPU or CUDA tensor");
+  return k;
+}
+
+std::int64_t check_weight(const char* op, const Tensor& x, const Tensor& weight,
+                          const Tensor& weight_scale, std::int64_t k) {
+  MXLINEAR_TORCH_CHECK(
+      weight.scalar_type() == ScalarType::Float8_e4m3fn, op, ": argument 'weight' has dtype ",
+      torch::headeronly::toString(weight.scalar_type()), "; expected Float8_e4m3fn");
+  MXLINEAR_TORCH_CHECK(weight.dim() == 2 && weight.size(1) == k, op,
+                       ": argument 'weight' has shape ", shape_string(weight), "; expected [N, ", k,
+                       "] (N, K of x)");
+  const std::int64_t n = weight.size(0);
+  MXLINEAR_TORCH_CHECK(n >= 1, op, ": argument 'weight' has N = 0; expected N >= 1");
+  const auto st = weight_scale.scalar_type();
+  MXLINEAR_TORCH_CHECK(st == ScalarType::Byte || st == ScalarType::Float8_e8m0fnu, op,
+                       ": argument 'weight_scale' has dtype ", torch::headeronly::toString(st),
+                       "; expected Byte (uint8) or Float8_e8m0fnu");
+  MXLINEAR_TORCH_CHECK(
+      weight_scale.dim() == 2 && weight_scale.size(0) == n && weight_scale.size(1) == k / kBlock,
+      op, ": argument 'weight_scale' has shape ", shape_string(weight_scale), "; expected [", n,
+      ", ", k / kBlock, "] (N, K/32)");
+  MXLINEAR_TORCH_CHECK(same_device(weight, x), op, ": argument 'weight' is on ",
+                       device_string(weight), "; expected x's device ", device_string(x));
+  MXLINEAR_TORCH_CHECK(same_device(weight_scale, x), op, ": argument 'weight_scale' is on ",
+                       device_string(weight_scale), "; expected x's device ", device_string(x));
+  return n;
+}
+
+}  // namespace mxlinear_torch

@@ -1,0 +1,164 @@
+"""The ops on a Hopper GPU: parity with the library's own linear(), CUDA graphs, torch.compile,
+several streams and inference mode. Skipped visibly without CUDA."""
+
+import emulation
+import pytest
+import torch
+from test_ops import fresh_gen, random_weight
+
+import mxlinear
+
+pytestmark = pytest.mark.gpu
+
+# M across the dispatch boundaries (gemv, decode, generic, prefill) and shapes that are not tile
+# multiples.
+SHAPES = [(1, 512, 1024), (7, 200, 544), (64, 1024, 2048), (300, 384, 1024), (1000, 256, 4096)]
+
+
+def cuda_weight(n, k, g):
+    w, ws = random_weight(n, k, g)
+    return w.cuda(), ws.cuda()
+
+
+def library_linear(x, w, ws, out_dtype):
+    """The library's own linear() on these tensors (no torch dispatch), into a NaN-poisoned out."""
+    out = torch.full((*x.shape[:-1], w.shape[0]), float("nan"), dtype=out_dtype, device=x.device)
+    torch.ops.mxlinear._library_call_seconds(x, w, ws, out, 1)
+    return out
+
+
+@pytest.mark.parametrize("mnk", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_op_equals_the_library_call_bit_for_bit(mnk, dtype):
+    m, n, k = mnk
+    g = fresh_gen()
+    x = (torch.randn(m, k, generator=g) * 4).to(dtype).cuda()
+    w, ws = cuda_weight(n, k, g)
+    for out_dtype in (dtype, torch.float32):
+        out = mxlinear.linear(x, w, ws, None, out_dtype)
+        want = library_linear(x, w, ws, out_dtype)
+        assert not want.isnan().any()
+        assert torch.equal(out, want)
+        assert_within_contract_gpu(out, x, w, ws)
+
+
+def assert_within_contract_gpu(out, x, w, ws):
+    """The layer on the GPU against the fp64 emulation of x's quantization."""
+    xc = x.cpu()
+    assert_within_fp32_bound(out, *emulation.quantize(xc), w, ws)
+
+
+def assert_within_fp32_bound(out, x_data, x_scales, w, ws, bias=None):
+    """fp32 accumulation in some order: 1 ulp of the rounded fp64 reference plus K * 2^-24 times
+    the sum of absolute products (docs/MXFP8.md)."""
+    a = emulation.dequantize(x_data.cpu(), x_scales.cpu())
+    b = emulation.dequantize(w.cpu(), ws.cpu())
+    ref = a @ b.T
+    if bias is not None:
+        ref = ref + bias.cpu().double()
+    slack = a.shape[-1] * 2.0**-24 * (a.abs() @ b.abs().T)
+    rounded = ref.to(out.dtype).double()
+    up = torch.nextafter(rounded.to(out.dtype), torch.tensor(float("inf"), dtype=out.dtype))
+    ulp = (up.double() - rounded).abs()
+    assert ((out.cpu().double() - rounded).abs() <= ulp + slack).all()
+
+
+def test_quantized_input_on_gpu():
+    g = fresh_gen()
+    m, n, k = 33, 256, 1024
+    x = torch.randn(2, m, k, generator=g, dtype=torch.bfloat16).cuda()
+    w, ws = cuda_weight(n, k, g)
+    bias = torch.randn(n, generator=g).cuda()
+    data, scales = mxlinear.quantize(x)
+    out = mxlinear.linear((data, scales), w, ws, bias, torch.float32)
+    assert_within_fp32_bound(out, data, scales, w, ws, bias)
+    assert torch.equal(out, mxlinear.linear(x, w, ws, bias, torch.float32))
+
+
+def test_graph_of_quantize_and_both_linear_forms_replays_eagers_bits():
+    g = fresh_gen()
+    m, n, k = 48, 512, 1024
+    w, ws = cuda_weight(n, k, g)
+    static_x = torch.randn(m, k, generator=g, dtype=torch.bfloat16).cuda()
+
+    def step(x):
+        a = mxlinear.linear(x, w, ws)
+        b = mxlinear.linear(mxlinear.quantize(x), w, ws, None, torch.float32)
+        return a, b
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_a, static_b = step(static_x)
+    for _ in range(3):
+        static_x.copy_(torch.randn(m, k, generator=g, dtype=torch.bfloat16))
+        graph.replay()
+        a, b = step(static_x)
+        assert torch.equal(static_a, a) and torch.equal(static_b, b)
+
+
+class TwoLayers(torch.nn.Module):
+    def __init__(self, g):
+        super().__init__()
+        self.w1, self.s1 = cuda_weight(512, 256, g)
+        self.w2, self.s2 = cuda_weight(256, 512, g)
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(mxlinear.linear(x, self.w1, self.s1))
+        return mxlinear.linear(h, self.w2, self.s2)
+
+
+def test_compile_fullgraph_has_no_graph_breaks_and_same_bits():
+    torch._dynamo.reset()
+    g = fresh_gen()
+    model = TwoLayers(g)
+    x = torch.randn(4, 9, 256, generator=g, dtype=torch.bfloat16).cuda()
+    explanation = torch._dynamo.explain(model)(x)
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+    compiled = torch.compile(model, fullgraph=True)
+    for m in (9, 17):
+        x = torch.randn(4, m, 256, generator=g, dtype=torch.bfloat16).cuda()
+        assert torch.equal(compiled(x), model(x))
+
+
+def test_several_streams_give_the_default_streams_bits():
+    g = fresh_gen()
+    w, ws = cuda_weight(1024, 2048, g)
+    xs = [torch.randn(m, 2048, generator=g, dtype=torch.bfloat16).cuda() for m in (1, 16, 200, 700)]
+    want = [mxlinear.linear(x, w, ws) for x in xs]
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream() for _ in xs]
+    outs = []
+    for _ in range(5):
+        for s in streams:
+            s.wait_stream(torch.cuda.current_stream())
+        outs.clear()
+        for x, s in zip(xs, streams):
+            with torch.cuda.stream(s):
+                outs.append(mxlinear.linear(x, w, ws))
+        for s in streams:
+            torch.cuda.current_stream().wait_stream(s)
+        for got, expected in zip(outs, want):
+            assert torch.equal(got, expected)
+
+
+def test_inference_mode_gives_the_same_bits():
+    g = fresh_gen()
+    w, ws = cuda_weight(384, 768, g)
+    x = torch.randn(3, 11, 768, generator=g, dtype=torch.bfloat16).cuda()
+    want = mxlinear.linear(x, w, ws)
+    with torch.inference_mode():
+        out = mxlinear.linear(x, w, ws)
+        data, scales = mxlinear.quantize(x)
+        pair = mxlinear.linear((data, scales), w, ws)
+    assert out.is_inference() and torch.equal(out, want) and torch.equal(pair, want)
+
+
+def test_select_reports_the_gpu_kernels():
+    sel = mxlinear.select(4096, 4096)
+    assert not sel["device"].startswith("cpu")
+    assert sel["kernel"] not in (None, "reference")
