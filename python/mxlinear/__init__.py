@@ -14,7 +14,20 @@ from . import _library  # noqa: F401  (the op mxlinear::quantize)
 
 __version__: str = _C.__version__
 
-__all__ = ["quantize", "linear", "select", "__version__"]
+__all__ = [
+    "quantize",
+    "linear",
+    "select",
+    "__version__",
+    "nn",
+    "MXFP8Linear",
+    "QuantizedModules",
+    "quantize_model",
+    "CheckpointError",
+    "detect_format",
+    "load_mxfp8",
+    "save_mxfp8",
+]
 
 _DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 
@@ -73,3 +86,10 @@ def select(
             "expected torch.bfloat16, torch.float16 or torch.float32"
         )
     return _C._select(int(n), int(k), device, _DTYPE_NAMES[out_dtype])
+
+
+# The module layer, model conversion and checkpoint loading, over the functions above.
+from . import checkpoints, convert, nn  # noqa: E402
+from .checkpoints import CheckpointError, detect_format, load_mxfp8, save_mxfp8  # noqa: E402
+from .convert import QuantizedModules, quantize_model  # noqa: E402
+from .nn import MXFP8Linear  # noqa: E402
