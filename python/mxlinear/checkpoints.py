@@ -1,0 +1,575 @@
+"""Loading and saving MXFP8 safetensors checkpoints (docs/CHECKPOINTS.md in the source tree).
+
+Two layouts are read, both storing each quantized linear layer ``<prefix>`` as ``<prefix>.weight``
+float8_e4m3fn [N, K] and ``<prefix>.weight_scale`` uint8 [N, K/32] (E8M0 bytes, 32 elements of K
+per scale), with an optional ``<prefix>.bias``; they differ in the configuration that says which
+layers are quantized:
+
+- ModelOpt: ``hf_quant_config.json`` ``{"quantization": {"quant_algo": "MXFP8",
+  "exclude_modules": [...]}}``, or ``config.json`` ``"quantization_config"`` with
+  ``"quant_method": "modelopt"``; every linear layer not excluded is quantized.
+- compressed-tensors: ``config.json`` ``"quantization_config"`` with ``"quant_method":
+  "compressed-tensors"`` and ``config_groups`` whose weights are 8-bit float, group strategy,
+  group size 32, symmetric, ``scale_dtype`` uint8; layers matched by a group's ``targets`` and
+  not by ``ignore`` are quantized.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+
+import torch
+
+import mxlinear  # the package's version, looked up at call time
+
+from ._safetensors_file import write_safetensors
+from .nn import BLOCK, MXFP8Linear
+
+MODELOPT = "modelopt"
+COMPRESSED_TENSORS = "compressed-tensors"
+FORMATS = (MODELOPT, COMPRESSED_TENSORS)
+
+# compressed-tensors formats whose quantized weights are stored as E4M3 plus uint8 scales.
+_CT_FORMATS = ("mxfp8-quantized", "float-quantized", "naive-quantized")
+_SCALE_DTYPES = (torch.uint8, torch.float8_e8m0fnu)
+_LIST_LIMIT = 20
+
+# compressed-tensors' QuantizationArgs defaults for the keys checked below.
+_CT_DEFAULTS = {"num_bits": 8, "type": "int", "symmetric": True, "group_size": None,
+                "strategy": None, "dynamic": False, "scale_dtype": None, "block_structure": None}
+_CT_MX_ARGS = {"num_bits": 8, "type": "float", "strategy": "group", "group_size": BLOCK,
+               "symmetric": True}
+_CT_WEIGHT_ARGS = {**_CT_MX_ARGS, "dynamic": False, "scale_dtype": "uint8", "block_structure": None}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint or its configuration is not a valid MXFP8 checkpoint for the model."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Scheme:
+    format: str
+    quantizes: Callable[[str, torch.nn.Module], bool]  # (qualified name, linear module) -> bool
+
+
+# ---------------------------------------------------------------------------- configuration
+
+
+def _is_string_list(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _modelopt_scheme(algo, exclude, group_size, where: str) -> _Scheme:
+    if str(algo).upper() != "MXFP8":
+        raise CheckpointError(
+            f"{where}: quant_algo is {algo!r}; mxlinear loads 'MXFP8' checkpoints only"
+        )
+    if group_size is not None and group_size != BLOCK:
+        raise CheckpointError(f"{where}: group_size is {group_size!r}; MXFP8 needs {BLOCK}")
+    if not _is_string_list(exclude):
+        raise CheckpointError(
+            f"{where}: the excluded modules are {exclude!r}; expected a list of strings"
+        )
+    patterns = tuple(exclude)
+
+    def quantizes(name: str, module: torch.nn.Module) -> bool:
+        return not any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+    return _Scheme(MODELOPT, quantizes)
+
+
+def _ct_pattern(target: str, where: str):
+    """A compiled regular expression for a "re:" target, else the target itself."""
+    if not target.startswith("re:"):
+        return target
+    try:
+        return re.compile(target[3:])
+    except re.error as e:
+        raise CheckpointError(f"{where}: {target!r} is not a valid regular expression: {e}") from e
+
+
+def _ct_matches(name: str, module: torch.nn.Module, target) -> bool:
+    """compressed-tensors matching: a "re:" regular expression (re.match) or the exact name on
+    the module's name, or a class name in the module's MRO; MXFP8Linear counts as a "Linear"."""
+    if isinstance(target, re.Pattern):
+        return target.match(name) is not None
+    if target == name:
+        return True
+    if target == "Linear" and isinstance(module, MXFP8Linear):
+        return True
+    return any(cls.__name__ == target for cls in type(module).__mro__)
+
+
+def _check_ct_args(where: str, args, expected: dict) -> None:
+    if not isinstance(args, Mapping):
+        raise CheckpointError(f"{where} is {args!r}; expected a mapping of quantization arguments")
+    for key, want in expected.items():
+        got = args.get(key, _CT_DEFAULTS.get(key))
+        if key == "scale_dtype" and isinstance(got, str):
+            got = got.removeprefix("torch.")
+        if got != want:
+            raise CheckpointError(f"{where}.{key} is {got!r}; MXFP8 needs {want!r}")
+
+
+
+def _ct_scheme(q: Mapping, where: str) -> _Scheme:
+    groups = q.get("config_groups")
+    if not isinstance(groups, Mapping) or not groups:
+        raise CheckpointError(f"{where}: config_groups is {groups!r}; expected a non-empty mapping")
+    top_format = q.get("format")
+    targets: list[str] = []
+    for group_name, group in groups.items():
+        gwhere = f"{where}: config_groups[{group_name!r}]"
+        if not isinstance(group, Mapping):
+            raise CheckpointError(f"{gwhere} is {group!r}; expected a mapping")
+        fmt = group.get("format") or top_format
+        if fmt not in _CT_FORMATS:
+            raise CheckpointError(
+                f"{gwhere} has format {fmt!r}; expected one of {list(_CT_FORMATS)}"
+            )
+        _check_ct_args(f"{gwhere}.weights", group.get("weights"), _CT_WEIGHT_ARGS)
+        # mxlinear always MX-quantizes the activation at run time; a checkpoint calibrated for
+        # another activation scheme (static scales, per-token FP8) would run other numerics.
+        if group.get("input_activations") is not None:
+            _check_ct_args(f"{gwhere}.input_activations", group["input_activations"],
+                           {**_CT_MX_ARGS, "dynamic": True})
+        group_targets = group.get("targets")
+        if not _is_string_list(group_targets):
+            raise CheckpointError(
+                f"{gwhere}.targets is {group_targets!r}; expected a list of strings"
+            )
+        targets.extend(group_targets)
+    ignore = q.get("ignore") or []
+    if not _is_string_list(ignore):
+        raise CheckpointError(f"{where}: ignore is {ignore!r}; expected a list of strings")
+    targets_t = tuple(_ct_pattern(t, f"{where}: targets") for t in targets)
+    ignore_t = tuple(_ct_pattern(t, f"{where}: ignore") for t in ignore)
+
+    def quantizes(name: str, module: torch.nn.Module) -> bool:
+        return any(_ct_matches(name, module, t) for t in targets_t) and not any(
+            _ct_matches(name, module, t) for t in ignore_t
+        )
+
+    return _Scheme(COMPRESSED_TENSORS, quantizes)
+
+
+def _parse_config(config, where: str = "quantization config") -> _Scheme:
+    if not isinstance(config, Mapping):
+        raise TypeError(f"{where} is a {type(config).__name__}; expected a mapping (parsed JSON)")
+    q = config.get("quantization_config", config)  # config.json holds it under this key
+    if not isinstance(q, Mapping):
+        raise CheckpointError(f"{where}: quantization_config is {q!r}; expected a mapping")
+    method = str(q.get("quant_method", "")).lower()
+    section = q.get("quantization")
+    if isinstance(section, Mapping) and method in ("", MODELOPT):  # hf_quant_config.json
+        return _modelopt_scheme(section.get("quant_algo"), section.get("exclude_modules") or [],
+                                section.get("group_size"), where)
+    if method == MODELOPT:  # config.json written by ModelOpt
+        exclude = q.get("ignore", q.get("exclude_modules")) or []  # either, by export version
+        return _modelopt_scheme(q.get("quant_algo"), exclude, q.get("group_size"), where)
+    if method == "mxfp8":  # the ModelOpt layout under a plain "mxfp8" tag
+        return _modelopt_scheme("MXFP8", q.get("ignored_layers") or [], q.get("group_size"), where)
+    if method == COMPRESSED_TENSORS:
+        return _ct_scheme(q, where)
+    raise CheckpointError(
+        f"{where}: quant_method is {q.get('quant_method')!r}; expected 'modelopt' (or a "
+        "hf_quant_config.json 'quantization' section), 'mxfp8' or 'compressed-tensors'"
+    )
+
+
+def detect_format(config: Mapping) -> str:
+    """``"modelopt"`` or ``"compressed-tensors"`` for an MXFP8 quantization config: the contents
+    of ``hf_quant_config.json``, of ``config.json`` (its ``quantization_config``), or that
+    section itself. Anything else, including quantized formats other than MXFP8, raises
+    CheckpointError saying which key holds what."""
+    return _parse_config(config).format
+
+
+# ---------------------------------------------------------------------------- files
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"'{path}' is not valid JSON: {e}") from e
+    if not isinstance(value, dict):
+        raise CheckpointError(f"'{path}' holds a {type(value).__name__}; expected a JSON object")
+    return value
+
+
+def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """All tensors of one safetensors file, on the CPU. A file that is not a valid safetensors
+    file raises CheckpointError naming it; a missing one FileNotFoundError."""
+    from safetensors.torch import load_file
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no safetensors file at '{path}'")
+    try:
+        return load_file(path, device="cpu")
+    except Exception as e:  # the parser's own error type, or whatever a bad header leads to
+        raise CheckpointError(f"'{path}' is not a readable safetensors file: {e}") from e
+
+
+def _shards(directory: str) -> list[str]:
+    index = os.path.join(directory, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        weight_map = _read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not _is_string_list(list(weight_map.values())):
+            raise CheckpointError(
+                f"'{index}': weight_map is {weight_map!r}; expected a mapping of tensor name to "
+                "file"
+            )
+        names = sorted(set(weight_map.values()))
+        for name in names:
+            if os.path.basename(name) != name:
+                raise CheckpointError(
+                    f"'{index}' names the shard {name!r}; expected a file name in the directory"
+                )
+    else:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".safetensors"))
+    if not names:
+        raise FileNotFoundError(f"no .safetensors files in '{directory}'")
+    return [os.path.join(directory, n) for n in names]
+
+
+def _read_tensors(paths: list[str]) -> dict[str, torch.Tensor]:
+    tensors: dict[str, torch.Tensor] = {}
+    origin: dict[str, str] = {}
+    for path in paths:
+        for key, value in read_safetensors(path).items():
+            if key in tensors:
+                raise CheckpointError(
+                    f"tensor '{key}' is stored twice: in '{origin[key]}' and '{path}'"
+                )
+            tensors[key], origin[key] = value, path
+    return tensors
+
+
+def _config_in(directory: str):
+    config_json = os.path.join(directory, "config.json")
+    if os.path.isfile(config_json):
+        config = _read_json(config_json)
+        if "quantization_config" in config:
+            return config, config_json
+    hf_quant = os.path.join(directory, "hf_quant_config.json")
+    if os.path.isfile(hf_quant):
+        return _read_json(hf_quant), hf_quant
+    raise CheckpointError(
+        f"no quantization config in '{directory}': expected hf_quant_config.json or a config.json "
+        "with 'quantization_config' (or pass config=)"
+    )
+
+
+def _resolve(source, config):
+    """(tensors, config mapping, where the config came from)."""
+    if isinstance(source, Mapping):
+        tensors = dict(source)
+        for key, value in tensors.items():
+            if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+                raise TypeError(
+                    f"load_mxfp8: argument 'source' maps {key!r} to a {type(value).__name__}; "
+                    "expected str -> Tensor"
+                )
+        directory = None
+    elif isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if os.path.isdir(path):
+            directory, tensors = path, _read_tensors(_shards(path))
+        else:
+            directory, tensors = os.path.dirname(path) or ".", read_safetensors(path)
+    else:
+        raise TypeError(
+            f"load_mxfp8: argument 'source' is a {type(source).__name__}; expected a directory, a "
+            ".safetensors path or a state dict"
+        )
+    if isinstance(config, (str, os.PathLike)):
+        return tensors, _read_json(os.fspath(config)), os.fspath(config)
+    if config is not None:
+        return tensors, config, "argument 'config'"
+    if directory is None:
+        raise TypeError("load_mxfp8: argument 'config' is required when 'source' is a state dict")
+    loaded, where = _config_in(directory)
+    return tensors, loaded, f"'{where}'"
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def _describe(shape) -> str:
+    return str(list(shape))
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def _is_float8(t: torch.Tensor) -> bool:
+    return t.is_floating_point() and t.element_size() == 1
+
+
+def _quantized_tensors(tensors: Mapping[str, torch.Tensor], name: str, module, fmt: str):
+    """The checked weight, scale and (optional) bias of quantized layer ``name``."""
+    k, n = module.in_features, module.out_features
+    if k % BLOCK != 0:
+        raise CheckpointError(
+            f"layer '{name}' has in_features = {k}, but the {fmt} config quantizes it; MXFP8 "
+            f"needs a multiple of {BLOCK}"
+        )
+    found = []
+    for suffix, dtypes, shape in (("weight", (torch.float8_e4m3fn,), (n, k)),
+                                  ("weight_scale", _SCALE_DTYPES, (n, k // BLOCK))):
+        key = f"{name}.{suffix}"
+        t = tensors.get(key)
+        if t is None:
+            raise CheckpointError(
+                f"missing tensor '{key}': the {fmt} config quantizes layer '{name}'"
+            )
+        if t.dtype not in dtypes:
+            want = " or ".join(str(d).removeprefix("torch.") for d in dtypes)
+            raise CheckpointError(f"tensor '{key}' has dtype {_dtype(t)}; expected {want}")
+        if tuple(t.shape) != shape:
+            raise CheckpointError(
+                f"tensor '{key}' has shape {_describe(t.shape)}; expected {_describe(shape)} for "
+                "layer "
+                f"'{name}' (in_features {k}, out_features {n})"
+            )
+        found.append(t)
+    return found
+
+
+def _check_unquantized(tensors: Mapping[str, torch.Tensor], name: str, module, fmt: str) -> None:
+    scale_key, weight_key = f"{name}.weight_scale", f"{name}.weight"
+    weight = tensors.get(weight_key)
+    if scale_key in tensors or (weight is not None and weight.dtype == torch.float8_e4m3fn):
+        raise CheckpointError(
+            f"tensor '{scale_key if scale_key in tensors else weight_key}' is quantized, but the "
+            f"{fmt} "
+            f"config leaves layer '{name}' unquantized"
+        )
+    if isinstance(module, MXFP8Linear):
+        raise CheckpointError(
+            f"layer '{name}' is an MXFP8Linear, but the {fmt} config leaves it unquantized; load "
+            "into a "
+            "model whose layer is an nn.Linear"
+        )
+
+
+def _name_list(keys: list[str]) -> str:
+    shown = ", ".join(repr(k) for k in keys[:_LIST_LIMIT])
+    return shown + (f" and {len(keys) - _LIST_LIMIT} more" if len(keys) > _LIST_LIMIT else "")
+
+
+def load_mxfp8(
+    model: torch.nn.Module,
+    source,
+    config=None,
+    *,
+    strict: bool = True,
+    device: torch.device | str | None = None,
+    out_dtype: torch.dtype | None = None,
+    assign: bool = False,
+) -> list[str]:
+    """Loads an MXFP8 checkpoint into ``model``, replacing each linear layer that the checkpoint
+    quantizes with ``MXFP8Linear.from_quantized``, and returns their names in module order.
+
+    ``source``: a checkpoint directory (``model.safetensors.index.json`` shards, else every
+    ``*.safetensors`` in it), one ``.safetensors`` file, or a state dict of tensors. ``config``:
+    the quantization config as a mapping or a JSON file path; by default ``config.json``
+    (``quantization_config``) or ``hf_quant_config.json`` next to the tensors. The layers to
+    replace are the model's ``nn.Linear`` (and ``MXFP8Linear``) modules that the config
+    quantizes; their tensors must be present with the stored dtypes and shapes. Quantized
+    tensors go to ``device`` (default: the layer's device, the CPU for a meta layer); a bias is
+    cast to the layer's bias dtype; ``out_dtype`` is given to every new layer. Every other tensor
+    is loaded with ``load_state_dict(assign=)``, into wherever the model holds it.
+    With ``strict``, model tensors the checkpoint lacks and checkpoint tensors the model lacks
+    are errors. Everything is checked before the model changes; problems raise CheckpointError
+    (a ValueError) naming the tensor key, the expected and the actual dtype or shape.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"load_mxfp8: argument 'model' is a {type(model).__name__}; expected torch.nn.Module"
+        )
+    tensors, config, where = _resolve(source, config)
+    scheme = _parse_config(config, where)
+
+    replacements: dict[int, MXFP8Linear] = {}
+    names: list[str] = []
+    consumed: set[str] = set()
+    missing: list[str] = []
+    for name, module in model.named_modules():
+        if not isinstance(module, (torch.nn.Linear, MXFP8Linear)) or not name:
+            continue
+        if not scheme.quantizes(name, module):
+            _check_unquantized(tensors, name, module, scheme.format)
+            continue
+        weight, scale = _quantized_tensors(tensors, name, module, scheme.format)
+        consumed.update((f"{name}.weight", f"{name}.weight_scale"))
+        bias = None
+        if module.bias is not None:
+            bias_key = f"{name}.bias"
+            bias = tensors.get(bias_key, module.bias.detach())
+            if bias_key in tensors:
+                consumed.add(bias_key)
+                if tuple(bias.shape) != (module.out_features,):
+                    raise CheckpointError(
+                        f"tensor '{bias_key}' has shape {_describe(bias.shape)}; expected "
+                        f"[{module.out_features}]"
+                    )
+                if not bias.is_floating_point() or bias.element_size() == 1:
+                    raise CheckpointError(
+                        f"tensor '{bias_key}' has dtype {_dtype(bias)}; expected a float dtype"
+                    )
+            else:
+                missing.append(bias_key)
+        target = device if device is not None else module.weight.device
+        if torch.device(target).type == "meta":
+            target = "cpu"
+        if bias is not None:
+            bias = bias.to(device=target, dtype=module.bias.dtype)
+        replacements[id(module)] = MXFP8Linear.from_quantized(
+            weight.to(target), scale.to(target), bias, out_dtype=out_dtype
+        )
+        names.append(name)
+
+    # The rest of the model: a tensor counts as supplied when the checkpoint holds it under any
+    # of its names (tied weights appear once).
+    rest = {k: v for k, v in tensors.items() if k not in consumed}
+    expected = model.state_dict(keep_vars=True)
+    replaced = set(names)
+    supplied = {id(expected[k]): k for k in rest if k in expected}
+    aliases: dict[str, str] = {}  # tied tensor's other name -> the name the checkpoint uses
+    for key, value in expected.items():
+        if key.rpartition(".")[0] in replaced or key in tensors:
+            continue  # the replacement's own tensors are checked above
+        if id(value) in supplied:
+            aliases[key] = supplied[id(value)]
+        else:
+            missing.append(key)
+    unexpected = [k for k in rest if k not in expected]
+    if strict and (missing or unexpected):
+        parts = []
+        if missing:
+            parts.append(f"the checkpoint lacks {_name_list(sorted(missing))}")
+        if unexpected:
+            parts.append(f"the model has no place for {_name_list(sorted(unexpected))}")
+        raise CheckpointError("load_mxfp8: " + "; ".join(parts))
+    for key, value in rest.items():
+        if key not in expected:
+            continue
+        want = expected[key]
+        if tuple(value.shape) != tuple(want.shape):
+            raise CheckpointError(
+                f"tensor '{key}' has shape {_describe(value.shape)}; expected "
+                f"{_describe(want.shape)}"
+            )
+        # load_state_dict would convert an 8-bit float to the model's dtype without its scales.
+        if value.dtype != want.dtype and (_is_float8(value) or _is_float8(want)):
+            raise CheckpointError(
+                f"tensor '{key}' has dtype {_dtype(value)}; the model holds it as {_dtype(want)}"
+            )
+
+    for parent in list(model.modules()):
+        for child_name, child in list(parent._modules.items()):  # named_children() hides repeats
+            if id(child) in replacements:
+                setattr(parent, child_name, replacements[id(child)])
+    loadable = {k: v for k, v in rest.items() if k in expected}
+    model.load_state_dict(loadable, strict=False, assign=assign)
+    if assign:  # assign puts new tensor objects in place, which unties tied ones: tie them again
+        for alias, source in aliases.items():
+            _set_tensor(model, alias, _get_tensor(model, source))
+    return names
+
+
+def _slots(model: torch.nn.Module, key: str):
+    prefix, _, attr = key.rpartition(".")
+    module = model.get_submodule(prefix)
+    return (module._parameters if attr in module._parameters else module._buffers), attr
+
+
+def _get_tensor(model: torch.nn.Module, key: str) -> torch.Tensor:
+    slots, attr = _slots(model, key)
+    return slots[attr]
+
+
+def _set_tensor(model: torch.nn.Module, key: str, value: torch.Tensor) -> None:
+    slots, attr = _slots(model, key)
+    slots[attr] = value
+
+
+# ---------------------------------------------------------------------------- saving
+
+
+def _unique_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for key, value in model.state_dict(keep_vars=True).items():
+        if id(value) in seen:
+            continue  # a tied tensor is stored once; loading finds it under its first name
+        seen.add(id(value))
+        out[key] = value
+    return out
+
+
+def _ct_config(ignore: list[str]) -> dict:
+    weights = {**_CT_MX_ARGS, "dynamic": False, "scale_dtype": "torch.uint8",
+               "zp_dtype": "torch.uint8"}
+    activations = {**weights, "dynamic": True}
+    return {
+        "quant_method": COMPRESSED_TENSORS,
+        "format": "mxfp8-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {
+            "group_0": {"targets": ["Linear"], "weights": weights, "input_activations": activations,
+                        "output_activations": None, "format": "mxfp8-quantized"}
+        },
+        "ignore": ignore,
+        "kv_cache_scheme": None,
+    }
+
+
+def save_mxfp8(
+    model: torch.nn.Module, directory: str | os.PathLike, format: str = MODELOPT
+) -> None:
+    """Writes ``model`` as an MXFP8 checkpoint that ``load_mxfp8`` reads back into the same
+    architecture built with ``nn.Linear`` layers: ``model.safetensors`` (every state-dict tensor,
+    tied tensors once) plus the config, which lists the model's remaining ``nn.Linear`` layers as
+    unquantized. ``format="modelopt"`` writes ``hf_quant_config.json``; ``"compressed-tensors"``
+    writes ``quantization_config`` into ``config.json``, keeping that file's other keys."""
+    if format not in FORMATS:
+        raise ValueError(
+            f"save_mxfp8: argument 'format' is {format!r}; expected one of {list(FORMATS)}"
+        )
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"save_mxfp8: argument 'model' is a {type(model).__name__}; expected torch.nn.Module"
+        )
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    unquantized = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    tensors_path = os.path.join(directory, "model.safetensors")
+    write_safetensors(_unique_tensors(model), tensors_path, {"format": "pt"})
+    if format == MODELOPT:
+        config = {
+            "producer": {"name": "mxlinear", "version": mxlinear.__version__},
+            "quantization": {
+                "quant_algo": "MXFP8",
+                "kv_cache_quant_algo": None,
+                "exclude_modules": unquantized,
+            },
+        }
+        path = os.path.join(directory, "hf_quant_config.json")
+    else:
+        path = os.path.join(directory, "config.json")
+        config = _read_json(path) if os.path.isfile(path) else {}
+        config["quantization_config"] = _ct_config(unquantized)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")

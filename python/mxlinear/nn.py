@@ -1,0 +1,281 @@
+"""``MXFP8Linear``: an inference-only linear layer over MXFP8 weights.
+
+The weight is stored quantized (E4M3 elements, one E8M0 scale per 32 elements along K) and the
+layer calls ``mxlinear.linear``, which MX-quantizes the activation and runs the exact reference
+on CPU or the GPU kernels on CUDA. Nothing in the layer is trainable: the weight, its scales and
+the bias are buffers, so ``.to(device)``, ``state_dict`` and ``load_state_dict`` carry them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import mxlinear  # the package's ops; looked up at call time, so import order does not matter
+
+BLOCK = 32
+_FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_SCALE_DTYPES = (torch.uint8, torch.float8_e8m0fnu)
+_RULES = ("rceil", "floor")
+
+
+def _dtype_names(dtypes) -> str:
+    return ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+
+
+def _check_tensor(where: str, name: str, value) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(
+            f"{where}: argument '{name}' is a {type(value).__name__}; expected a torch.Tensor"
+        )
+    return value
+
+
+def _is_block_multiple(k: int) -> bool:
+    return k >= BLOCK and k % BLOCK == 0
+
+
+def _check_out_dtype(where: str, out_dtype) -> None:
+    if out_dtype is not None and out_dtype not in _FLOAT_DTYPES:
+        raise TypeError(
+            f"{where}: argument 'out_dtype' is {out_dtype}; expected None or one of "
+            f"{_dtype_names(_FLOAT_DTYPES)}"
+        )
+
+
+def _check_rule(where: str, rule) -> None:
+    if rule is not None and rule not in _RULES:
+        raise ValueError(f"{where}: argument 'rule' is {rule!r}; expected 'rceil' or 'floor'")
+
+
+def _check_bias(where: str, bias, n: int, device: torch.device) -> None:
+    _check_tensor(where, "bias", bias)
+    if bias.dtype not in _FLOAT_DTYPES:
+        raise TypeError(
+            f"{where}: argument 'bias' has dtype {bias.dtype}; expected one of "
+            f"{_dtype_names(_FLOAT_DTYPES)}"
+        )
+    if bias.dim() != 1 or bias.shape[0] != n:
+        raise ValueError(
+            f"{where}: argument 'bias' has shape {list(bias.shape)}; expected [{n}] (N)"
+        )
+    if bias.device != device:
+        raise ValueError(
+            f"{where}: argument 'bias' is on {bias.device}; expected the weight's device {device}"
+        )
+
+
+class MXFP8Linear(torch.nn.Module):
+    """``y = mxlinear.linear(x, weight, weight_scale, bias, out_dtype)``, for inference only.
+
+    Buffers: ``weight`` float8_e4m3fn [out_features, in_features], ``weight_scale`` uint8
+    [out_features, in_features / 32] (E8M0 bytes, bias 127) and optionally ``bias``
+    [out_features] (bfloat16, float16 or float32, kept in the dtype given). ``out_dtype`` None
+    means the input's dtype (bfloat16 for a pre-quantized input). ``rule`` records the scale rule
+    the weight was quantized with (None when unknown, e.g. loaded from a checkpoint).
+
+    ``Module.to(dtype)``, ``.half()`` and ``.float()`` convert the bias but never the quantized
+    weight, which follows device moves only.
+
+    Build one with ``from_linear`` (quantizes an ``nn.Linear``) or ``from_quantized`` (takes
+    tensors as stored in a checkpoint); the constructor makes a zero layer of the given size,
+    ready for ``load_state_dict``.
+    """
+
+    weight: torch.Tensor
+    weight_scale: torch.Tensor
+    bias: torch.Tensor | None
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        bias_dtype: torch.dtype = torch.float32,
+        out_dtype: torch.dtype | None = None,
+        rule: str | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        where = "MXFP8Linear"
+        for name, value in (("in_features", in_features), ("out_features", out_features)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(
+                    f"{where}: argument '{name}' is a {type(value).__name__}; expected an int"
+                )
+        if in_features <= 0 or in_features % BLOCK != 0:
+            raise ValueError(
+                f"{where}: argument 'in_features' is {in_features}; expected a positive multiple "
+                "of "
+                f"{BLOCK} (the MX block size)"
+            )
+        if out_features <= 0:
+            raise ValueError(f"{where}: argument 'out_features' is {out_features}; expected >= 1")
+        if bias_dtype not in _FLOAT_DTYPES:
+            raise TypeError(
+                f"{where}: argument 'bias_dtype' is {bias_dtype}; expected one of "
+                f"{_dtype_names(_FLOAT_DTYPES)}"
+            )
+        _check_out_dtype(where, out_dtype)
+        _check_rule(where, rule)
+        self.in_features = in_features
+        self.out_features = out_features
+        self.out_dtype = out_dtype
+        self.rule = rule
+        self.register_buffer(
+            "weight",
+            torch.zeros(out_features, in_features, dtype=torch.float8_e4m3fn, device=device),
+        )
+        self.register_buffer(
+            "weight_scale",
+            torch.full((out_features, in_features // BLOCK), 127, dtype=torch.uint8, device=device),
+        )
+        self.register_buffer(
+            "bias", torch.zeros(out_features, dtype=bias_dtype, device=device) if bias else None
+        )
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_quantized(
+        cls,
+        weight: torch.Tensor,
+        weight_scale: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        out_dtype: torch.dtype | None = None,
+        rule: str | None = None,
+    ) -> "MXFP8Linear":
+        """A layer over already quantized tensors (used as they are, not copied).
+
+        ``weight`` float8_e4m3fn [N, K] with K a positive multiple of 32; ``weight_scale`` uint8 or
+        float8_e8m0fnu [N, K/32] (stored as a uint8 view); ``bias`` [N] bfloat16, float16 or
+        float32; all on one device. A wrong type or dtype raises TypeError, a wrong shape or
+        device ValueError, each naming the argument.
+        """
+        where = "MXFP8Linear.from_quantized"
+        _check_tensor(where, "weight", weight)
+        _check_tensor(where, "weight_scale", weight_scale)
+        if weight.dtype != torch.float8_e4m3fn:
+            raise TypeError(
+                f"{where}: argument 'weight' has dtype {weight.dtype}; expected float8_e4m3fn"
+            )
+        if weight.dim() != 2 or weight.shape[0] < 1 or not _is_block_multiple(weight.shape[1]):
+            raise ValueError(
+                f"{where}: argument 'weight' has shape {list(weight.shape)}; expected [N, K] with "
+                "N >= 1 "
+                f"and K a positive multiple of {BLOCK}"
+            )
+        n, k = weight.shape
+        if weight_scale.dtype not in _SCALE_DTYPES:
+            raise TypeError(
+                f"{where}: argument 'weight_scale' has dtype {weight_scale.dtype}; expected uint8 "
+                "or float8_e8m0fnu"
+            )
+        if tuple(weight_scale.shape) != (n, k // BLOCK):
+            raise ValueError(
+                f"{where}: argument 'weight_scale' has shape {list(weight_scale.shape)}; "
+                f"expected [{n}, {k // BLOCK}] (N, K/32)"
+            )
+        if weight_scale.device != weight.device:
+            raise ValueError(
+                f"{where}: argument 'weight_scale' is on {weight_scale.device}; expected the "
+                f"weight's device {weight.device}"
+            )
+        if bias is not None:
+            _check_bias(where, bias, n, weight.device)
+        _check_out_dtype(where, out_dtype)
+        _check_rule(where, rule)
+        layer = cls(k, n, bias=False, out_dtype=out_dtype, rule=rule, device="meta")
+        layer.weight = weight
+        layer.weight_scale = weight_scale.view(torch.uint8)
+        layer.bias = bias
+        return layer
+
+    @classmethod
+    def from_linear(
+        cls, linear: torch.nn.Linear, rule: str = "rceil", out_dtype: torch.dtype | None = None
+    ) -> "MXFP8Linear":
+        """Quantizes ``linear.weight`` with ``mxlinear.quantize(weight, rule)`` on the weight's own
+        device (CPU or CUDA) and keeps a copy of its bias. The weight must be bfloat16, float16 or
+        float32 and ``in_features`` a multiple of 32."""
+        where = "MXFP8Linear.from_linear"
+        if not isinstance(linear, torch.nn.Linear):
+            raise TypeError(
+                f"{where}: argument 'linear' is a {type(linear).__name__}; expected "
+                "torch.nn.Linear"
+            )
+        if linear.in_features % BLOCK != 0:
+            raise ValueError(
+                f"{where}: argument 'linear' has in_features = {linear.in_features}; expected a "
+                "multiple "
+                f"of {BLOCK} (the MX block size)"
+            )
+        if linear.weight.dtype not in _FLOAT_DTYPES:
+            raise TypeError(
+                f"{where}: argument 'linear' has weight dtype {linear.weight.dtype}; expected one "
+                "of "
+                f"{_dtype_names(_FLOAT_DTYPES)}"
+            )
+        if rule not in _RULES:
+            raise ValueError(f"{where}: argument 'rule' is {rule!r}; expected 'rceil' or 'floor'")
+        with torch.no_grad():
+            weight, weight_scale = mxlinear.quantize(linear.weight.detach(), rule)
+            bias = None if linear.bias is None else linear.bias.detach().clone()
+        return cls.from_quantized(weight, weight_scale, bias, out_dtype=out_dtype, rule=rule)
+
+    # ------------------------------------------------------------------ use
+
+    def forward(self, x: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """``x`` [..., in_features] bfloat16/float16/float32, or a pre-quantized ``(data,
+        scales)`` pair as ``mxlinear.quantize`` returns it."""
+        return mxlinear.linear(x, self.weight, self.weight_scale, self.bias, self.out_dtype)
+
+    def dequantized_weight(self) -> torch.Tensor:
+        """The weight as float32: ``value(q) * 2^(b - 127)`` per element (NaN where the scale byte
+        is 0xFF), exact except where the product leaves float32's range."""
+        scales = self.weight_scale.to(torch.int32)
+        factor = torch.ldexp(torch.ones_like(scales, dtype=torch.float32), scales - 127)
+        factor = torch.where(scales == 0xFF, torch.full_like(factor, float("nan")), factor)
+        w = self.weight.to(torch.float32).unflatten(-1, (-1, BLOCK))
+        return (w * factor.unsqueeze(-1)).flatten(-2)
+
+    def extra_repr(self) -> str:
+        out = "input" if self.out_dtype is None else str(self.out_dtype).removeprefix("torch.")
+        bias = "None" if self.bias is None else str(self.bias.dtype).removeprefix("torch.")
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, bias={bias}, "
+            f"rule={self.rule}, out_dtype={out}"
+        )
+
+    # ------------------------------------------------------------------ nn.Module hooks
+
+    def _apply(self, fn, recurse=True):
+        # Module.to(dtype), .half() and .float() convert every floating-point tensor, and torch
+        # counts float8 as floating point; a uint8 view of the weight follows device moves only.
+        self._buffers["weight"] = self._buffers["weight"].view(torch.uint8)
+        try:
+            return super()._apply(fn, recurse)
+        finally:
+            self._buffers["weight"] = self._buffers["weight"].view(torch.float8_e4m3fn)
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        # load_state_dict copies with copy_, which would convert a float weight to E4M3 without
+        # scaling and an E8M0 scale to its numeric value; only the stored formats are accepted.
+        weight_key, scale_key = prefix + "weight", prefix + "weight_scale"
+        weight = state_dict.get(weight_key)
+        if isinstance(weight, torch.Tensor) and weight.dtype != torch.float8_e4m3fn:
+            error_msgs.append(f"'{weight_key}' has dtype {weight.dtype}; expected float8_e4m3fn")
+            return
+        scale = state_dict.get(scale_key)
+        if isinstance(scale, torch.Tensor):
+            if scale.dtype not in _SCALE_DTYPES:
+                error_msgs.append(
+                    f"'{scale_key}' has dtype {scale.dtype}; expected uint8 or float8_e8m0fnu"
+                )
+                return
+            state_dict[scale_key] = scale.view(torch.uint8)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )

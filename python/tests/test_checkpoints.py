@@ -1,0 +1,506 @@
+"""Reading and writing MXFP8 checkpoints: both layouts, written here by hand and by save_mxfp8,
+and every way a checkpoint can be wrong."""
+
+import json
+import os
+import random
+import struct
+
+import emulation
+import pytest
+import torch
+
+from mxlinear._safetensors_file import write_safetensors
+from mxlinear.checkpoints import (
+    CheckpointError,
+    detect_format,
+    load_mxfp8,
+    read_safetensors,
+    save_mxfp8,
+)
+from mxlinear.convert import quantize_model
+from mxlinear.nn import MXFP8Linear
+
+MODELOPT_CONFIG = {"producer": {"name": "modelopt", "version": "0.40.0"},
+                   "quantization": {"quant_algo": "MXFP8", "kv_cache_quant_algo": None,
+                                    "exclude_modules": ["lm_head", "*.gate"]}}
+
+
+def ct_args(**changes):
+    args = {"num_bits": 8, "type": "float", "strategy": "group", "group_size": 32, "symmetric": True,
+            "dynamic": False, "scale_dtype": "torch.uint8", "zp_dtype": "torch.uint8", "observer": "minmax"}
+    return {**args, **changes}
+
+
+def ct_config(group_changes=None, weight_changes=None, **top):
+    group = {"targets": ["Linear"], "weights": ct_args(**(weight_changes or {})),
+             "input_activations": ct_args(dynamic=True, observer=None), "output_activations": None,
+             "format": "mxfp8-quantized", **(group_changes or {})}
+    q = {"quant_method": "compressed-tensors", "format": "mxfp8-quantized",
+         "quantization_status": "compressed", "config_groups": {"group_0": group},
+         "ignore": ["lm_head", "re:.*\\.gate$"], "kv_cache_scheme": None}
+    return {"architectures": ["Tiny"], "quantization_config": {**q, **top}}
+
+
+class Layer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(64, 96)
+        self.gate = torch.nn.Linear(64, 4, bias=False)  # excluded by both configs above
+        self.out = torch.nn.Linear(96, 64, bias=False)
+        self.norm = torch.nn.LayerNorm(64)
+
+    def forward(self, x):
+        gate = torch.sigmoid(self.gate(x)).mean(-1, keepdim=True)
+        return self.norm(x + self.out(torch.relu(self.proj(x))) * gate)
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self, vocab=50):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, 64)
+        self.layers = torch.nn.ModuleList([Layer(), Layer()])
+        self.lm_head = torch.nn.Linear(64, vocab, bias=False)
+        self.lm_head.weight = self.embed.weight  # tied, as many language models are
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = layer(x)
+        return self.lm_head(x)
+
+
+QUANTIZED = ["layers.0.proj", "layers.0.out", "layers.1.proj", "layers.1.out"]
+
+
+def fresh_gen() -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(torch.seed())  # torch.seed() also reseeds the global generator modules draw from
+    return g
+
+
+def scrambled(model: torch.nn.Module) -> torch.nn.Module:
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_()
+    return model
+
+
+def hand_written_tensors(g) -> dict:
+    """A Tiny checkpoint built from emulation.py's quantizer, not from mxlinear."""
+    model = Tiny()
+    tensors = {}
+    for key, value in model.state_dict().items():
+        if key == "lm_head.weight":
+            continue  # tied to embed.weight, stored once
+        module = key.rpartition(".")[0]
+        if module in QUANTIZED and key.endswith(".weight"):
+            data, scales = emulation.quantize(torch.randn(value.shape, generator=g) * 0.1)
+            tensors[key] = data.view(torch.float8_e4m3fn)
+            tensors[module + ".weight_scale"] = scales
+        else:
+            dtype = torch.bfloat16 if module in QUANTIZED else value.dtype
+            tensors[key] = torch.randn(value.shape, generator=g).to(dtype)
+    return tensors
+
+
+def write_checkpoint(directory, tensors, config, config_name):
+    os.makedirs(directory, exist_ok=True)
+    write_safetensors(tensors, os.path.join(directory, "model.safetensors"))
+    with open(os.path.join(directory, config_name), "w") as f:
+        json.dump(config, f)
+    return directory
+
+
+def assert_loaded(model, tensors, names):
+    assert names == QUANTIZED
+    for name, module in model.named_modules():
+        if name in QUANTIZED:
+            assert isinstance(module, MXFP8Linear)
+            assert torch.equal(module.weight.view(torch.uint8), tensors[name + ".weight"].view(torch.uint8))
+            assert torch.equal(module.weight_scale, tensors[name + ".weight_scale"].view(torch.uint8))
+            if name + ".bias" in tensors:  # cast to the model's bias dtype, as load_state_dict would
+                assert module.bias.dtype == torch.float32
+                assert torch.equal(module.bias, tensors[name + ".bias"].float())
+        elif isinstance(module, torch.nn.Linear):
+            assert type(module) is torch.nn.Linear
+    state = model.state_dict()
+    for key, value in tensors.items():
+        if key.rpartition(".")[0] not in QUANTIZED:
+            assert torch.equal(state[key], value)
+    assert model.lm_head.weight is model.embed.weight
+
+
+# --------------------------------------------------------------------------- formats
+
+
+@pytest.mark.parametrize("layout", ["hf_quant_config", "config_json", "mxfp8_tag", "compressed_tensors"])
+def test_load_hand_written_checkpoint(tmp_path, layout):
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    tensors["layers.1.proj.weight_scale"] = tensors["layers.1.proj.weight_scale"].view(torch.float8_e8m0fnu)
+    config, name = {
+        "hf_quant_config": (MODELOPT_CONFIG, "hf_quant_config.json"),
+        "config_json": ({"quantization_config": {"quant_method": "modelopt", "quant_algo": "MXFP8",
+                                                 "ignore": ["lm_head", "layers.?.gate"]}}, "config.json"),
+        "mxfp8_tag": ({"quantization_config": {"quant_method": "mxfp8",
+                                               "ignored_layers": ["lm_head", "*gate"]}},
+                      "config.json"),
+        "compressed_tensors": (ct_config(), "config.json"),
+    }[layout]
+    write_checkpoint(tmp_path, tensors, config, name)
+    model = scrambled(Tiny())
+    names = load_mxfp8(model, tmp_path)
+    assert_loaded(model, tensors, names)
+    ids = torch.randint(0, 50, (2, 7), generator=g)
+    assert torch.isfinite(model(ids)).all()
+
+
+def test_load_from_a_file_or_a_state_dict_with_a_given_config(tmp_path):
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    write_safetensors(tensors, tmp_path / "weights.safetensors")
+    (tmp_path / "quant.json").write_text(json.dumps(MODELOPT_CONFIG))
+    model = scrambled(Tiny())
+    names = load_mxfp8(model, tmp_path / "weights.safetensors", tmp_path / "quant.json")
+    assert_loaded(model, tensors, names)
+    model = scrambled(Tiny())
+    assert_loaded(model, tensors, load_mxfp8(model, tensors, ct_config()))
+    with pytest.raises(TypeError, match=r"'config' is required"):
+        load_mxfp8(Tiny(), tensors)
+
+
+def test_load_sharded_checkpoint(tmp_path):
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    keys = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": keys[::2], "model-00002-of-00002.safetensors": keys[1::2]}
+    for shard, shard_keys in shards.items():
+        write_safetensors({k: tensors[k] for k in shard_keys}, tmp_path / shard)
+    index = {"metadata": {}, "weight_map": {k: s for s, ks in shards.items() for k in ks}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(MODELOPT_CONFIG))
+    model = scrambled(Tiny())
+    assert_loaded(model, tensors, load_mxfp8(model, tmp_path))
+    # a key in two shards is ambiguous
+    write_safetensors({k: tensors[k] for k in keys[:2]}, tmp_path / "model-00002-of-00002.safetensors")
+    with pytest.raises(CheckpointError, match=rf"'{keys[0]}' is stored twice"):
+        load_mxfp8(Tiny(), tmp_path)
+
+
+@pytest.mark.parametrize("fmt", ["modelopt", "compressed-tensors"])
+def test_save_then_load_round_trip(tmp_path, fmt):
+    g = fresh_gen()
+    source = Tiny()
+    for layer in source.layers:
+        layer.proj.bias.data = layer.proj.bias.data.bfloat16()  # a bias dtype of its own survives
+    done = quantize_model(source, exclude=["lm_head", "*.gate"], rule="floor")
+    assert done.converted == QUANTIZED
+    if fmt == "compressed-tensors":  # an existing config.json keeps its other keys
+        (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Tiny"], "hidden_size": 64}))
+    save_mxfp8(source, tmp_path, format=fmt)
+    config_file = "hf_quant_config.json" if fmt == "modelopt" else "config.json"
+    config = json.loads((tmp_path / config_file).read_text())
+    assert detect_format(config) == fmt
+    if fmt == "compressed-tensors":
+        assert config["hidden_size"] == 64
+    target = scrambled(Tiny())
+    for layer in target.layers:
+        layer.proj.bias.data = layer.proj.bias.data.bfloat16()
+    assert load_mxfp8(target, tmp_path) == QUANTIZED
+    for key, value in source.state_dict().items():
+        got = target.state_dict()[key]
+        assert got.dtype == value.dtype and torch.equal(got.view(torch.uint8), value.view(torch.uint8))
+    ids = torch.randint(0, 50, (3, 5), generator=g)
+    assert torch.equal(target(ids), source(ids))
+
+
+def test_load_into_a_meta_model_with_assign(tmp_path):
+    g = fresh_gen()
+    source = Tiny()
+    quantize_model(source, exclude=["lm_head", "*.gate"])
+    save_mxfp8(source, tmp_path)
+    with torch.device("meta"):
+        target = Tiny()
+    load_mxfp8(target, tmp_path, assign=True)
+    assert target.lm_head.weight is target.embed.weight  # still tied
+    assert all(t.device.type == "cpu" for t in target.state_dict().values())
+    ids = torch.randint(0, 50, (2, 4), generator=g)
+    assert torch.equal(target(ids), source(ids))
+
+
+# --------------------------------------------------------------------------- configs
+
+
+@pytest.mark.parametrize("config, fmt", [
+    (MODELOPT_CONFIG, "modelopt"),
+    ({"quantization_config": {"quant_method": "modelopt", "quant_algo": "mxfp8"}}, "modelopt"),
+    ({"quant_method": "modelopt", "quantization": {"quant_algo": "MXFP8"}}, "modelopt"),
+    ({"quant_method": "mxfp8"}, "modelopt"),
+    (ct_config(), "compressed-tensors"),
+    (ct_config()["quantization_config"], "compressed-tensors"),
+    (ct_config(group_changes={"input_activations": None, "format": None}, format="float-quantized"),
+     "compressed-tensors"),
+    (ct_config(weight_changes={"scale_dtype": "uint8"}), "compressed-tensors"),
+])
+def test_detect_format(config, fmt):
+    assert detect_format(config) == fmt
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"quantization": {"quant_algo": "NVFP4"}}, r"quant_algo is 'NVFP4'; mxlinear loads 'MXFP8'"),
+    ({"quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8"}}, r"quant_algo is 'FP8'"),
+    ({"quantization": {"quant_algo": "MXFP8", "group_size": 16}}, r"group_size is 16; MXFP8 needs 32"),
+    ({"quantization": {"quant_algo": "MXFP8", "exclude_modules": "lm_head"}},
+     r"excluded modules are 'lm_head'"),
+    ({"quantization_config": {"quant_method": "gptq", "bits": 4}}, r"quant_method is 'gptq'"),
+    ({"architectures": ["Tiny"]}, r"quant_method is None"),
+    ({"quantization_config": []}, r"quantization_config is \[\]"),
+    (ct_config(weight_changes={"group_size": 128}),
+     r"config_groups\['group_0'\]\.weights\.group_size is 128; MXFP8 needs 32"),
+    (ct_config(weight_changes={"type": "int"}), r"weights\.type is 'int'"),
+    (ct_config(weight_changes={"num_bits": 4}), r"weights\.num_bits is 4"),
+    (ct_config(weight_changes={"scale_dtype": None}), r"weights\.scale_dtype is None; MXFP8 needs 'uint8'"),
+    (ct_config(weight_changes={"scale_dtype": "torch.bfloat16"}), r"scale_dtype is 'bfloat16'"),
+    (ct_config(weight_changes={"symmetric": False}), r"weights\.symmetric is False"),
+    (ct_config(weight_changes={"strategy": "channel"}), r"weights\.strategy is 'channel'"),
+    (ct_config(group_changes={"format": "pack-quantized"}), r"format 'pack-quantized'"),
+    (ct_config(group_changes={"format": None}, format="dense"), r"format 'dense'"),
+    (ct_config(group_changes={"input_activations": ct_args(strategy="token", group_size=None,
+                                                           dynamic=True)}),
+     r"input_activations\.strategy is 'token'"),
+    (ct_config(group_changes={"input_activations": ct_args()}), r"input_activations\.dynamic is False"),
+    (ct_config(group_changes={"targets": "Linear"}), r"targets is 'Linear'; expected a list"),
+    (ct_config(config_groups={}), r"config_groups is \{\}"),
+    (ct_config(ignore="lm_head"), r"ignore is 'lm_head'"),
+    (ct_config(ignore=["re:model.(layers"]), r"ignore: 're:model.\(layers' is not a valid regular"),
+])
+def test_detect_format_rejects(config, message):
+    with pytest.raises(CheckpointError, match=message):
+        detect_format(config)
+
+
+def test_detect_format_rejects_non_mappings():
+    with pytest.raises(TypeError, match=r"is a list; expected a mapping"):
+        detect_format([MODELOPT_CONFIG])
+
+
+def test_config_files_must_exist_and_parse(tmp_path):
+    write_safetensors({"x": torch.zeros(1)}, tmp_path / "model.safetensors")
+    with pytest.raises(CheckpointError, match=r"no quantization config in"):
+        load_mxfp8(Tiny(), tmp_path)
+    (tmp_path / "config.json").write_text('{"architectures": ["Tiny"]}')  # no quantization_config
+    with pytest.raises(CheckpointError, match=r"no quantization config in"):
+        load_mxfp8(Tiny(), tmp_path)
+    (tmp_path / "hf_quant_config.json").write_text('{"quantization": {"quant_algo": "MXFP8",')
+    with pytest.raises(CheckpointError, match=r"hf_quant_config.json' is not valid JSON"):
+        load_mxfp8(Tiny(), tmp_path)
+    (tmp_path / "hf_quant_config.json").write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(CheckpointError, match=r"is not valid JSON"):
+        load_mxfp8(Tiny(), tmp_path)
+    (tmp_path / "hf_quant_config.json").write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match=r"holds a list; expected a JSON object"):
+        load_mxfp8(Tiny(), tmp_path)
+    os.remove(tmp_path / "model.safetensors")
+    with pytest.raises(FileNotFoundError, match=r"no .safetensors files"):
+        load_mxfp8(Tiny(), tmp_path)
+
+
+# --------------------------------------------------------------------------- bad tensors
+
+
+def broken(tensors, change):
+    tensors = dict(tensors)
+    change(tensors)
+    return tensors
+
+
+@pytest.mark.parametrize("config", [MODELOPT_CONFIG, ct_config()],
+                         ids=["modelopt", "compressed-tensors"])
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t.update({"layers.0.out.weight": t["layers.0.out.weight"].bfloat16()}),
+     r"tensor 'layers\.0\.out\.weight' has dtype bfloat16; expected float8_e4m3fn"),
+    (lambda t: t.update({"layers.1.proj.weight_scale": t["layers.1.proj.weight_scale"].float()}),
+     r"tensor 'layers\.1\.proj\.weight_scale' has dtype float32; expected uint8 or float8_e8m0fnu"),
+    (lambda t: t.update({"layers.1.proj.weight_scale": t["layers.1.proj.weight_scale"][:, :1]}),
+     r"tensor 'layers\.1\.proj\.weight_scale' has shape \[96, 1\]; expected \[96, 2\]"),
+    (lambda t: t.update({"layers.0.out.weight": t["layers.0.out.weight"][:32]}),
+     r"tensor 'layers\.0\.out\.weight' has shape \[32, 96\]; expected \[64, 96\]"),
+    (lambda t: t.pop("layers.0.proj.weight_scale"),
+     r"missing tensor 'layers\.0\.proj\.weight_scale': the \S+ config quantizes layer 'layers\.0\.proj'"),
+    (lambda t: t.pop("layers.1.out.weight"), r"missing tensor 'layers\.1\.out\.weight'"),
+    (lambda t: t.update({"layers.0.proj.bias": t["layers.0.proj.bias"][:5]}),
+     r"tensor 'layers\.0\.proj\.bias' has shape \[5\]; expected \[96\]"),
+    (lambda t: t.update({"layers.0.gate.weight_scale": torch.zeros(4, 2, dtype=torch.uint8)}),
+     r"tensor 'layers\.0\.gate\.weight_scale' is quantized, but the \S+ config leaves layer "
+     r"'layers\.0\.gate'"),
+    (lambda t: t.update({"layers.1.norm.weight": torch.zeros(65)}),
+     r"tensor 'layers\.1\.norm\.weight' has shape \[65\]; expected \[64\]"),
+    (lambda t: t.pop("embed.weight"), r"the checkpoint lacks 'embed\.weight', 'lm_head\.weight'"),
+    (lambda t: t.update({"embed.weight": t["embed.weight"].to(torch.float8_e4m3fn)}),
+     r"tensor 'embed\.weight' has dtype float8_e4m3fn; the model holds it as float32"),
+    (lambda t: t.update({"layers.0.proj.bias": t["layers.0.proj.bias"].to(torch.int32)}),
+     r"tensor 'layers\.0\.proj\.bias' has dtype int32; expected a float dtype"),
+    (lambda t: t.pop("layers.1.proj.bias"), r"the checkpoint lacks 'layers\.1\.proj\.bias'"),
+    (lambda t: t.update({"layers.0.proj.input_scale": torch.ones(1), "extra": torch.ones(1)}),
+     r"the model has no place for 'extra', 'layers\.0\.proj\.input_scale'"),
+])
+def test_bad_tensors_are_named_and_leave_the_model_alone(config, change, message):
+    g = fresh_gen()
+    model = Tiny()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match=message):
+        load_mxfp8(model, broken(hand_written_tensors(g), change), config)
+    assert not any(isinstance(m, MXFP8Linear) for m in model.modules())
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
+def test_non_strict_load_skips_extra_and_missing_tensors():
+    g = fresh_gen()
+    tensors = broken(hand_written_tensors(g),
+                     lambda t: (t.pop("layers.1.proj.bias"), t.update({"extra": torch.ones(1)})))
+    model = Tiny()
+    kept_bias = model.layers[1].proj.bias.detach().clone()
+    assert load_mxfp8(model, tensors, MODELOPT_CONFIG, strict=False) == QUANTIZED
+    assert torch.equal(model.layers[1].proj.bias, kept_bias)  # the model's own bias stays
+
+
+def test_layer_with_in_features_off_the_block_size_cannot_be_quantized():
+    model = torch.nn.Sequential(torch.nn.Linear(40, 8))
+    tensors = {"0.weight": torch.zeros(8, 40, dtype=torch.float8_e4m3fn),
+               "0.weight_scale": torch.zeros(8, 1, dtype=torch.uint8), "0.bias": torch.zeros(8)}
+    with pytest.raises(CheckpointError, match=r"layer '0' has in_features = 40.*multiple of 32"):
+        load_mxfp8(model, tensors, MODELOPT_CONFIG)
+
+
+def test_an_mxfp8_layer_the_config_leaves_unquantized_is_an_error():
+    model = torch.nn.Sequential(MXFP8Linear(32, 8))
+    tensors = {"0.weight": torch.zeros(8, 32), "0.bias": torch.zeros(8)}
+    with pytest.raises(CheckpointError,
+                       match=r"layer '0' is an MXFP8Linear, but the modelopt config leaves it"):
+        load_mxfp8(model, tensors, {"quantization": {"quant_algo": "MXFP8", "exclude_modules": ["0"]}})
+
+
+def test_a_quantized_layer_does_not_supply_its_tied_tensor():
+    g = fresh_gen()
+    model = Tiny()  # lm_head is tied to embed; here the checkpoint quantizes lm_head
+    tensors = hand_written_tensors(g)
+    data, scales = emulation.quantize(tensors.pop("embed.weight"))
+    tensors.update({"lm_head.weight": data.view(torch.float8_e4m3fn), "lm_head.weight_scale": scales})
+    config = {"quantization": {"quant_algo": "MXFP8", "exclude_modules": ["*.gate"]}}
+    with pytest.raises(CheckpointError, match=r"the checkpoint lacks 'embed\.weight'$"):
+        load_mxfp8(model, tensors, config)
+    tensors["embed.weight"] = torch.randn(50, 64, generator=g)
+    assert load_mxfp8(model, tensors, config) == QUANTIZED + ["lm_head"]
+    assert torch.equal(model.embed.weight, tensors["embed.weight"])
+    assert torch.equal(model.lm_head.weight.view(torch.uint8), data)
+
+
+def test_reloading_into_converted_layers_replaces_them():
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    model = Tiny()
+    quantize_model(model, exclude=["lm_head", "*.gate"])
+    assert_loaded(model, tensors, load_mxfp8(model, tensors, ct_config()))
+
+
+# --------------------------------------------------------------------------- corrupt files
+
+
+def valid_file_bytes(tmp_path) -> bytes:
+    path = tmp_path / "valid.safetensors"
+    write_safetensors({"a.weight": torch.zeros(4, 32, dtype=torch.float8_e4m3fn),
+                       "a.weight_scale": torch.full((4, 1), 127, dtype=torch.uint8),
+                       "b": torch.ones(3)}, path)
+    return path.read_bytes()
+
+
+def test_write_safetensors_is_read_back_by_the_reference_reader(tmp_path):
+    g = fresh_gen()
+    def random_bytes(*shape):
+        return torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
+
+    tensors = {"f8": random_bytes(3, 64).view(torch.float8_e4m3fn),
+               "e8m0": random_bytes(3, 2).view(torch.float8_e8m0fnu),
+               "bf16": torch.randn(5, generator=g).bfloat16(), "empty": torch.zeros(0, 4),
+               "scalar": torch.tensor(2.5, dtype=torch.float64), "strided": torch.randn(4, 6, generator=g).T}
+    write_safetensors(tensors, tmp_path / "t.safetensors", {"format": "pt"})
+    back = read_safetensors(tmp_path / "t.safetensors")
+    assert set(back) == set(tensors)
+    for key, value in tensors.items():
+        assert back[key].dtype == value.dtype and back[key].shape == value.shape
+        assert torch.equal(back[key].view(torch.uint8) if value.element_size() == 1 else back[key],
+                           value.view(torch.uint8) if value.element_size() == 1 else value)
+    header_len = struct.unpack("<Q", (tmp_path / "t.safetensors").read_bytes()[:8])[0]
+    assert header_len % 8 == 0
+
+
+def constructed_corruptions(raw: bytes):
+    header_len = struct.unpack("<Q", raw[:8])[0]
+    return {
+        "empty file": b"",
+        "short length": raw[:7],
+        "cut in the header": raw[: 8 + header_len // 2],
+        "cut in the data": raw[:-1],
+        "huge header length": struct.pack("<Q", 2**62) + raw[8:],
+        "header length past the end": struct.pack("<Q", header_len + 1000) + raw[8:],
+        "header not JSON": raw[:8] + b"{" * header_len + raw[8 + header_len:],
+        "dtype wider than the data": raw.replace(b'"U8"', b'"F32"'),
+        "offsets with a gap": raw.replace(b'"data_offsets":[0,', b'"data_offsets":[9,'),
+        "shape off by one": raw.replace(b'"shape":[4,32]', b'"shape":[4,33]'),
+        "negative shape": raw.replace(b'"shape":[4,32]', b'"shape":[-4,32]'),
+        "overflowing shape": raw.replace(b'"shape":[3]', b'"shape":[18446744073709551615]'),
+    }
+
+
+def random_corruptions(raw: bytes, rng: random.Random):
+    header_len = struct.unpack("<Q", raw[:8])[0]
+    yield bytes(rng.randrange(256) for _ in range(len(raw)))
+    for _ in range(40):  # damage inside the header
+        b = bytearray(raw)
+        for _ in range(rng.randint(1, 4)):
+            b[rng.randrange(8, 8 + header_len)] = rng.randrange(256)
+        yield bytes(b)
+
+
+def test_corrupt_files_raise_checkpoint_errors(tmp_path):
+    raw = valid_file_bytes(tmp_path)
+    path = tmp_path / "bad.safetensors"
+    for what, variant in constructed_corruptions(raw).items():
+        assert variant != raw, what
+        path.write_bytes(variant)
+        with pytest.raises(CheckpointError, match=r"bad\.safetensors' is not a readable safetensors file"):
+            read_safetensors(path)
+    for variant in random_corruptions(raw, random.Random(torch.seed())):
+        path.write_bytes(variant)
+        try:
+            read_safetensors(path)  # damage inside a tensor name, say, can leave a valid file
+        except CheckpointError as e:
+            assert "bad.safetensors' is not a readable safetensors file" in str(e)
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(MODELOPT_CONFIG))
+    os.remove(tmp_path / "valid.safetensors")
+    path.write_bytes(raw[:20])
+    with pytest.raises(CheckpointError, match=r"bad\.safetensors' is not a readable safetensors file"):
+        load_mxfp8(Tiny(), tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"no safetensors file at"):
+        read_safetensors(tmp_path / "absent.safetensors")
+
+
+# --------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+def test_cuda_load_places_quantized_layers_on_the_device(tmp_path):
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    model = Tiny().cuda()
+    names = load_mxfp8(model, tensors, MODELOPT_CONFIG)
+    assert names == QUANTIZED
+    for name in QUANTIZED:
+        layer = model.get_submodule(name)
+        assert layer.weight.is_cuda and layer.weight_scale.is_cuda
+    cpu_model = Tiny()
+    load_mxfp8(cpu_model, tensors, MODELOPT_CONFIG)
+    ids = torch.randint(0, 50, (2, 9), generator=g)
+    out, ref = model(ids.cuda()).cpu().double(), cpu_model(ids).double()
+    assert float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref)) <= 1e-4
