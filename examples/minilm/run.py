@@ -191,13 +191,13 @@ def main(argv=None) -> int:
                 "shape": list(state["bf16"].shape)}
 
     def swap():
-        quantize_model(model)
+        skipped = quantize_model(model).skipped
         swapped = sum(isinstance(m, MXFP8Linear) for m in model.modules())
         left = [n for n, m in model.named_modules() if type(m) is torch.nn.Linear]
         state["mxfp8"] = encode(model, sentences, args.batch_size)
         cos = cosine_stats(state["bf16"], state["mxfp8"])
-        return {"ok": swapped > 0 and not left and cos["min"] >= args.min_cosine,
-                "swapped_layers": swapped, "linear_layers_left": left,
+        return {"ok": swapped > 0 and not left and not skipped and cos["min"] >= args.min_cosine,
+                "swapped_layers": swapped, "linear_layers_left": left, "skipped": skipped,
                 "min_cosine_required": args.min_cosine, "cosine": cos}
 
     def emulation():
