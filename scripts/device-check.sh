@@ -155,7 +155,7 @@ if has_step python || has_step pybench || has_step minilm; then
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
     fi
     if has_step minilm; then
-      "$py" examples/minilm/run.py --model-dir "${MINILM_DIR:-.devrun/minilm}" \
+      "$py" examples/minilm/run.py --model "${MINILM_DIR:-.devrun/minilm}" \
         --out "$OUT/minilm" 2>&1 | tee "$OUT/minilm.txt"
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
     fi
