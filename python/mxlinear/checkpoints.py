@@ -27,7 +27,6 @@ import torch
 
 import mxlinear  # the package's version, looked up at call time
 
-from ._safetensors_file import write_safetensors
 from .nn import BLOCK, MXFP8Linear
 
 MODELOPT = "modelopt"
@@ -555,7 +554,9 @@ def save_mxfp8(
     os.makedirs(directory, exist_ok=True)
     unquantized = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
     tensors_path = os.path.join(directory, "model.safetensors")
-    write_safetensors(_unique_tensors(model), tensors_path, {"format": "pt"})
+    from safetensors.torch import save_file
+
+    save_file(_unique_tensors(model), str(tensors_path), {"format": "pt"})
     if format == MODELOPT:
         config = {
             "producer": {"name": "mxlinear", "version": mxlinear.__version__},

@@ -10,7 +10,7 @@ import emulation
 import pytest
 import torch
 
-from mxlinear._safetensors_file import write_safetensors
+from safetensors.torch import save_file
 from mxlinear.checkpoints import (
     CheckpointError,
     detect_format,
@@ -106,7 +106,7 @@ def hand_written_tensors(g) -> dict:
 
 def write_checkpoint(directory, tensors, config, config_name):
     os.makedirs(directory, exist_ok=True)
-    write_safetensors(tensors, os.path.join(directory, "model.safetensors"))
+    save_file(tensors, os.path.join(directory, "model.safetensors"))
     with open(os.path.join(directory, config_name), "w") as f:
         json.dump(config, f)
     return directory
@@ -159,7 +159,7 @@ def test_load_hand_written_checkpoint(tmp_path, layout):
 def test_load_from_a_file_or_a_state_dict_with_a_given_config(tmp_path):
     g = fresh_gen()
     tensors = hand_written_tensors(g)
-    write_safetensors(tensors, tmp_path / "weights.safetensors")
+    save_file(tensors, tmp_path / "weights.safetensors")
     (tmp_path / "quant.json").write_text(json.dumps(MODELOPT_CONFIG))
     model = scrambled(Tiny())
     names = load_mxfp8(model, tmp_path / "weights.safetensors", tmp_path / "quant.json")
@@ -176,14 +176,14 @@ def test_load_sharded_checkpoint(tmp_path):
     keys = sorted(tensors)
     shards = {"model-00001-of-00002.safetensors": keys[::2], "model-00002-of-00002.safetensors": keys[1::2]}
     for shard, shard_keys in shards.items():
-        write_safetensors({k: tensors[k] for k in shard_keys}, tmp_path / shard)
+        save_file({k: tensors[k] for k in shard_keys}, tmp_path / shard)
     index = {"metadata": {}, "weight_map": {k: s for s, ks in shards.items() for k in ks}}
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     (tmp_path / "hf_quant_config.json").write_text(json.dumps(MODELOPT_CONFIG))
     model = scrambled(Tiny())
     assert_loaded(model, tensors, load_mxfp8(model, tmp_path))
     # a key in two shards is ambiguous
-    write_safetensors({k: tensors[k] for k in keys[:2]}, tmp_path / "model-00002-of-00002.safetensors")
+    save_file({k: tensors[k] for k in keys[:2]}, tmp_path / "model-00002-of-00002.safetensors")
     with pytest.raises(CheckpointError, match=rf"'{keys[0]}' is stored twice"):
         load_mxfp8(Tiny(), tmp_path)
 
@@ -286,7 +286,7 @@ def test_detect_format_rejects_non_mappings():
 
 
 def test_config_files_must_exist_and_parse(tmp_path):
-    write_safetensors({"x": torch.zeros(1)}, tmp_path / "model.safetensors")
+    save_file({"x": torch.zeros(1)}, tmp_path / "model.safetensors")
     with pytest.raises(CheckpointError, match=r"no quantization config in"):
         load_mxfp8(Tiny(), tmp_path)
     (tmp_path / "config.json").write_text('{"architectures": ["Tiny"]}')  # no quantization_config
@@ -409,30 +409,10 @@ def test_reloading_into_converted_layers_replaces_them():
 
 def valid_file_bytes(tmp_path) -> bytes:
     path = tmp_path / "valid.safetensors"
-    write_safetensors({"a.weight": torch.zeros(4, 32, dtype=torch.float8_e4m3fn),
+    save_file({"a.weight": torch.zeros(4, 32, dtype=torch.float8_e4m3fn),
                        "a.weight_scale": torch.full((4, 1), 127, dtype=torch.uint8),
                        "b": torch.ones(3)}, path)
     return path.read_bytes()
-
-
-def test_write_safetensors_is_read_back_by_the_reference_reader(tmp_path):
-    g = fresh_gen()
-    def random_bytes(*shape):
-        return torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
-
-    tensors = {"f8": random_bytes(3, 64).view(torch.float8_e4m3fn),
-               "e8m0": random_bytes(3, 2).view(torch.float8_e8m0fnu),
-               "bf16": torch.randn(5, generator=g).bfloat16(), "empty": torch.zeros(0, 4),
-               "scalar": torch.tensor(2.5, dtype=torch.float64), "strided": torch.randn(4, 6, generator=g).T}
-    write_safetensors(tensors, tmp_path / "t.safetensors", {"format": "pt"})
-    back = read_safetensors(tmp_path / "t.safetensors")
-    assert set(back) == set(tensors)
-    for key, value in tensors.items():
-        assert back[key].dtype == value.dtype and back[key].shape == value.shape
-        assert torch.equal(back[key].view(torch.uint8) if value.element_size() == 1 else back[key],
-                           value.view(torch.uint8) if value.element_size() == 1 else value)
-    header_len = struct.unpack("<Q", (tmp_path / "t.safetensors").read_bytes()[:8])[0]
-    assert header_len % 8 == 0
 
 
 def constructed_corruptions(raw: bytes):
