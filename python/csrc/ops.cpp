@@ -75,6 +75,26 @@ ScalarType check_out_dtype(const char* op, std::optional<ScalarType> out_dtype,
   return t;
 }
 
+// One linear call on `activation` (a TensorView or a QuantizedActivation of `rows` x `k`) over
+// the device of `like`: the GPU entry point with a workspace from torch's allocator, or the CPU
+// reference.
+template <typename Activation>
+void run_linear(const char* op, const Tensor& like, const Activation& activation,
+                const mxlinear::MxWeight& w, const std::optional<mxlinear::TensorView>& bias,
+                const mxlinear::TensorView& out, std::int64_t rows, std::int64_t k) {
+  call_library(op, [&] {
+    if (like.is_cuda()) {
+      const torch::stable::accelerator::DeviceGuard guard(like.get_device_index());
+      std::size_t bytes = 0;
+      const Tensor workspace = workspace_for(like, rows, k, &bytes);
+      mxlinear::linear(activation, w, bias, out, current_stream(like),
+                       mxlinear::Workspace{workspace.data_ptr(), bytes});
+    } else {
+      mxlinear::reference_linear(activation, w, bias, out);
+    }
+  });
+}
+
 // The rule arrives as an index (0 rceil, 1 floor): the public op mxlinear::quantize (str rule) is
 // defined in Python over this one, because a str argument crossing the stable ABI is leaked by
 // torch's unboxing and freed twice when the kernel throws.
@@ -121,17 +141,7 @@ Tensor linear_op(Tensor x_in, Tensor weight_in, Tensor weight_scale_in,
   if (bias) bv = view1d(*bias, n);
   const auto xv = view2d(x, rows, k);
   const auto ov = view2d(out, rows, n);
-  call_library(op, [&] {
-    if (x.is_cuda()) {
-      const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
-      std::size_t bytes = 0;
-      const Tensor workspace = workspace_for(x, rows, k, &bytes);
-      mxlinear::linear(xv, w, bv, ov, current_stream(x),
-                       mxlinear::Workspace{workspace.data_ptr(), bytes});
-    } else {
-      mxlinear::reference_linear(xv, w, bv, ov);
-    }
-  });
+  run_linear(op, x, xv, w, bv, ov, rows, k);
   return out;
 }
 
@@ -181,17 +191,7 @@ Tensor linear_quantized_op(Tensor x_data_in, Tensor x_scales_in, Tensor weight_i
   std::optional<mxlinear::TensorView> bv;
   if (bias) bv = view1d(*bias, n);
   const auto ov = view2d(out, rows, n);
-  call_library(op, [&] {
-    if (x_data.is_cuda()) {
-      const torch::stable::accelerator::DeviceGuard guard(x_data.get_device_index());
-      std::size_t bytes = 0;
-      const Tensor workspace = workspace_for(x_data, rows, k, &bytes);
-      mxlinear::linear(xq, w, bv, ov, current_stream(x_data),
-                       mxlinear::Workspace{workspace.data_ptr(), bytes});
-    } else {
-      mxlinear::reference_linear(xq, w, bv, ov);
-    }
-  });
+  run_linear(op, x_data, xq, w, bv, ov, rows, k);
   return out;
 }
 
