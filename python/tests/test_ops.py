@@ -185,6 +185,7 @@ def test_opcheck_quantize():
     for rule in ["rceil", "floor"]:
         x = torch.randn(3, 4, 64, generator=g, dtype=torch.bfloat16)
         torch.library.opcheck(torch.ops.mxlinear.quantize.default, (x, rule))
+        torch.library.opcheck(torch.ops.mxlinear._quantize.default, (x, ["rceil", "floor"].index(rule)))
 
 
 def test_opcheck_linear():
