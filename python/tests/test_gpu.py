@@ -162,3 +162,35 @@ def test_select_reports_the_gpu_kernels():
     sel = mxlinear.select(4096, 4096)
     assert not sel["device"].startswith("cpu")
     assert sel["kernel"] not in (None, "reference")
+
+
+def test_misaligned_and_mixed_device_inputs_are_served_or_named():
+    """An activation 2 bytes off its allocation (a view at an odd offset) is either served within
+    the contract or refused with an error naming 'x'; never a crash or a wrong answer. Tensors
+    on different devices are refused, naming the argument."""
+    g = fresh_gen()
+    m, n, k = 5, 256, 512
+    w, ws = cuda_weight(n, k, g)
+    flat = torch.randn(m * k + 1, generator=g, dtype=torch.bfloat16).cuda()
+    x = flat[1:].view(m, k)
+    assert x.data_ptr() % 16 != 0
+    try:
+        out = mxlinear.linear(x, w, ws, None, torch.float32)
+    except RuntimeError as e:
+        assert "'x'" in str(e)
+    else:
+        assert_within_fp32_bound(out, *emulation.quantize(x.cpu()), w, ws)
+    try:
+        data, scales = mxlinear.quantize(x)
+    except RuntimeError as e:
+        assert "'x'" in str(e)
+    else:
+        want_data, want_scales = mxlinear.quantize(x.cpu())
+        assert torch.equal(scales.cpu(), want_scales)
+        assert torch.equal(data.cpu().view(torch.uint8), want_data.view(torch.uint8))
+    bias = torch.ones(n)
+    with pytest.raises(RuntimeError, match="'bias'"):
+        mxlinear.linear(x, w, ws, bias)
+    data, scales = mxlinear.quantize(x.contiguous())
+    with pytest.raises(RuntimeError, match="'x_scales'"):
+        mxlinear.linear((data, scales.cpu()), w, ws)

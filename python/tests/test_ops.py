@@ -236,6 +236,9 @@ def test_fake_implementations_on_meta_tensors():
         mxlinear.linear(x, w, ws[:, :1])
     with pytest.raises(Exception, match="'x'"):
         mxlinear.quantize(torch.empty(2, 40, device="meta"))
+    # A device mix is refused, naming the argument on the other device.
+    with pytest.raises(RuntimeError, match="'weight_scale' is on cpu"):
+        mxlinear.linear(x, w, torch.empty(24, 2, dtype=torch.uint8))
 
 
 # --------------------------------------------------------------------------- bad input
