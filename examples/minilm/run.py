@@ -197,7 +197,7 @@ def main(argv=None) -> int:
         state["mxfp8"] = encode(model, sentences, args.batch_size)
         cos = cosine_stats(state["bf16"], state["mxfp8"])
         return {"ok": swapped > 0 and not left and not skipped and cos["min"] >= args.min_cosine,
-                "swapped_layers": swapped, "linear_layers_left": left, "skipped": skipped,
+                "swapped_layers": swapped, "linear_layers_left": left, "layers_not_swapped": skipped,
                 "min_cosine_required": args.min_cosine, "cosine": cos}
 
     def emulation():

@@ -48,7 +48,7 @@ std::vector<std::int64_t> sizes_with_last(const Tensor& t, std::int64_t last) {
 // only for work ordered after this stream's kernels.
 Tensor workspace_for(const Tensor& t, std::int64_t rows, std::int64_t k, std::size_t* bytes) {
   *bytes = mxlinear::linear_workspace_bytes(rows, k);
-  return torch::stable::new_empty(t, {static_cast<std::int64_t>(*bytes)}, ScalarType::Byte);
+  return empty_on_device_of(t, {static_cast<std::int64_t>(*bytes)}, ScalarType::Byte);
 }
 
 // The bias as the library takes it: bf16 or fp32, contiguous (fp16 widens to fp32 exactly).
@@ -64,7 +64,7 @@ std::optional<Tensor> check_bias(const char* op, const std::optional<Tensor>& bi
   MXLINEAR_TORCH_CHECK(same_device(b, x), op, ": argument 'bias' is on ", device_string(b),
                        "; expected x's device ", device_string(x));
   if (b.scalar_type() == ScalarType::Half) return torch::stable::to(b, ScalarType::Float);
-  return torch::stable::contiguous(b);
+  return as_contiguous(b);
 }
 
 ScalarType check_out_dtype(const char* op, std::optional<ScalarType> out_dtype,
@@ -102,10 +102,10 @@ std::tuple<Tensor, Tensor> quantize_op(Tensor x_in, std::int64_t rule_index) {
   constexpr const char* op = "mxlinear.quantize";
   const std::int64_t k = check_activation(op, x_in);
   const auto rule = rule_from_index(rule_index);
-  const Tensor x = torch::stable::contiguous(x_in);
+  const Tensor x = as_contiguous(x_in);
   const std::int64_t rows = x.numel() / k;
-  Tensor data = torch::stable::new_empty(x, sizes_with_last(x, k), ScalarType::Float8_e4m3fn);
-  Tensor scales = torch::stable::new_empty(x, sizes_with_last(x, k / kBlock), ScalarType::Byte);
+  Tensor data = empty_on_device_of(x, sizes_with_last(x, k), ScalarType::Float8_e4m3fn);
+  Tensor scales = empty_on_device_of(x, sizes_with_last(x, k / kBlock), ScalarType::Byte);
   if (rows == 0) return {data, scales};
   const auto xv = view2d(x, rows, k);
   const auto dv = view2d(data, rows, k);
@@ -129,10 +129,10 @@ Tensor linear_op(Tensor x_in, Tensor weight_in, Tensor weight_scale_in,
   const auto bias = check_bias(op, bias_in, x_in, n);
   const ScalarType out_dtype = check_out_dtype(op, out_dtype_in, x_in.scalar_type());
 
-  const Tensor x = torch::stable::contiguous(x_in);
-  const Tensor weight = torch::stable::contiguous(weight_in);
-  const Tensor weight_scale = torch::stable::contiguous(weight_scale_in);
-  Tensor out = torch::stable::new_empty(x, sizes_with_last(x, n), out_dtype);
+  const Tensor x = as_contiguous(x_in);
+  const Tensor weight = as_contiguous(weight_in);
+  const Tensor weight_scale = as_contiguous(weight_scale_in);
+  Tensor out = empty_on_device_of(x, sizes_with_last(x, n), out_dtype);
   const std::int64_t rows = x.numel() / k;
   if (rows == 0) return out;
 
@@ -177,11 +177,11 @@ Tensor linear_quantized_op(Tensor x_data_in, Tensor x_scales_in, Tensor weight_i
   const auto bias = check_bias(op, bias_in, x_data_in, n);
   const ScalarType out_dtype = check_out_dtype(op, out_dtype_in, ScalarType::BFloat16);
 
-  const Tensor x_data = torch::stable::contiguous(x_data_in);
-  const Tensor x_scales = torch::stable::contiguous(x_scales_in);
-  const Tensor weight = torch::stable::contiguous(weight_in);
-  const Tensor weight_scale = torch::stable::contiguous(weight_scale_in);
-  Tensor out = torch::stable::new_empty(x_data, sizes_with_last(x_data, n), out_dtype);
+  const Tensor x_data = as_contiguous(x_data_in);
+  const Tensor x_scales = as_contiguous(x_scales_in);
+  const Tensor weight = as_contiguous(weight_in);
+  const Tensor weight_scale = as_contiguous(weight_scale_in);
+  Tensor out = empty_on_device_of(x_data, sizes_with_last(x_data, n), out_dtype);
   const std::int64_t rows = x_data.numel() / k;
   if (rows == 0) return out;
 

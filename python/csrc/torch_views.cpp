@@ -1,5 +1,8 @@
 #include "torch_views.hpp"
 
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/ops.h>
+
 #include <stdexcept>
 
 namespace mxlinear_torch {
@@ -43,6 +46,47 @@ mxlinear::DType to_mx_dtype(ScalarType t) {
       fail(concat("mxlinear: dtype ", torch::headeronly::toString(t),
                   " has no mxlinear equivalent"));
   }
+}
+
+namespace {
+// torch's dtype code for the C shim, for the dtypes the ops allocate.
+std::int32_t shim_dtype(ScalarType t) {
+  switch (t) {
+    case ScalarType::BFloat16:
+      return aoti_torch_dtype_bfloat16();
+    case ScalarType::Half:
+      return aoti_torch_dtype_float16();
+    case ScalarType::Float:
+      return aoti_torch_dtype_float32();
+    case ScalarType::Float8_e4m3fn:
+      return aoti_torch_dtype_float8_e4m3fn();
+    case ScalarType::Byte:
+      return aoti_torch_dtype_uint8();
+    default:
+      fail(concat("mxlinear: cannot allocate dtype ", torch::headeronly::toString(t)));
+  }
+}
+}  // namespace
+
+Tensor empty_on_device_of(const Tensor& like, const std::vector<std::int64_t>& sizes,
+                          ScalarType dtype) {
+  std::vector<std::int64_t> strides(sizes.size());
+  std::int64_t stride = 1;
+  for (std::size_t d = sizes.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= sizes[d] > 0 ? sizes[d] : 1;
+  }
+  std::int32_t device_type = 0;
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
+  AtenTensorHandle handle = nullptr;
+  TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(static_cast<std::int64_t>(sizes.size()),
+                                                  sizes.data(), strides.data(), shim_dtype(dtype),
+                                                  device_type, like.get_device_index(), &handle));
+  return Tensor(handle);
+}
+
+Tensor as_contiguous(const Tensor& t) {
+  return t.is_contiguous() ? t : torch::stable::contiguous(t);
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <concepts>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mxlinear/mxlinear.hpp"
 
@@ -31,6 +32,15 @@ bool same_device(const Tensor& a, const Tensor& b);
 bool is_activation_dtype(ScalarType t);
 
 mxlinear::DType to_mx_dtype(ScalarType t);
+
+// A new contiguous tensor of `sizes` and `dtype` on like's device. It goes straight to
+// aoti_torch_empty_strided rather than through the dispatcher by op name, which costs a
+// microsecond or more a call: the ops allocate their output and workspace on every call.
+Tensor empty_on_device_of(const Tensor& like, const std::vector<std::int64_t>& sizes,
+                          ScalarType dtype);
+
+// t itself when contiguous (no dispatcher call), else a contiguous copy.
+Tensor as_contiguous(const Tensor& t);
 
 // A 2-D view [rows, cols] of a contiguous tensor's storage.
 mxlinear::TensorView view2d(const Tensor& t, std::int64_t rows, std::int64_t cols);
