@@ -179,7 +179,7 @@ def main(argv=None) -> int:
     tokenizer = model.tokenizer
     lengths = [len(ids) for ids in tokenizer(sentences, truncation=True,
                                              max_length=model.max_seq_length)["input_ids"]]
-    data = {"environment": environment(args.device), "model": str(args.model.resolve()),
+    data = {"environment": environment(args.device), "model": str(args.model),
             "weights_sha256": digest, "sentences": len(sentences),
             "tokens": {"total": sum(lengths), "min": min(lengths), "max": max(lengths)}}
     state = {}
