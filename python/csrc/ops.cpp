@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "torch_views.hpp"
@@ -75,13 +76,33 @@ ScalarType check_out_dtype(const char* op, std::optional<ScalarType> out_dtype,
   return t;
 }
 
+// A layer's weight and bias as the library takes them: contiguous tensors (kept alive here) and
+// the views over them.
+struct LayerWeights {
+  Tensor weight, weight_scale;
+  std::optional<Tensor> bias;
+  mxlinear::MxWeight views;
+  std::optional<mxlinear::TensorView> bias_view;
+
+  LayerWeights(const Tensor& weight_in, const Tensor& weight_scale_in, std::optional<Tensor> b,
+               std::int64_t n, std::int64_t k)
+      : weight(as_contiguous(weight_in)),
+        weight_scale(as_contiguous(weight_scale_in)),
+        bias(std::move(b)),
+        views{view2d(weight, n, k), view2d(weight_scale, n, k / kBlock)} {
+    if (bias) bias_view = view1d(*bias, n);
+  }
+};
+
 // One linear call on `activation` (a TensorView or a QuantizedActivation of `rows` x `k`) over
 // the device of `like`: the GPU entry point with a workspace from torch's allocator, or the CPU
 // reference.
 template <typename Activation>
 void run_linear(const char* op, const Tensor& like, const Activation& activation,
-                const mxlinear::MxWeight& w, const std::optional<mxlinear::TensorView>& bias,
-                const mxlinear::TensorView& out, std::int64_t rows, std::int64_t k) {
+                const LayerWeights& layer, const mxlinear::TensorView& out, std::int64_t rows,
+                std::int64_t k) {
+  const mxlinear::MxWeight& w = layer.views;
+  const std::optional<mxlinear::TensorView>& bias = layer.bias_view;
   call_library(op, [&] {
     if (like.is_cuda()) {
       const torch::stable::accelerator::DeviceGuard guard(like.get_device_index());
@@ -130,18 +151,12 @@ Tensor linear_op(Tensor x_in, Tensor weight_in, Tensor weight_scale_in,
   const ScalarType out_dtype = check_out_dtype(op, out_dtype_in, x_in.scalar_type());
 
   const Tensor x = as_contiguous(x_in);
-  const Tensor weight = as_contiguous(weight_in);
-  const Tensor weight_scale = as_contiguous(weight_scale_in);
   Tensor out = empty_on_device_of(x, sizes_with_last(x, n), out_dtype);
   const std::int64_t rows = x.numel() / k;
   if (rows == 0) return out;
 
-  const mxlinear::MxWeight w{view2d(weight, n, k), view2d(weight_scale, n, k / kBlock)};
-  std::optional<mxlinear::TensorView> bv;
-  if (bias) bv = view1d(*bias, n);
-  const auto xv = view2d(x, rows, k);
-  const auto ov = view2d(out, rows, n);
-  run_linear(op, x, xv, w, bv, ov, rows, k);
+  const LayerWeights layer(weight_in, weight_scale_in, bias, n, k);
+  run_linear(op, x, view2d(x, rows, k), layer, view2d(out, rows, n), rows, k);
   return out;
 }
 
@@ -152,13 +167,7 @@ Tensor linear_quantized_op(Tensor x_data_in, Tensor x_scales_in, Tensor weight_i
   MXLINEAR_TORCH_CHECK(
       x_data_in.scalar_type() == ScalarType::Float8_e4m3fn, op, ": argument 'x_data' has dtype ",
       torch::headeronly::toString(x_data_in.scalar_type()), "; expected Float8_e4m3fn");
-  MXLINEAR_TORCH_CHECK(x_data_in.dim() >= 1, op,
-                       ": argument 'x_data' is a 0-d tensor; expected [..., K]");
-  MXLINEAR_TORCH_CHECK(x_data_in.is_cpu() || x_data_in.is_cuda(), op, ": argument 'x_data' is on ",
-                       device_string(x_data_in), "; expected a CPU or CUDA tensor");
-  const std::int64_t k = x_data_in.size(-1);
-  MXLINEAR_TORCH_CHECK(k > 0 && k % kBlock == 0, op, ": argument 'x_data' has K = ", k, " (shape ",
-                       shape_string(x_data_in), "); expected a positive multiple of 32");
+  const std::int64_t k = check_last_dim(op, "x_data", x_data_in);
   const auto xst = x_scales_in.scalar_type();
   MXLINEAR_TORCH_CHECK(xst == ScalarType::Byte || xst == ScalarType::Float8_e8m0fnu, op,
                        ": argument 'x_scales' has dtype ", torch::headeronly::toString(xst),
@@ -179,19 +188,14 @@ Tensor linear_quantized_op(Tensor x_data_in, Tensor x_scales_in, Tensor weight_i
 
   const Tensor x_data = as_contiguous(x_data_in);
   const Tensor x_scales = as_contiguous(x_scales_in);
-  const Tensor weight = as_contiguous(weight_in);
-  const Tensor weight_scale = as_contiguous(weight_scale_in);
   Tensor out = empty_on_device_of(x_data, sizes_with_last(x_data, n), out_dtype);
   const std::int64_t rows = x_data.numel() / k;
   if (rows == 0) return out;
 
-  const mxlinear::MxWeight w{view2d(weight, n, k), view2d(weight_scale, n, k / kBlock)};
+  const LayerWeights layer(weight_in, weight_scale_in, bias, n, k);
   const mxlinear::QuantizedActivation xq{
       view2d(x_data, rows, k), view2d(x_scales, rows, k / kBlock), to_mx_dtype(out_dtype)};
-  std::optional<mxlinear::TensorView> bv;
-  if (bias) bv = view1d(*bias, n);
-  const auto ov = view2d(out, rows, n);
-  run_linear(op, x_data, xq, w, bv, ov, rows, k);
+  run_linear(op, x_data, xq, layer, view2d(out, rows, n), rows, k);
   return out;
 }
 
@@ -217,7 +221,8 @@ double library_call_seconds_op(Tensor x, Tensor weight, Tensor weight_scale, Ten
   const torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
   std::size_t bytes = 0;
   const Tensor workspace = workspace_for(x, rows, k, &bytes);
-  const mxlinear::MxWeight w{view2d(weight, n, k), view2d(weight_scale, n, k / kBlock)};
+  const LayerWeights layer(weight, weight_scale, std::nullopt, n, k);
+  const mxlinear::MxWeight& w = layer.views;
   const auto xv = view2d(x, rows, k);
   const auto ov = view2d(out, rows, n);
   const cudaStream_t stream = current_stream(x);

@@ -112,17 +112,22 @@ mxlinear::ScaleRule rule_from_index(std::int64_t index) {
               "; expected 0 (rceil) or 1 (floor)"));
 }
 
+std::int64_t check_last_dim(const char* op, const char* name, const Tensor& t) {
+  MXLINEAR_TORCH_CHECK(t.dim() >= 1, op, ": argument '", name,
+                       "' is a 0-d tensor; expected [..., K]");
+  const std::int64_t k = t.size(-1);
+  MXLINEAR_TORCH_CHECK(k > 0 && k % kBlock == 0, op, ": argument '", name, "' has K = ", k,
+                       " (shape ", shape_string(t), "); expected a positive multiple of 32");
+  MXLINEAR_TORCH_CHECK(t.is_cpu() || t.is_cuda(), op, ": argument '", name, "' is on ",
+                       device_string(t), "; expected a CPU or CUDA tensor");
+  return k;
+}
+
 std::int64_t check_activation(const char* op, const Tensor& x) {
   MXLINEAR_TORCH_CHECK(is_activation_dtype(x.scalar_type()), op, ": argument 'x' has dtype ",
                        torch::headeronly::toString(x.scalar_type()),
                        "; expected BFloat16, Half or Float");
-  MXLINEAR_TORCH_CHECK(x.dim() >= 1, op, ": argument 'x' is a 0-d tensor; expected [..., K]");
-  const std::int64_t k = x.size(-1);
-  MXLINEAR_TORCH_CHECK(k > 0 && k % kBlock == 0, op, ": argument 'x' has K = ", k, " (shape ",
-                       shape_string(x), "); expected a positive multiple of 32");
-  MXLINEAR_TORCH_CHECK(x.is_cpu() || x.is_cuda(), op, ": argument 'x' is on ", device_string(x),
-                       "; expected a CPU or CUDA tensor");
-  return k;
+  return check_last_dim(op, "x", x);
 }
 
 std::int64_t check_weight(const char* op, const Tensor& x, const Tensor& weight,

@@ -51,6 +51,10 @@ mxlinear::TensorView view1d(const Tensor& t, std::int64_t n);
 // The scale rules by index, as mxlinear::_quantize takes them: 0 "rceil", 1 "floor".
 mxlinear::ScaleRule rule_from_index(std::int64_t index);
 
+// Checks that t (the argument `name`) is [..., K] with K a positive multiple of 32, on the CPU or
+// a CUDA device; returns K.
+std::int64_t check_last_dim(const char* op, const char* name, const Tensor& t);
+
 // Checks that x is a float activation [..., K] with K a positive multiple of 32; returns K.
 std::int64_t check_activation(const char* op, const Tensor& x);
 
