@@ -3,7 +3,8 @@
 // kernel, then the CPU reference. A layer gets the first kernel that supports the device and
 // can implement the layer; a tuned kernel can implement only shapes its tuned table has rows
 // for. Per call, a tuned row for the call's M may hand the call to another kernel and config
-// (e.g. the general kernel where it is faster).
+// (e.g. the general kernel where it is faster); where no row covers the call, the cost model
+// chooses among every kernel's configs.
 #pragma once
 
 #include <cstdint>
@@ -64,11 +65,11 @@ struct LayerSelection {
 struct Dispatch {
   const Kernel* kernel = nullptr;
   std::string config;
-  // "tuned row <source>", "tuned row <source> of the nearest tuned shape N x K" (a shape with
-  // no rows of its own) or "default config"
+  // "tuned row <source>", "cost model, <estimate> us estimated" (no tuned row for the shape and
+  // M) or "default config"
   std::string why;
-  // The nearest tuned shape whose row this is ({0, 0}: the layer's own row, or none).
-  std::int64_t borrowed_n = 0, borrowed_k = 0;
+  // The cost model's estimate of the call in microseconds where it chose the config, else 0.
+  double estimated_us = 0;
 };
 
 struct ReportRow {

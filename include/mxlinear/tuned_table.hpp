@@ -77,12 +77,6 @@ class TunedTable {
   // then the nearest above. Empty if the shape has no rows on this device.
   std::optional<TunedValue> lookup(const std::string& arch, int sms, std::int64_t n, std::int64_t k,
                                    std::int64_t m) const;
-  // The shape with rows on this device nearest to (n, k): the least |log2(n'/n)| +
-  // |log2(k'/k)|, ties to the smallest (n', k'). Empty if the device has no rows or n or k is
-  // not positive.
-  std::optional<std::pair<std::int64_t, std::int64_t>> nearest_shape(const std::string& arch,
-                                                                     int sms, std::int64_t n,
-                                                                     std::int64_t k) const;
   // Whether the shape has rows on this device; with `kernel`, rows naming that kernel.
   bool has_shape(const std::string& arch, int sms, std::int64_t n, std::int64_t k,
                  std::string_view kernel = {}) const;

@@ -2,7 +2,9 @@
 // touch a GPU.
 #pragma once
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "host/registry/registry.hpp"
@@ -38,8 +40,17 @@ class FakeKernel : public Kernel {
     return 0;
   }
   void run(const KernelCall&, const std::string&) const override {}
+  // The cost model prices the configs given a work shape here; the others it never chooses.
+  std::optional<detail::WorkShape> work_shape(const LinearShape&,
+                                              std::string_view config) const override {
+    const auto it = work_.find(std::string(config));
+    if (it == work_.end()) return std::nullopt;
+    return it->second;
+  }
+  void set_work(const std::string& config, const detail::WorkShape& w) { work_[config] = w; }
 
  private:
+  std::map<std::string, detail::WorkShape> work_;
   std::string name_;
   bool tuned_;
   std::vector<std::string> configs_;

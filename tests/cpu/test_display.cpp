@@ -50,7 +50,7 @@ TEST(ForDisplay, EnvironmentWarningsEchoValuesCutAndEscaped) {
   const Environment env = Environment::from({{"MXLINEAR_BACKEND", huge},
                                              {"MXLINEAR_DISABLED_KERNELS", "x\x1b[31m,tuned"},
                                              {"MXLINEAR_LOG", std::string(5000, '\x07')},
-                                             {"MXLINEAR_NEAREST_ROWS", "2\r"}});
+                                             {"MXLINEAR_COST_MODEL", "2\r"}});
   const std::vector<std::shared_ptr<const Kernel>> kernels = {
       std::make_shared<FakeKernel>("tuned", false, std::vector<std::string>{"t"})};
   const Registry r(kernels, TunedTable{}, env);
@@ -64,7 +64,7 @@ TEST(ForDisplay, EnvironmentWarningsEchoValuesCutAndEscaped) {
                              "... (99800 more bytes not shown)'"));
   EXPECT_THAT(all, HasSubstr("MXLINEAR_DISABLED_KERNELS names 'x\\x1b[31m'"));
   EXPECT_THAT(all, HasSubstr("MXLINEAR_LOG is '\\x07\\x07"));
-  EXPECT_THAT(all, HasSubstr("MXLINEAR_NEAREST_ROWS is '2\\x0d'"));
+  EXPECT_THAT(all, HasSubstr("MXLINEAR_COST_MODEL is '2\\x0d'"));
   // Valid values are untouched: the named kernel is still disabled.
   EXPECT_EQ(env.disabled.at(1), "tuned");
 }

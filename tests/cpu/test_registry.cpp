@@ -147,25 +147,50 @@ TEST(Registry, PerMBucketDispatchExactRowsWinAndRowsMayPickTheGeneralKernel) {
   EXPECT_EQ(at(2), "general/g2");     // no bucket 2: the nearest below is bucket 1
 }
 
-// A shape with no rows of its own takes, per M, the row of the nearest tuned shape (log
-// distance in N and K): here 2560 x 6144 for 3000 x 6144, not 6144 x 768.
-TEST(Registry, UntunedShapeBorrowsTheRowsOfTheNearestTunedShape) {
-  const Registry r = make(row("1", "general", "g2") + row("64", "tuned", "t64") +
-                          row("64", "tuned", "t128", 6144, 768));
+// The fake tuned kernel with a cost model: t64 a 64 x 64 tile, t128 a 128 x 128 one with two
+// consumer warpgroups; the general kernel has none.
+Registry make_modelled(const std::string& table_text, std::map<std::string, std::string> env = {},
+                       std::int64_t max_k = 1 << 20) {
+  auto ks = kernels_with_fallback();
+  auto tuned = std::make_shared<FakeKernel>("tuned", true, std::vector<std::string>{"t64", "t128"},
+                                            "sm_90a", max_k);
+  detail::WorkShape w;
+  w.rows = 64;
+  w.tokens = 64;
+  tuned->set_work("t64", w);
+  w.rows = 128;
+  w.tokens = 128;
+  w.consumer_groups = 2;
+  tuned->set_work("t128", w);
+  ks.front() = tuned;
+  TunedTable table;
+  table.add(table_text, "test.csv", context_for(ks));
+  return Registry(ks, std::move(table), Environment::from(env));
+}
+
+std::string dispatched(const Registry& r, const LayerDescription& l, std::int64_t m = 64,
+                       const DeviceDescription& device = kH200) {
+  const Dispatch d = r.dispatch(r.select(l, device), device, m);
+  return std::string(d.kernel->name()) + "/" + d.config + " (" + d.why + ")";
+}
+
+// A call no tuned row covers takes the config the cost model rates fastest, from any kernel
+// with a model: the small tile where a few tokens leave the large one's SMs idle, the large one
+// where it does less work per flop. The layer's own rows still win where they exist.
+TEST(Registry, UntunedCallsTakeTheConfigTheCostModelRatesFastest) {
+  const Registry r = make_modelled(row("64", "tuned", "t64"));
   const LayerSelection s = r.select(layer(3000, 6144), kH200);
   ASSERT_EQ(s.kernel->name(), "general");  // the tuned kernel still claims only its own shapes
-  const Dispatch at64 = r.dispatch(s, kH200, 64);
-  EXPECT_EQ(std::string(at64.kernel->name()) + "/" + at64.config, "tuned/t64");
-  EXPECT_THAT(at64.why, HasSubstr("test.csv:2 of the nearest tuned shape 2560 x 6144"));
-  EXPECT_EQ(at64.borrowed_n, 2560);
-  EXPECT_EQ(at64.borrowed_k, 6144);
-  EXPECT_EQ(r.dispatch(r.select(layer(2560, 6144), kH200), kH200, 64).borrowed_n, 0);
-  const Dispatch at1 = r.dispatch(s, kH200, 1);
-  EXPECT_EQ(std::string(at1.kernel->name()) + "/" + at1.config, "general/g2");
-  // Nearer to 6144 x 768 in both N and K.
-  const Dispatch down = r.dispatch(r.select(layer(5000, 1024), kH200), kH200, 64);
-  EXPECT_EQ(down.config, "t128");
-  EXPECT_THAT(down.why, HasSubstr("nearest tuned shape 6144 x 768"));
+  const Dispatch at32 = r.dispatch(s, kH200, 32);
+  EXPECT_EQ(std::string(at32.kernel->name()) + "/" + at32.config, "tuned/t64");
+  EXPECT_THAT(at32.why, HasSubstr("cost model, "));
+  EXPECT_GT(at32.estimated_us, 0);
+  const Dispatch at4096 = r.dispatch(s, kH200, 4096);
+  EXPECT_EQ(at4096.config, "t128");
+  EXPECT_GT(at4096.estimated_us, at32.estimated_us);
+  // The tuned shape keeps its row at every M (the nearest bucket where M has none).
+  EXPECT_EQ(dispatched(r, layer(2560, 6144), 4096), "tuned/t64 (tuned row test.csv:1)");
+  EXPECT_EQ(r.dispatch(r.select(layer(2560, 6144), kH200), kH200, 4096).estimated_us, 0);
 }
 
 // A tuned kernel whose config t128 cannot run K above 4096 (its shared memory, say).
@@ -178,61 +203,51 @@ class SmallKConfigKernel : public FakeKernel {
   }
 };
 
-// Rows (borrowed or a shape's own) never hand a call to a config that cannot run its K.
-TEST(Registry, RowsNameOnlyConfigsThatCanRunTheCall) {
+// Rows and the cost model never hand a call to a config that cannot run its K.
+TEST(Registry, RowsAndTheCostModelNameOnlyConfigsThatCanRunTheCall) {
   auto ks = kernels_with_fallback();
-  ks.front() = std::make_shared<SmallKConfigKernel>(
+  auto tuned = std::make_shared<SmallKConfigKernel>(
       "tuned", true, std::vector<std::string>{"t64", "t128"}, "sm_90a");
+  detail::WorkShape w;
+  w.rows = 128;
+  w.tokens = 128;
+  w.consumer_groups = 2;
+  tuned->set_work("t128", w);  // the model knows only t128
+  ks.front() = tuned;
   TunedTable t;
   t.add(row("64", "tuned", "t128") + row("64", "tuned", "t128", 2560, 3072), "test.csv",
         context_for(ks));
   const Registry r(ks, t, Environment{});
-  auto at64 = [&](std::int64_t n, std::int64_t k) {
-    const Dispatch d = r.dispatch(r.select(layer(n, k), kH200), kH200, 64);
-    return std::string(d.kernel->name()) + "/" + d.config + " (" + d.why + ")";
-  };
-  EXPECT_EQ(at64(2560, 3072), "tuned/t128 (tuned row test.csv:2)");
-  // Its own row cannot run K = 6144: the tuned kernel's default config.
-  EXPECT_EQ(at64(2560, 6144), "tuned/t64 (default config)");
-  // Borrowed from 2560 x 3072 at K = 4096, but not at K = 8192 (nearest: 2560 x 6144).
-  EXPECT_THAT(at64(3000, 4096), HasSubstr("tuned/t128 (tuned row test.csv:2 of the nearest"));
-  EXPECT_EQ(at64(3000, 8192), "general/g1 (default config)");
+  EXPECT_EQ(dispatched(r, layer(2560, 3072)), "tuned/t128 (tuned row test.csv:2)");
+  // Its own row cannot run K = 6144, nor can the one modelled config: the default config.
+  EXPECT_EQ(dispatched(r, layer(2560, 6144)), "tuned/t64 (default config)");
+  EXPECT_THAT(dispatched(r, layer(3000, 4096), 4096), HasSubstr("tuned/t128 (cost model"));
+  EXPECT_EQ(dispatched(r, layer(3000, 8192)), "general/g1 (default config)");
 }
 
-TEST(Registry, BorrowedRowsNeverOverrideWhatTheLayerOrTheEnvironmentRules) {
+TEST(Registry, CostModelNeverOverridesWhatTheLayerOrTheEnvironmentRules) {
   const std::string table = row("64", "tuned", "t64");
-  auto dispatched = [](const Registry& r, const LayerDescription& l) {
-    const Dispatch d = r.dispatch(r.select(l, kH200), kH200, 64);
-    return std::string(d.kernel->name()) + "/" + d.config + " (" + d.why + ")";
-  };
-  // The borrowed row's kernel cannot implement this layer.
-  auto ks = kernels_with_fallback();
-  ks.front() = std::make_shared<FakeKernel>("tuned", true, std::vector<std::string>{"t64", "t128"},
-                                            "sm_90a", /*max_k=*/6144);
-  TunedTable t;
-  t.add(table, "test.csv", context_for(ks));
-  const Registry unable(ks, t, Environment{});
-  EXPECT_EQ(dispatched(unable, layer(2560, 8192)), "general/g1 (default config)");
-  // The borrowed row's kernel is disabled, or another backend is forced.
-  EXPECT_EQ(dispatched(make(table, {{"MXLINEAR_DISABLED_KERNELS", "tuned"}}), layer(3000, 6144)),
+  // The modelled kernel cannot implement this layer.
+  EXPECT_EQ(dispatched(make_modelled(table, {}, 6144), layer(2560, 8192)),
             "general/g1 (default config)");
-  EXPECT_EQ(dispatched(make(table, {{"MXLINEAR_BACKEND", "general"}}), layer(3000, 6144)),
+  // The modelled kernel is disabled, or another backend is forced.
+  EXPECT_EQ(
+      dispatched(make_modelled(table, {{"MXLINEAR_DISABLED_KERNELS", "tuned"}}), layer(3000, 6144)),
+      "general/g1 (default config)");
+  EXPECT_EQ(dispatched(make_modelled(table, {{"MXLINEAR_BACKEND", "general"}}), layer(3000, 6144)),
             "general/g1 (default config)");
-  // Or borrowing is switched off.
-  EXPECT_EQ(dispatched(make(table, {{"MXLINEAR_NEAREST_ROWS", "0"}}), layer(3000, 6144)),
+  // Or the model is switched off.
+  EXPECT_EQ(dispatched(make_modelled(table, {{"MXLINEAR_COST_MODEL", "0"}}), layer(3000, 6144)),
             "general/g1 (default config)");
-  // A value that is neither 1 nor 0 is a warning and leaves borrowing on.
-  const Registry odd = make(table, {{"MXLINEAR_NEAREST_ROWS", "no"}});
+  // A value that is neither 1 nor 0 is a warning and leaves the model on.
+  const Registry odd = make_modelled(table, {{"MXLINEAR_COST_MODEL", "no"}});
   ASSERT_EQ(odd.warnings().size(), 1u);
-  EXPECT_THAT(odd.warnings()[0], HasSubstr("MXLINEAR_NEAREST_ROWS is 'no'; expected 1 or 0"));
+  EXPECT_THAT(odd.warnings()[0], HasSubstr("MXLINEAR_COST_MODEL is 'no'; expected 1 or 0"));
   EXPECT_EQ(dispatched(odd, layer(3000, 6144)).substr(0, 9), "tuned/t64");
-  // Without those the same layer borrows the row; rows of another SM count are near nothing.
-  EXPECT_EQ(dispatched(make(table), layer(3000, 6144)).substr(0, 9), "tuned/t64");
-  const Registry r = make(table);
-  EXPECT_EQ(r.dispatch(r.select(layer(3000, 6144), DeviceDescription::parse("sm_90a:114")),
-                       DeviceDescription::parse("sm_90a:114"), 64)
-                .why,
-            "default config");
+  // Rows of another SM count are nothing to this device; the model prices its own SMs.
+  const DeviceDescription h100_pcie = DeviceDescription::parse("sm_90a:114");
+  EXPECT_THAT(dispatched(make_modelled(table), layer(2560, 6144), 64, h100_pcie),
+              HasSubstr("(cost model"));
 }
 
 TEST(Registry, DisabledKernelNamedByARowIsNotUsed) {
@@ -271,10 +286,16 @@ TEST(Registry, BuiltinKernelsOnTheCpuAndOnADescribedH200) {
     EXPECT_EQ(row_.selection.kernel->name(), "reference");
     EXPECT_THAT(row_.selection.rejected.at(0).reason, HasSubstr("needs a GPU"));
   }
+  // No table: the generic kernel claims every layer; the cost model hands each M to a
+  // tensor-core kernel, or, switched off, leaves the generic kernel its default configs.
+  const Registry unmodelled(ks, TunedTable{}, Environment::from({{"MXLINEAR_COST_MODEL", "0"}}));
   for (const auto& row_ : r.report(model, kH200, DType::kBF16)) {
     EXPECT_EQ(row_.selection.kernel->name(), "generic");
-    EXPECT_EQ(r.dispatch(row_.selection, kH200, 1).config, "w32_t16_warp16x16_kwarps4_st8");
-    EXPECT_EQ(r.dispatch(row_.selection, kH200, 8192).config, "w128_t128_warp32x64_st4");
+    EXPECT_EQ(r.dispatch(row_.selection, kH200, 1).kernel->name(), "gemv");
+    EXPECT_EQ(r.dispatch(row_.selection, kH200, 8192).kernel->name(), "prefill");
+    EXPECT_EQ(unmodelled.dispatch(row_.selection, kH200, 1).config,
+              "w32_t16_warp16x16_kwarps4_st8");
+    EXPECT_EQ(unmodelled.dispatch(row_.selection, kH200, 8192).config, "w128_t128_warp32x64_st4");
   }
   LayerDescription misaligned = layer(2560, 6144);
   misaligned.alignment = 4;
@@ -389,36 +410,42 @@ TEST(Registry, EveryDispatchOnRandomLayersNamesAConfigThatCanRunTheCall) {
   }
 }
 
-// A layer nobody tuned, near the seed's qkv projection, borrows its rows on an H200; where a
-// row's kernel cannot take the layer (a config whose scales do not fit shared memory), the
-// generic kernel keeps the call.
-TEST(Registry, ShippedTableLendsTheNearestSeedShapesRowsToAnUntunedLayer) {
+// Layers nobody tuned on an H200, the builtin kernels and the shipped table: every call goes to
+// a tensor-core kernel (gemv, decode or prefill), long K and N not a multiple of 128 included.
+TEST(Registry, CostModelGivesEveryUntunedCallATensorCoreConfig) {
   const Registry& r = Registry::global();
-  const LayerSelection near = r.select(layer(3000, 4096), kH200);
-  ASSERT_EQ(near.kernel->name(), "generic");
-  const Dispatch at1 = r.dispatch(near, kH200, 1);
-  EXPECT_EQ(at1.kernel->name(), "gemv");
-  EXPECT_THAT(at1.why, HasSubstr("of the nearest tuned shape 2560 x 6144"));
-  EXPECT_EQ(r.dispatch(near, kH200, 8).kernel->name(), "decode");
-  EXPECT_EQ(r.dispatch(near, kH200, 512).kernel->name(), "prefill");
-  const LayerSelection k_tail = r.select(layer(3000, 4096 - 32), kH200);
-  EXPECT_EQ(r.dispatch(k_tail, kH200, 1).kernel->name(), "gemv");
-  EXPECT_EQ(r.dispatch(k_tail, kH200, 512).kernel->name(), "prefill");  // any K % 32 == 0
-  const Dispatch tail8 = r.dispatch(k_tail, kH200, 8);
-  EXPECT_EQ(tail8.kernel->name(), "decode");
-  EXPECT_EQ(tail8.borrowed_n, 2560);
-  // The report marks borrowed rows apart from a shape's own.
+  auto rng = make_rng();
+  std::uniform_int_distribution<std::int64_t> n_of(1, 65536), k_blocks(1, 2048);
+  std::vector<std::pair<std::int64_t, std::int64_t>> layers = {
+      {4096, 14336}, {2048, 28672}, {5120, 25600}, {1, 32}, {3000, 4096}, {1001, 2048}};
+  for (int i = 0; i < 300; ++i) layers.emplace_back(n_of(rng), 32 * k_blocks(rng));
+  for (const auto& [n, k] : layers) {
+    SCOPED_TRACE(::testing::Message() << n << " x " << k);
+    const LayerSelection s = r.select(layer(n, k), kH200);
+    ASSERT_NE(s.kernel, nullptr);
+    for (std::int64_t m : {1, 2, 7, 8, 16, 17, 31, 64, 100, 256, 257, 1000, 4096, 20000}) {
+      const Dispatch d = r.dispatch(s, kH200, m);
+      ASSERT_NE(d.kernel, nullptr);
+      EXPECT_NE(d.kernel->name(), "generic") << "M = " << m << ": " << d.why;
+      EXPECT_TRUE(d.kernel->can_run(m, k, d.config).ok()) << d.kernel->name() << "/" << d.config;
+      if (d.why.rfind("cost model", 0) == 0) {
+        EXPECT_GT(d.estimated_us, 0);
+      }
+    }
+  }
+  // The former cliff: a long-K down projection at M = 1000 runs the prefill kernel, as does the
+  // M = 2048 call of 2560 x 16384, whose nearest tuned shape's tile cannot hold its scales.
+  EXPECT_EQ(r.dispatch(r.select(layer(4096, 14336), kH200), kH200, 1000).kernel->name(), "prefill");
+  EXPECT_EQ(r.dispatch(r.select(layer(2560, 16384), kH200), kH200, 2048).kernel->name(), "prefill");
+  EXPECT_EQ(r.dispatch(r.select(layer(4096, 14336), kH200), kH200, 1).kernel->name(), "gemv");
+  // The report marks the model's choices apart from tuned rows; its JSON gives the estimate.
   const auto rows =
       r.report({{"near_qkv", 3000, 4096, 1}, {"qkv", 2560, 6144, 1}}, kH200, DType::kBF16);
   const std::string text = format_report(rows, kH200);
-  EXPECT_THAT(text, HasSubstr("M=1 gemv/w16_t8_kwarps8_early~"));
+  EXPECT_THAT(text, HasSubstr("~ = chosen by the cost model"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("M=1 gemv/[a-z0-9_]+~"));
   EXPECT_THAT(text, HasSubstr("M=1 gemv/w16_t8_kwarps8_early*"));
-  EXPECT_THAT(cli::select_report_json(rows, kH200), HasSubstr("\"borrowed_from\": [\n"));
-  // 2560 x 16384 borrows 2560 x 6144's rows, but the 128 x 160 tile of its M = 2048 row cannot
-  // hold the scale bytes of K = 16384: the generic kernel keeps that call.
-  const LayerSelection long_k = r.select(layer(2560, 16384), kH200);
-  EXPECT_EQ(r.dispatch(long_k, kH200, 2048).kernel->name(), "generic");
-  EXPECT_EQ(r.dispatch(long_k, kH200, 512).kernel->name(), "prefill");
+  EXPECT_THAT(cli::select_report_json(rows, kH200), HasSubstr("\"estimated_us\": "));
 }
 
 // One check decides whether a kernel may serve a call, in a fixed order: the layer, the config's
@@ -475,7 +502,7 @@ TEST(Registry, DispatchPassesOverRowsThatRunnableRefuses) {
   const Registry r(ks, table, Environment{});
   const LayerSelection s = r.select(layer(2560, 6144), kH200);
   ASSERT_EQ(s.kernel->name(), "prefill");
-  EXPECT_EQ(r.dispatch(s, kH200, 128).why, "default config");
+  EXPECT_THAT(r.dispatch(s, kH200, 128).why, HasSubstr("cost model"));
   EXPECT_EQ(r.dispatch(s, kH200, 256).config, "w128_t256_st4_bk64_overlap_streamk");
 }
 

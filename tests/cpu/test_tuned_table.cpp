@@ -42,27 +42,6 @@ TEST(TunedTable, MBucketIsTheNextPowerOfTwo) {
   EXPECT_EQ(m_bucket(8192), 8192);
 }
 
-TEST(TunedTable, NearestShapeIsTheLeastLogDistanceOnThisDeviceOnly) {
-  TunedTable t;
-  const TableStats s = t.add(
-      "sm_90a,132,2560,6144,64,tuned,t64,10.5,0.25,0.1,13.0\n"
-      "sm_90a,132,6144,768,64,tuned,t64,10.5,0.25,0.1,13.0\n"
-      "sm_90a,132,1280,3072,64,tuned,t64,10.5,0.25,0.1,13.0\n"
-      "sm_90a,114,3000,6144,64,tuned,t64,10.5,0.25,0.1,13.0\n",
-      "a.csv", context());
-  ASSERT_EQ(s.accepted, 4);
-  using Shape = std::pair<std::int64_t, std::int64_t>;
-  EXPECT_EQ(t.nearest_shape("sm_90a", 132, 3000, 6144), Shape(2560, 6144));
-  EXPECT_EQ(t.nearest_shape("sm_90a", 132, 2560, 6144), Shape(2560, 6144));
-  EXPECT_EQ(t.nearest_shape("sm_90a", 132, 8192, 512), Shape(6144, 768));
-  // An exact tie goes to the smaller shape: 1280 x 6144 is one octave from each.
-  EXPECT_EQ(t.nearest_shape("sm_90a", 132, 1280, 6144), Shape(1280, 3072));
-  EXPECT_EQ(t.nearest_shape("sm_90a", 114, 1, 32), Shape(3000, 6144));
-  EXPECT_FALSE(t.nearest_shape("sm_90a", 78, 2560, 6144).has_value());
-  EXPECT_FALSE(t.nearest_shape("sm_100a", 132, 2560, 6144).has_value());
-  EXPECT_FALSE(t.nearest_shape("sm_90a", 132, 0, 6144).has_value());
-}
-
 TEST(TunedTable, GoodRowIsAcceptedWithItsSource) {
   TunedTable t;
   const TableStats s = t.add(

@@ -409,14 +409,14 @@ INSTANTIATE_TEST_SUITE_P(SeedShapes, LinearGpuTunedKernel,
                                            TunedCase{700, 2560, 6144}),
                          case_name);
 
-// Shapes with no rows of their own borrow the nearest tuned shape's kernel and config, which
-// must then be right on a shape it was never tuned for (N not a multiple of any tile).
+// Shapes with no rows of their own take the cost model's choice, which must then be right on a
+// shape nobody tuned for (N not a multiple of any tile, long K, a part last chunk).
 class LinearGpuUntunedShape : public LinearGpuShippedDispatch {};
 
-TEST_P(LinearGpuUntunedShape, BorrowsTheNearestTunedShapesKernelAndMatchesFp64) {
+TEST_P(LinearGpuUntunedShape, TakesTheCostModelsTensorCoreConfigAndMatchesFp64) {
   const Dispatch& d = dispatch_;
-  EXPECT_TRUE(d.kernel->needs_tuned_rows()) << d.kernel->name() << "/" << d.config;
-  EXPECT_THAT(d.why, ::testing::HasSubstr("of the nearest tuned shape"));
+  EXPECT_NE(d.kernel->name(), "generic") << d.config;
+  EXPECT_THAT(d.why, ::testing::HasSubstr("cost model"));
   SCOPED_TRACE(std::string(d.kernel->name()) + "/" + d.config + " (" + d.why + ")");
   expect_both_entry_points_match_fp64(GetParam());
 }
@@ -427,7 +427,10 @@ INSTANTIATE_TEST_SUITE_P(NearSeedShapes, LinearGpuUntunedShape,
                                            TunedCase{1100, 5000, 1024},
                                            // K % 128 != 0: a part chunk, unaligned scale rows
                                            TunedCase{5, 3000, 4064}, TunedCase{40, 3000, 4064},
-                                           TunedCase{300, 1001, 2080}),
+                                           TunedCase{300, 1001, 2080},
+                                           // long K, the down projection of 8B-class models
+                                           TunedCase{160, 2048, 14336}, TunedCase{7, 4096, 14336},
+                                           TunedCase{64, 2880, 2880}),
                          case_name);
 
 // linear_with runs a given kernel/config through the bf16 entry point's path (the tuner times

@@ -113,7 +113,7 @@ void require_config(std::string_view option, const Kernel& kernel, const std::st
 std::vector<std::string> selection_switches_set() {
   std::vector<std::string> set;
   for (const char* name : {"MXLINEAR_BACKEND", "MXLINEAR_DISABLED_KERNELS", "MXLINEAR_TUNED_TABLES",
-                           "MXLINEAR_NEAREST_ROWS"}) {
+                           "MXLINEAR_COST_MODEL"}) {
     if (const char* v = std::getenv(name); v && *v) set.emplace_back(name);
   }
   return set;

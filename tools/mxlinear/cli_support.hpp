@@ -32,7 +32,7 @@ const Kernel& registry_kernel(std::string_view name);
 void require_config(std::string_view option, const Kernel& kernel, const std::string& config);
 
 // The kernel-selection switches (MXLINEAR_BACKEND, MXLINEAR_DISABLED_KERNELS,
-// MXLINEAR_TUNED_TABLES, MXLINEAR_NEAREST_ROWS) set to a non-empty value in this process.
+// MXLINEAR_TUNED_TABLES, MXLINEAR_COST_MODEL) set to a non-empty value in this process.
 std::vector<std::string> selection_switches_set();
 // One line to stderr where selection switches are set that `command` does not use because
 // `why` (e.g. "--cpu runs the CPU reference directly"); nothing when none is set.

@@ -22,8 +22,8 @@ std::string select_report_json(const std::vector<ReportRow>& rows,
                               {"kernel", std::string(kernel_name(d.kernel))},
                               {"config", d.config},
                               {"source", d.why},
-                              {"borrowed_from", nullptr}};
-      if (d.borrowed_n != 0) entry["borrowed_from"] = {d.borrowed_n, d.borrowed_k};
+                              {"estimated_us", nullptr}};
+      if (d.estimated_us > 0) entry["estimated_us"] = d.estimated_us;
       per_m.push_back(std::move(entry));
     }
     // kernels_run: what the calls run on (per_m says which M goes where); selected_kernel: the

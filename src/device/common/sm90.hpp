@@ -10,5 +10,7 @@ inline constexpr int kSm90MaxSmemPerCta = 227 * 1024;
 // Shared memory of one SM; the runtime reserves 1 KiB of it per resident CTA.
 inline constexpr int kSm90SmemPerSm = 228 * 1024;
 inline constexpr int kSm90SmemReservedPerCta = 1024;
+// Resident threads of one SM.
+inline constexpr int kSm90MaxThreadsPerSm = 2048;
 
 }  // namespace mxlinear::device

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -76,6 +78,24 @@ class DecodeKernel final : public detail::ConfiguredKernel<detail::DecodeConfig>
 
   Verdict can_run(std::int64_t, std::int64_t k, std::string_view config) const override {
     return config_verdict(k, config, /*quantizing=*/false);
+  }
+
+  // 64 weight rows a CTA, the tokens on wgmma's N side; as many CTAs an SM as its shared memory
+  // holds (the plain instance: the twin where it quantizes is priced by its activation pass).
+  std::optional<detail::WorkShape> work_shape(const LinearShape& shape,
+                                              std::string_view config) const override {
+    const auto c = compiled_configs().find(config);
+    if (c.instance < 0 || !config_verdict(shape.k, config, false).ok()) return std::nullopt;
+    detail::WorkShape w;
+    w.engine = detail::WorkShape::Engine::kWgmmaPromoted;
+    w.rows = c.rows;
+    w.tokens = c.tokens;
+    w.splits = c.splits;
+    w.consumer_groups = c.alternating ? 2 : 1;
+    w.consumer_warps = 4 * w.consumer_groups;
+    w.ctas_per_sm = std::max(1, device::decode_ctas_per_sm(device::decode_gemm_smem_bytes(
+                                    c.instance, static_cast<int>(shape.k), c.splits)));
+    return w;
   }
 
   void run(const KernelCall& call, const std::string& config) const override {

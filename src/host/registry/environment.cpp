@@ -35,10 +35,10 @@ Environment Environment::from(const std::map<std::string, std::string>& vars) {
   if (const std::string b = get("MXLINEAR_BACKEND"); !b.empty()) env.backend = b;
   if (const std::string l = get("MXLINEAR_LOG"); !l.empty()) env.log = l;
   env.tuned_tables = split(get("MXLINEAR_TUNED_TABLES"), ':');
-  if (const std::string n = get("MXLINEAR_NEAREST_ROWS"); n == "0") {
-    env.nearest_rows = false;
-  } else if (!n.empty() && n != "1") {
-    env.nearest_rows_invalid = n;
+  if (const std::string c = get("MXLINEAR_COST_MODEL"); c == "0") {
+    env.cost_model = false;
+  } else if (!c.empty() && c != "1") {
+    env.cost_model_invalid = c;
   }
   return env;
 }
@@ -46,7 +46,7 @@ Environment Environment::from(const std::map<std::string, std::string>& vars) {
 Environment Environment::from_process() {
   std::map<std::string, std::string> vars;
   for (const char* name : {"MXLINEAR_DISABLED_KERNELS", "MXLINEAR_BACKEND", "MXLINEAR_LOG",
-                           "MXLINEAR_TUNED_TABLES", "MXLINEAR_NEAREST_ROWS"}) {
+                           "MXLINEAR_TUNED_TABLES", "MXLINEAR_COST_MODEL"}) {
     if (const char* v = std::getenv(name)) vars[name] = v;
   }
   return from(vars);

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "host/registry/cost_model.hpp"
 #include "mxlinear/linear_types.hpp"
 #include "mxlinear/selection.hpp"
 
@@ -97,9 +98,8 @@ class Kernel {
   virtual Verdict is_supported(const DeviceDescription& device) const = 0;
   virtual Verdict can_implement(const LayerDescription& layer) const = 0;
   // Whether `config` (one of configs()) can run M rows of a layer with this K: K splits and
-  // shared memory. dispatch() hands a call only to a config that can, so a row borrowed from
-  // another shape never names one that would refuse it; run() refuses the same calls with the
-  // same reason.
+  // shared memory. dispatch() hands a call only to a config that can, whether a tuned row or
+  // the cost model names it; run() refuses the same calls with the same reason.
   virtual Verdict can_run(std::int64_t m, std::int64_t k, std::string_view config) const {
     (void)m;
     (void)k;
@@ -108,15 +108,24 @@ class Kernel {
   }
   // A tuned kernel claims a layer only where the tuned table has rows for its (N, K).
   virtual bool needs_tuned_rows() const { return false; }
-  // Whether a tuning sweep should time this config at M (the decode kernel is built for small
-  // M; it runs any M correctly, but one token tile after another).
+  // Whether a tuning sweep should time this config at M, and the cost model consider it (the
+  // decode kernel is built for small M; it runs any M correctly, but one token tile after
+  // another).
   virtual bool worth_sweeping(std::int64_t m, std::string_view config) const {
     (void)m;
     (void)config;
     return true;
   }
-  // The config for M when no tuned row names one.
+  // The config for M when no tuned row names one and the cost model is off.
   virtual std::string default_config(std::int64_t m) const = 0;
+  // The work of `config` on a call of this shape, as the cost model prices it (cost_model.hpp).
+  // nullopt: the kernel has no model, and the cost model never chooses it.
+  virtual std::optional<detail::WorkShape> work_shape(const LinearShape& shape,
+                                                      std::string_view config) const {
+    (void)shape;
+    (void)config;
+    return std::nullopt;
+  }
   // Layout preprocessing: a pure rewrite of `in` into `out` (same shapes). Whether its result
   // may be stored by a weight cache and reloaded without running it again.
   virtual void prepare_weights(const MxWeight& in, const MxWeight& out,

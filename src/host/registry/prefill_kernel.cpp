@@ -118,6 +118,32 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
     return LaunchFootprint{f.ctas, f.resident_ctas};
   }
 
+  // Its tile, split and walk; one CTA an SM for tiles of 128 rows or more (their accumulators
+  // fill the registers), else as many as shared memory holds, up to two.
+  std::optional<detail::WorkShape> work_shape(const LinearShape& shape,
+                                              std::string_view config) const override {
+    const auto c = compiled_configs().find(config);
+    if (c.instance < 0 || !can_run(shape.m, shape.k, config).ok()) return std::nullopt;
+    detail::WorkShape w;
+    w.engine = detail::WorkShape::Engine::kWgmmaFolded;
+    w.walk = c.walk == detail::PrefillConfig::Walk::kTiles
+                 ? detail::WorkShape::Walk::kTiles
+                 : (c.walk == detail::PrefillConfig::Walk::kPersistent
+                        ? detail::WorkShape::Walk::kPersistent
+                        : detail::WorkShape::Walk::kStreamK);
+    w.rows = c.rows;
+    w.tokens = c.tokens;
+    w.splits = c.splits;
+    // Alternating warpgroups share one 64-row tile's stages: two consumers of its tensor work.
+    w.consumer_groups = c.alternating ? 2 : c.rows / 64;
+    w.activation_bytes_per_element = 2;  // the bf16 pre-pass output
+    const int smem =
+        device::prefill_gemm_smem_bytes(c.instance, static_cast<int>(shape.k), c.splits);
+    const int by_smem = device::kSm90SmemPerSm / (smem + device::kSm90SmemReservedPerCta);
+    w.ctas_per_sm = std::max(1, std::min(by_smem, c.rows >= 128 ? 1 : 2));
+    return w;
+  }
+
   void run(const KernelCall& call, const std::string& config) const override {
     const auto c = known(config);
     const LinearShape& shape = call.shape;

@@ -60,9 +60,9 @@ Registry::Registry(std::vector<std::shared_ptr<const Kernel>> kernels, TunedTabl
     warnings_.push_back(fmt::format("MXLINEAR_LOG is '{}'; expected warn, info or debug",
                                     detail::for_display(env_.log)));
   }
-  if (!env_.nearest_rows_invalid.empty()) {
-    warnings_.push_back(fmt::format("MXLINEAR_NEAREST_ROWS is '{}'; expected 1 or 0; using 1",
-                                    detail::for_display(env_.nearest_rows_invalid)));
+  if (!env_.cost_model_invalid.empty()) {
+    warnings_.push_back(fmt::format("MXLINEAR_COST_MODEL is '{}'; expected 1 or 0; using 1",
+                                    detail::for_display(env_.cost_model_invalid)));
   }
 }
 
@@ -136,16 +136,7 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
   if (!d.kernel) return d;
   const bool forced = env_.backend != "auto";
   const LayerDescription& layer = selection.layer;
-  auto row = table_.lookup(device.arch, device.sms, layer.n, layer.k, m);
-  std::optional<std::pair<std::int64_t, std::int64_t>> near;
-  if (!row && env_.nearest_rows) {
-    // A shape nobody tuned takes the row of the nearest tuned shape: its kernel runs every shape
-    // it can implement, and a config measured on a similar shape beats the fallback's default
-    // (docs/TUNED_TABLES.md).
-    near = table_.nearest_shape(device.arch, device.sms, layer.n, layer.k);
-    if (near) row = table_.lookup(device.arch, device.sms, near->first, near->second, m);
-  }
-  if (row) {
+  if (const auto row = table_.lookup(device.arch, device.sms, layer.n, layer.k, m)) {
     const Kernel* k = find(row->kernel);
     // A row may hand this M to another kernel (a tuned row for the generic kernel where it is
     // faster), but never to one that is disabled, unsupported or unable, nor to a config that
@@ -157,17 +148,55 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
       d.kernel = k;
       d.config = row->config;
       d.why = fmt::format("tuned row {}", row->source);
-      if (near) {
-        d.why += fmt::format(" of the nearest tuned shape {} x {}", near->first, near->second);
-        d.borrowed_n = near->first;
-        d.borrowed_k = near->second;
-      }
       return d;
     }
+  }
+  // No usable row: the cost model's choice (docs/TUNED_TABLES.md), else the default config.
+  if (env_.cost_model) {
+    if (std::optional<Dispatch> chosen = modelled(selection, device, m)) return *chosen;
   }
   d.config = d.kernel->default_config(m);
   d.why = "default config";
   return d;
+}
+
+std::optional<Dispatch> Registry::modelled(const LayerSelection& selection,
+                                           const DeviceDescription& device, std::int64_t m) const {
+  const LayerDescription& layer = selection.layer;
+  if (m < 1 || layer.n < 1 || layer.k < 1) return std::nullopt;
+  const bool forced = env_.backend != "auto";
+  const detail::DeviceRates rates = detail::DeviceRates::of(device);
+  const LinearShape shape{m, layer.n, layer.k};
+  // The activation as most callers pass it: bf16 with 16-byte aligned rows.
+  Problem problem;
+  problem.shape = shape;
+  problem.x_self_quantizable = true;
+  problem.out_dtype = layer.out_dtype;
+  problem.sms = device.sms;
+  std::optional<Dispatch> best;
+  for (const auto& kernel : kernels_) {
+    if ((forced && kernel.get() != selection.kernel) || contains(env_.disabled, kernel->name()) ||
+        !kernel->is_supported(device).ok() || !kernel->can_implement(layer).ok()) {
+      continue;
+    }
+    for (const std::string& config : kernel->configs()) {
+      if (!kernel->worth_sweeping(m, config) || !kernel->can_run(m, layer.k, config).ok()) continue;
+      const std::optional<detail::WorkShape> work = kernel->work_shape(shape, config);
+      if (!work) continue;
+      const ActivationForm form = kernel->plan(problem, config).activation;
+      const detail::ActivationPass pass =
+          form == ActivationForm::kUnquantized
+              ? detail::ActivationPass::kNone
+              : (form == ActivationForm::kDequantized ? detail::ActivationPass::kDequantize
+                                                      : detail::ActivationPass::kQuantize);
+      const double us = detail::estimated_seconds(*work, pass, shape, rates) * 1e6;
+      if (!best || us < best->estimated_us) {  // ties: the kernel and config listed first
+        best = Dispatch{kernel.get(), config, "", us};
+      }
+    }
+  }
+  if (best) best->why = fmt::format("cost model, {:.1f} us estimated", best->estimated_us);
+  return best;
 }
 
 CallVerdict Registry::runnable(const Kernel& kernel, std::string_view config,

@@ -26,17 +26,17 @@ namespace mxlinear {
 
 // Environment switches (docs/TUNED_TABLES.md): MXLINEAR_DISABLED_KERNELS=a,b,
 // MXLINEAR_BACKEND=auto|<kernel>, MXLINEAR_LOG=warn|info|debug, MXLINEAR_TUNED_TABLES=p1:p2,
-// MXLINEAR_NEAREST_ROWS=1|0.
+// MXLINEAR_COST_MODEL=1|0.
 struct Environment {
   std::vector<std::string> disabled;
   std::string backend = "auto";
   std::string log = "warn";
   std::vector<std::string> tuned_tables;
-  // MXLINEAR_NEAREST_ROWS: 1 (default), a shape without rows borrows the nearest tuned shape's;
-  // 0, it keeps the fallback kernel's default configs. Any other value is kept here for the
-  // registry's warning, and the default applies.
-  bool nearest_rows = true;
-  std::string nearest_rows_invalid;
+  // MXLINEAR_COST_MODEL: 1 (default), a call no tuned row covers takes the config the cost model
+  // rates fastest; 0, it keeps the selected kernel's default config. Any other value is kept
+  // here for the registry's warning, and the default applies.
+  bool cost_model = true;
+  std::string cost_model_invalid;
   // Reads the variables through `get` (getenv by default).
   static Environment from(const std::map<std::string, std::string>& vars);
   static Environment from_process();
@@ -101,6 +101,12 @@ class Registry {
   TunedTable table_;
   Environment env_;
   std::vector<std::string> warnings_;
+
+  // The config the cost model rates fastest for M rows of the selection's layer among the
+  // kernels that may serve it (the forced backend alone where one is), or nullopt where no
+  // modelled config can run.
+  std::optional<Dispatch> modelled(const LayerSelection& selection, const DeviceDescription& device,
+                                   std::int64_t m) const;
 };
 
 // Whether `kernel` is the CPU reference, the kernel of last resort: on device memory it copies

@@ -53,16 +53,15 @@ std::string format_report(const std::vector<ReportRow>& rows, const DeviceDescri
   if (!rows.empty()) {
     s += fmt::format(
         "runs: the kernels the layer's calls run on at {} (the per-M dispatch below)\n"
-        "selected: the kernel that claims the layer; a tuned row may hand an M to another "
-        "kernel\n",
+        "selected: the kernel that claims the layer; a tuned row or the cost model may hand an "
+        "M to another kernel\n",
         m_range(rows.front()));
   }
-  s += "\nper-M dispatch, kernel/config (* = from a tuned row, ~ = from the row of the nearest "
-       "tuned shape):\n";
+  s += "\nper-M dispatch, kernel/config (* = from a tuned row, ~ = chosen by the cost model):\n";
   for (const ReportRow& r : rows) {
     s += fmt::format("  {:>12}:", fmt::format("{} x {}", r.layer.n, r.layer.k));
     for (const auto& [m, d] : r.per_m) {
-      const char* mark = d.borrowed_n != 0 ? "~" : (d.why.rfind("tuned", 0) == 0 ? "*" : "");
+      const char* mark = d.estimated_us > 0 ? "~" : (d.why.rfind("tuned", 0) == 0 ? "*" : "");
       s += fmt::format("  M={} {}/{}{}", m, kernel_or_none(d.kernel), d.config, mark);
     }
     s += "\n";

@@ -216,24 +216,6 @@ std::optional<TunedValue> TunedTable::lookup(const std::string& arch, int sms, s
   return std::nullopt;
 }
 
-std::optional<std::pair<std::int64_t, std::int64_t>> TunedTable::nearest_shape(
-    const std::string& arch, int sms, std::int64_t n, std::int64_t k) const {
-  std::optional<std::pair<std::int64_t, std::int64_t>> best;
-  if (n <= 0 || k <= 0) return best;
-  double best_distance = 0;
-  for (const auto& [key, value] : rows_) {  // (n, k) ascending: the first of equals wins
-    if (key.arch != arch || key.sms != sms) continue;
-    const double distance =
-        std::abs(std::log2(static_cast<double>(key.n) / static_cast<double>(n))) +
-        std::abs(std::log2(static_cast<double>(key.k) / static_cast<double>(k)));
-    if (!best || distance < best_distance) {
-      best = std::make_pair(key.n, key.k);
-      best_distance = distance;
-    }
-  }
-  return best;
-}
-
 bool TunedTable::has_shape(const std::string& arch, int sms, std::int64_t n, std::int64_t k,
                            std::string_view kernel) const {
   for (auto it = rows_.lower_bound(TunedKey{arch, sms, n, k, false, 0});

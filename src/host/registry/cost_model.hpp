@@ -1,0 +1,89 @@
+// The cost model that chooses a config for a shape and M no tuned row covers. Each kernel
+// describes a config's work in kernel-independent terms (WorkShape): its output tile, K split,
+// walk over the tiles and the CTAs an SM holds. The model prices that on the device's rates:
+// the busiest SM's tensor work and bytes, the DRAM bytes of the call, the waves' fill and drain,
+// the split meeting and the activation pass ahead of the kernel. The estimate ranks configs; it
+// is not a prediction to publish (docs/TUNED_TABLES.md says how close it comes).
+#pragma once
+
+#include <cstdint>
+
+#include "mxlinear/linear_types.hpp"
+#include "mxlinear/selection.hpp"
+
+namespace mxlinear::detail {
+
+struct WorkShape {
+  // How the tensor work is done.
+  enum class Engine : std::uint8_t {
+    // mma.sync on exactly widened e4m3, each MX block's partial promoted into fp32 (gemv).
+    kMmaPromoted,
+    // f16 wgmma with the weights on its 64-row side, promoted per MX block (decode).
+    kWgmmaPromoted,
+    // bf16 wgmma on scale-folded operands, all of K accumulated in the tensor core (prefill).
+    kWgmmaFolded,
+  };
+  // How the CTAs cover the output tiles: one CTA per tile (and K split); one CTA per SM walking
+  // the tiles; or that walk cut into equal runs of (tile, 128-K chunk) units.
+  enum class Walk : std::uint8_t { kTiles, kPersistent, kStreamK };
+
+  Engine engine = Engine::kWgmmaFolded;
+  Walk walk = Walk::kTiles;
+  int rows = 64;            // weight rows of one CTA's output tile
+  int tokens = 8;           // activation rows of one CTA's output tile
+  int splits = 1;           // K ranges of a tile, met within a cluster of that many CTAs
+  int ctas_per_sm = 1;      // CTAs of this config one SM holds at once
+  int consumer_groups = 1;  // warpgroups sharing a tile's tensor work
+  int consumer_warps = 4;   // warps widening and promoting the weights (promoted engines)
+  double activation_bytes_per_element = 1.03125;  // what the kernel reads of x: e4m3 + scales
+  bool quantizes_tokens = false;                  // each CTA quantizes its tokens' K range itself
+};
+
+// What the linear runs ahead of the kernel for a bf16 activation (CallPlan::activation).
+enum class ActivationPass : std::uint8_t {
+  kNone,        // the kernel quantizes x itself
+  kQuantize,    // e4m3 + scales written
+  kDequantize,  // e4m3 quantization and the bf16 dequantized copy written
+};
+
+// The rates of a device the model prices on, with the SM count of the device described. The
+// defaults are sm_90a figures fitted to an H200 sweep of every config on shapes no table has
+// rows for (bench/models/untuned-shapes.csv, M = 1 to 4096): the fit minimises the mean log of
+// (time of the config chosen / time of the fastest config), plus 0.3 x its worst.
+struct DeviceRates {
+  int sms = 132;
+  double read_bytes_per_s = 4.4e12;           // DRAM read ceiling
+  double sm_bytes_per_s = 130e9;              // what one SM's loads in flight sustain (L2 or DRAM)
+  double bf16_flops_per_sm_s = 800e12 / 132;  // the dense bf16 wgmma rate of one SM
+  // e4m3 weights one warp widens exactly and promotes per MX block per second (the promoted
+  // engines' cost per weight, whatever the token count). It is latency-bound: the CTAs an SM
+  // holds at once do it side by side.
+  double promoted_weights_per_warp_s = 4e9;
+  // The share of the bf16 rate a folded main loop reaches: tokens / (tokens + folded_tokens_offset)
+  // (the widening of each weight is shared by the tile's tokens), times single_group_share with
+  // one consumer warpgroup; the promoted engines' MMAs run at a fixed share.
+  double folded_tokens_offset = 31;
+  double single_group_share = 0.91;
+  double wgmma_promoted_share = 0.2;
+  double mma_promoted_share = 0.31;
+  // Activation elements a CTA that quantizes its own tokens quantizes per second.
+  double quantized_per_cta_s = 2.5e9;
+  double tile_latency_s = 0.43e-6;      // a CTA's prologue (first stage in) and epilogue (store)
+  double walk_tile_s = 0.3e-6;          // a persistent or stream-K CTA's cost per tile it walks
+  double launch_s = 1.44e-6;            // a kernel launch on a stream
+  double cluster_meeting_s = 1.36e-6;   // a cluster barrier of the split meeting
+  double meeting_bytes_per_s = 6.25e9;  // a split's share received through distributed smem
+
+  static DeviceRates of(const DeviceDescription& device);
+};
+
+// The fraction of an SM's CTA slots that clusters of `size` CTAs can occupy at once: a cluster
+// must fit one GPC. Measured on the H200 for 3 (36 clusters fit, 40 do not); the others follow
+// from its GPCs of 16 and 18 SMs.
+double cluster_fill(int size);
+
+// Seconds one call of M x N x K takes on `rates` with work shape `w` and `pass` ahead of it.
+double estimated_seconds(const WorkShape& w, ActivationPass pass, const LinearShape& shape,
+                         const DeviceRates& rates);
+
+}  // namespace mxlinear::detail

@@ -1,0 +1,84 @@
+// The cost model's estimates behave as the physics they stand for, whatever the shape.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "host/registry/cost_model.hpp"
+#include "support/random.hpp"
+
+namespace mxlinear::detail {
+namespace {
+
+WorkShape folded(int rows, int tokens, int splits = 1) {
+  WorkShape w;
+  w.rows = rows;
+  w.tokens = tokens;
+  w.splits = splits;
+  w.consumer_groups = rows / 64;
+  w.activation_bytes_per_element = 2;
+  return w;
+}
+
+double us(const WorkShape& w, std::int64_t m, std::int64_t n, std::int64_t k, int sms = 132) {
+  DeviceRates r;
+  r.sms = sms;
+  return estimated_seconds(w, ActivationPass::kDequantize, {m, n, k}, r) * 1e6;
+}
+
+// More rows, more columns or more K never make a call cheaper, and fewer SMs never make it
+// faster; every estimate is positive and finite.
+TEST(CostModel, EstimatesGrowWithTheProblemAndShrinkWithSms) {
+  auto rng = test::make_rng();
+  std::uniform_int_distribution<std::int64_t> dim(1, 20000), blocks(1, 900);
+  const WorkShape shapes[] = {folded(128, 256), folded(64, 32, 4), folded(128, 128, 3)};
+  for (int i = 0; i < 2000; ++i) {
+    const WorkShape& w = shapes[i % 3];
+    const std::int64_t m = dim(rng), n = dim(rng), k = 32 * blocks(rng);
+    const double t = us(w, m, n, k);
+    ASSERT_GT(t, 0);
+    ASSERT_TRUE(std::isfinite(t));
+    EXPECT_LE(t, us(w, m + 1, n, k) * (1 + 1e-12)) << m << " x " << n << " x " << k;
+    EXPECT_LE(t, us(w, m, n + 64, k) * (1 + 1e-12)) << m << " x " << n << " x " << k;
+    EXPECT_LE(t, us(w, m, n, k + 128) * (1 + 1e-12)) << m << " x " << n << " x " << k;
+    EXPECT_LE(t, us(w, m, n, k, 114) * (1 + 1e-12)) << m << " x " << n << " x " << k;
+  }
+}
+
+// No estimate beats the floors: the weight bytes at the read ceiling, the flops at the bf16 rate.
+TEST(CostModel, NoEstimateBeatsTheByteAndFlopFloors) {
+  const DeviceRates r;
+  for (const std::int64_t m : {1, 64, 512, 8192}) {
+    for (const WorkShape& w : {folded(128, 256), folded(64, 64, 2), folded(192, 128)}) {
+      const double n = 6144, k = 6144;
+      const double bytes_floor = n * k / r.read_bytes_per_s * 1e6;
+      const double flop_floor =
+          2.0 * static_cast<double>(m) * n * k / (r.bf16_flops_per_sm_s * r.sms) * 1e6;
+      EXPECT_GE(us(w, m, 6144, 6144), std::max(bytes_floor, flop_floor)) << m;
+    }
+  }
+}
+
+// A grid one CTA larger than the SMs hold at once pays for a second wave.
+TEST(CostModel, ASecondWaveCosts) {
+  const WorkShape w = folded(128, 128);
+  // 132 tiles fill the H200 once; 133 need a second wave.
+  EXPECT_GT(us(w, 128, 133 * 128, 8192), 1.5 * us(w, 128, 132 * 128, 8192));
+}
+
+// Splitting K fills idle SMs where tiles are few, and costs a meeting where they are not.
+TEST(CostModel, SplitsPayWhereSmsIdleAndCostWhereTheyDoNot) {
+  EXPECT_LT(us(folded(64, 32, 4), 32, 2048, 8192), us(folded(64, 32, 1), 32, 2048, 8192));
+  EXPECT_GT(us(folded(128, 256, 2), 8192, 8192, 4096), us(folded(128, 256, 1), 8192, 8192, 4096));
+}
+
+TEST(CostModel, ClustersOfThreeFillFewerSlotsThanPairs) {
+  EXPECT_LT(cluster_fill(3), cluster_fill(2));
+  EXPECT_DOUBLE_EQ(cluster_fill(1), 1.0);
+  for (int size = 1; size <= 8; ++size) {
+    EXPECT_GT(cluster_fill(size), 0.5);
+    EXPECT_LE(cluster_fill(size), 1.0);
+  }
+}
+
+}  // namespace
+}  // namespace mxlinear::detail
