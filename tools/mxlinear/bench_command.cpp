@@ -115,20 +115,10 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
                   bench::Anchors& anchors, const Ceilings& ceil, double tri_mx,
                   const bench::Timing& timing, const SweepFilter& sweep, cudaStream_t stream) {
   const std::int64_t n = w.n, k = w.k, mp = bench::pad16(m);
-  DeviceMemory x(static_cast<std::size_t>(mp * k) * 2), xq(static_cast<std::size_t>(mp * k)),
-      xs(static_cast<std::size_t>(mp * k / 32)), out(static_cast<std::size_t>(mp * n) * 2),
-      ws(linear_workspace_bytes(m, k));
-  bench::fill_bf16(x.ptr, static_cast<std::size_t>(mp * k), static_cast<std::uint64_t>(m * 31 + n),
-                   stream);
-  const TensorView xv = TensorView::contiguous(x.ptr, {m, k}, DType::kBF16, Location::kDevice);
-  const TensorView qv = TensorView::contiguous(xq.ptr, {m, k}, DType::kE4M3, Location::kDevice);
-  const TensorView sv =
-      TensorView::contiguous(xs.ptr, {m, k / 32}, DType::kE8M0, Location::kDevice);
-  const TensorView ov = TensorView::contiguous(out.ptr, {m, n}, DType::kBF16, Location::kDevice);
-  cuda(cudaMemsetAsync(xq.ptr, 0, static_cast<std::size_t>(mp * k), stream), "zero pad");
-  quantize(xv, qv, sv, stream);
-  cuda(cudaMemsetAsync(out.ptr, 0xFF, static_cast<std::size_t>(mp * n) * 2, stream), "poison");
-  const QuantizedActivation xa{qv, sv, DType::kBF16};
+  const FigureBuffers b(m, n, k, stream);
+  const DeviceMemory &x = b.x, &xq = b.xq, &xs = b.xs, &out = b.out, &ws = b.workspace;
+  const TensorView &xv = b.xv, &ov = b.ov;
+  const QuantizedActivation xa = b.quantized();
   linear(xa, w.view(0), std::nullopt, ov, stream);
   cuda(cudaStreamSynchronize(stream), "sync");
   const ReferenceRows ref = reference_rows(w, xq, xs, m);

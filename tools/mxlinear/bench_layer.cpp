@@ -8,6 +8,7 @@
 
 #include "device_data.hpp"
 #include "harness.hpp"
+#include "mxlinear/quantize.hpp"
 #include "mxlinear/reference.hpp"
 
 namespace mxlinear::cli {
@@ -26,6 +27,33 @@ LayerWeights::LayerWeights(std::int64_t n_, std::int64_t k_, std::size_t l2, std
   bench::fill_scales(scales.bytes(), scale_bytes * static_cast<std::size_t>(copies), seed + 1, 117,
                      124, stream);
   bench::fill_bf16(bf16.ptr, data_bytes * static_cast<std::size_t>(copies), seed + 2, stream);
+}
+
+FigureBuffers::FigureBuffers(std::int64_t m_, std::int64_t n_, std::int64_t k_, cudaStream_t stream)
+    : m(m_),
+      n(n_),
+      k(k_),
+      padded_m(bench::pad16(m_)),
+      x(static_cast<std::size_t>(padded_m * k) * 2),
+      xq(static_cast<std::size_t>(padded_m * k)),
+      xs(static_cast<std::size_t>(padded_m * k / 32)),
+      out(static_cast<std::size_t>(padded_m * n) * 2),
+      workspace(linear_workspace_bytes(m, k)),
+      xv(TensorView::contiguous(x.ptr, {m, k}, DType::kBF16, Location::kDevice)),
+      qv(TensorView::contiguous(xq.ptr, {m, k}, DType::kE4M3, Location::kDevice)),
+      sv(TensorView::contiguous(xs.ptr, {m, k / 32}, DType::kE8M0, Location::kDevice)),
+      ov(TensorView::contiguous(out.ptr, {m, n}, DType::kBF16, Location::kDevice)) {
+  bench::fill_bf16(x.ptr, static_cast<std::size_t>(padded_m * k),
+                   static_cast<std::uint64_t>(m * 31 + n), stream);
+  cuda_or_throw(cudaMemsetAsync(xq.ptr, 0, static_cast<std::size_t>(padded_m * k), stream),
+                "zero pad");
+  quantize(xv, qv, sv, stream);
+  poison_output(stream);
+}
+
+void FigureBuffers::poison_output(cudaStream_t stream) const {
+  cuda_or_throw(cudaMemsetAsync(out.ptr, 0xFF, static_cast<std::size_t>(padded_m * n) * 2, stream),
+                "poison");
 }
 
 MxWeight LayerWeights::view(int copy) const {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "device_memory.hpp"
+#include "mxlinear/linear.hpp"
 #include "mxlinear/linear_types.hpp"
 
 namespace mxlinear::cli {
@@ -25,6 +26,23 @@ struct LayerWeights {
                cudaStream_t stream);
   MxWeight view(int copy) const;
   const void* bf16_copy(int copy) const;
+};
+
+// One figure's activation and output: a random bf16 x [m, k] (the same for the same m and n),
+// its MXFP8 quantization, a bf16 output [m, n] and the linear's workspace. Buffers hold
+// pad16(m) rows (cuBLASLt FP8 reads M padded to 16; the padding of the e4m3 rows is zero); the
+// views are the first m.
+struct FigureBuffers {
+  std::int64_t m, n, k, padded_m;
+  DeviceMemory x, xq, xs, out, workspace;
+  TensorView xv, qv, sv, ov;
+
+  FigureBuffers(std::int64_t m_, std::int64_t n_, std::int64_t k_, cudaStream_t stream);
+  QuantizedActivation quantized() const { return {qv, sv, DType::kBF16}; }
+  Workspace work() const { return {workspace.ptr, linear_workspace_bytes(m, k)}; }
+  // Fills the output with 0xFF bytes (NaN in bf16): a kernel that skips an element fails the
+  // check.
+  void poison_output(cudaStream_t stream) const;
 };
 
 // The fp64 reference of a few output rows (first, last and two between), computed once per

@@ -15,6 +15,7 @@
 #include "mxlinear/version.hpp"
 #include "select_command.hpp"
 #include "timeline_command.hpp"
+#include "tune_command.hpp"
 
 namespace {
 
@@ -31,7 +32,7 @@ constexpr std::size_t kMaxArgumentBytes = 4096;
 
 int main(int argc, char** argv) {
   using namespace mxlinear::cli;
-  CLI::App app{"mxlinear: MXFP8 linear layers on Hopper (check, bench, select, timeline)"};
+  CLI::App app{"mxlinear: MXFP8 linear layers on Hopper (check, bench, select, tune, timeline)"};
   app.require_subcommand(0, 1);
   app.set_version_flag(
       "--version", fmt::format("mxlinear {} ({})", mxlinear::version(), mxlinear::build_info()));
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
   add_bench_command(app, exit_code);
   add_select_command(app, exit_code);
   add_timeline_command(app, exit_code);
+  add_tune_command(app, exit_code);
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg(argv[i]);
     if (arg.size() > kMaxArgumentBytes) {

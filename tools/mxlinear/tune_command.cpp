@@ -1,0 +1,245 @@
+#include "tune_command.hpp"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench_layer.hpp"
+#include "cli_support.hpp"
+#include "device_data.hpp"
+#include "device_memory.hpp"
+#include "exit_codes.hpp"
+#include "harness.hpp"
+#include "host/log.hpp"
+#include "host/registry/registry.hpp"
+#include "host/user_file.hpp"
+#include "mxlinear/error.hpp"
+#include "mxlinear/linear.hpp"
+#include "mxlinear/quantize.hpp"
+#include "mxlinear/version.hpp"
+#include "tune_plan.hpp"
+
+namespace mxlinear::cli {
+namespace {
+
+// The bench's correctness guard for a bf16 output: a config above it is never a row.
+constexpr double kGuard = 4e-3;
+
+struct TuneOptions {
+  std::string model = "builtin:minimax-m3.1-flash-tp4";
+  std::vector<std::int64_t> ms = {1, 2, 8, 32, 128, 512, 2048, 8192};
+  std::vector<std::string> kernels;  // empty: every GPU kernel
+  std::string out;
+  int replays = 5;
+  bool restart = false;
+};
+
+void cuda(cudaError_t e, const char* what) { cuda_or_throw(e, what); }
+
+// A config that may serve M rows of the layer: one of the chosen kernels, worth timing at M,
+// and able to run it.
+struct Candidate {
+  const Kernel* kernel;
+  std::string config;
+};
+std::vector<Candidate> candidates(const TuneOptions& o, const DeviceDescription& device,
+                                  std::int64_t n, std::int64_t k, std::int64_t m) {
+  LayerDescription layer;
+  layer.n = n;
+  layer.k = k;
+  std::vector<Candidate> out;
+  for (const auto& kernel : Registry::global().kernels()) {
+    const bool chosen = o.kernels.empty() ? !is_cpu_reference(*kernel)
+                                          : std::find(o.kernels.begin(), o.kernels.end(),
+                                                      kernel->name()) != o.kernels.end();
+    if (!chosen || !kernel->is_supported(device).ok() || !kernel->can_implement(layer).ok()) {
+      continue;
+    }
+    for (const std::string& config : kernel->configs()) {
+      if (kernel->worth_sweeping(m, config) && kernel->can_run(m, k, config).ok()) {
+        out.push_back({kernel.get(), config});
+      }
+    }
+  }
+  return out;
+}
+
+// Appends `text` to the table; an error names --out.
+void append(const std::string& path, const std::string& text) {
+  std::ofstream file(path, std::ios::binary | std::ios::app);
+  file << text;
+  file.close();
+  if (!file) {
+    throw Error(
+        ErrorCode::kInvalidArgument, "--out",
+        fmt::format("tune: --out is '{}', which could not be written", detail::for_display(path)));
+  }
+}
+
+int run_tune(const TuneOptions& o) {
+  for (const std::string& name : o.kernels) (void)require_kernel("--kernels", name);
+  require_writable_path("--out", o.out);
+  const std::vector<ModelLayer> layers = load_model(o.model);
+  const std::vector<TuneFigure> figures = tune_figures(layers, o.ms);
+  if (!gpu_available()) {
+    fmt::print(stderr, "mxlinear tune: SKIPPED: no sm_90 GPU; nothing to time\n");
+    return kExitSkipped;
+  }
+  const DeviceDescription device = DeviceDescription::current();
+  const TableContext context = table_context(Registry::global().kernels());
+  // Resume: the rows an earlier run of the same table wrote are kept and not timed again.
+  std::set<FigureKey> done;
+  const detail::UserFile existing = detail::read_user_file(o.out, TunedTable::kMaxFileBytes);
+  if (!o.restart && existing.problem.empty() && !existing.text.empty()) {
+    done = figures_in_table(existing.text, device.arch, device.sms, context);
+  } else {
+    std::ofstream(o.out, std::ios::binary | std::ios::trunc).close();
+    append(o.out, tuned_table_header(
+                      fmt::format("mxlinear tune --model {} on one {} ({} SMs), mxlinear {}",
+                                  o.model, device.name, device.sms, mxlinear::version())));
+  }
+  std::vector<TuneFigure> todo;
+  std::int64_t total = 0;
+  for (const TuneFigure& f : figures) {
+    if (done.count({f.n, f.k, f.m_column()}) == 0) {
+      todo.push_back(f);
+      total += static_cast<std::int64_t>(candidates(o, device, f.n, f.k, f.m).size()) + 1;
+    }
+  }
+  fmt::print("mxlinear tune: {} figures, {} already in {}, {} configs to time\n", figures.size(),
+             figures.size() - todo.size(), detail::for_display(o.out), total);
+  std::fflush(stdout);
+
+  cudaDeviceProp prop{};
+  int ordinal = 0;
+  cuda(cudaGetDevice(&ordinal), "device");
+  cuda(cudaGetDeviceProperties(&prop, ordinal), "properties");
+  cudaStream_t stream;
+  cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  const bench::Timing timing{o.replays, 0.0};
+  // The choice without any table: what the tuned row is measured against.
+  const Registry untuned_registry(builtin_kernels(), TunedTable{}, Environment::from_process());
+  const auto start = std::chrono::steady_clock::now();
+  std::int64_t timed = 0;
+  std::vector<TuneOutcome> outcomes;
+  std::unique_ptr<LayerWeights> w;
+  std::uint64_t seed = 1;
+  for (const TuneFigure& f : todo) {
+    if (!w || w->n != f.n || w->k != f.k) {
+      w.reset();
+      w = std::make_unique<LayerWeights>(f.n, f.k, static_cast<std::size_t>(prop.l2CacheSize),
+                                         seed++, stream);
+    }
+    const std::int64_t m = f.m, n = f.n, k = f.k;
+    const FigureBuffers b(m, n, k, stream);
+    cuda(cudaStreamSynchronize(stream), "sync");
+    const ReferenceRows ref = reference_rows(*w, b.xq, b.xs, m);
+    // The full linear from bf16 with this kernel and config: checked, then timed; nullopt where
+    // its output fails the guard.
+    auto measure = [&](const Kernel& kernel,
+                       const std::string& config) -> std::optional<std::pair<double, double>> {
+      const auto call = [&](int i) {
+        linear_with(kernel, config, b.xv, w->view(i), std::nullopt, b.ov, stream, b.work());
+      };
+      b.poison_output(stream);
+      call(0);
+      cuda(cudaStreamSynchronize(stream), "sync");
+      const double err = check_rows(ref, b.out, n);
+      ++timed;
+      if (!(err <= kGuard)) {
+        fmt::print(stderr, "mxlinear tune: {}/{} failed the check at {} x {} x {} ({:.2e})\n",
+                   kernel.name(), config, m, n, k, err);
+        return std::nullopt;
+      }
+      return std::make_pair(
+          bench::summarize(bench::time_graph(call, std::max(w->copies, 8), 2, timing, stream))
+              .median,
+          err);
+    };
+    LayerDescription layer;
+    layer.n = n;
+    layer.k = k;
+    const Dispatch untuned =
+        untuned_registry.dispatch(untuned_registry.select(layer, device), device, m);
+    const auto untuned_time = measure(*untuned.kernel, untuned.config);
+    std::optional<Candidate> best;
+    double best_us = 0, best_err = 0;
+    const std::vector<Candidate> cs = candidates(o, device, n, k, m);
+    for (const Candidate& c : cs) {
+      const auto t = measure(*c.kernel, c.config);
+      if (t && (!best || t->first < best_us)) {
+        best = c;
+        best_us = t->first;
+        best_err = t->second;
+      }
+    }
+    // The untuned choice is one of the candidates, timed twice: its faster time counts, so
+    // clock drift between the two never makes the row slower than the choice it replaces.
+    if (untuned_time && (!best || untuned_time->first < best_us) &&
+        std::any_of(cs.begin(), cs.end(), [&](const Candidate& c) {
+          return c.kernel == untuned.kernel && c.config == untuned.config;
+        })) {
+      best = Candidate{untuned.kernel, untuned.config};
+      best_us = untuned_time->first;
+      best_err = untuned_time->second;
+    }
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!best) {
+      fmt::print(stderr, "mxlinear tune: {} x {} M = {}: no config passed the check\n", n, k, m);
+      continue;
+    }
+    append(o.out, tuned_row(device.arch, device.sms, f, std::string(best->kernel->name()),
+                            best->config, best_us, best_err / kGuard, context));
+    const std::string best_name = fmt::format("{}/{}", best->kernel->name(), best->config);
+    const std::string untuned_name = fmt::format("{}/{}", untuned.kernel->name(), untuned.config);
+    if (untuned_time)
+      outcomes.push_back({f, best_name, best_us, untuned_name, untuned_time->first});
+    fmt::print("[{}/{} configs, ETA {}] {} x {} M = {}: {} {:.2f} us (untuned {} {})\n", timed,
+               total, duration_text(eta_seconds(elapsed, timed, total)), n, k, f.m_column(),
+               best_name, best_us, untuned_name,
+               untuned_time ? fmt::format("{:.2f} us", untuned_time->first) : "failed");
+    std::fflush(stdout);
+  }
+  cudaStreamDestroy(stream);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print("{}tuned in {}; load the table with MXLINEAR_TUNED_TABLES={}\n",
+             tune_summary(outcomes), duration_text(elapsed), detail::for_display(o.out));
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_tune_command(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<TuneOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "tune",
+      "Time every config that can run each layer shape and M on this GPU and write the fastest "
+      "as a tuned table; rerun with the same --out to resume");
+  cmd->add_option("--model", o->model, "builtin:<name> or a CSV of name,N,K,count");
+  cmd->add_option("--m", o->ms,
+                  "token counts: a power of two gives a row for its bucket, another M a row for "
+                  "that M only")
+      ->delimiter(',')
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  cmd->add_option("--kernels", o->kernels,
+                  "only these kernels' configs (default: every GPU kernel)")
+      ->delimiter(',');
+  cmd->add_option("--out", o->out, "the tuned table (CSV) to write, or to resume")->required();
+  cmd->add_option("--replays", o->replays, "timed graph replays per config")
+      ->check(CLI::Range(3, 1000));
+  cmd->add_flag("--restart", o->restart, "start --out afresh instead of resuming it");
+  cmd->callback([o, &exit_code] { exit_code = run_tune(*o); });
+}
+
+}  // namespace mxlinear::cli
