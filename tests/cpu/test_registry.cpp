@@ -187,6 +187,15 @@ TEST(Registry, UntunedCallsTakeTheConfigTheCostModelRatesFastest) {
   EXPECT_GT(at32.estimated_us, 0);
   const Dispatch at4096 = r.dispatch(s, kH200, 4096);
   EXPECT_EQ(at4096.config, "t128");
+  // A choice is made once and kept: the same call gets the same answer.
+  const Dispatch again = r.dispatch(s, kH200, 32);
+  EXPECT_EQ(again.config, at32.config);
+  EXPECT_EQ(again.why, at32.why);
+  EXPECT_EQ(again.estimated_us, at32.estimated_us);
+  // The same shape under another switch is a registry of its own, priced afresh.
+  EXPECT_THAT(dispatched(make_modelled(row("64", "tuned", "t64"), {{"MXLINEAR_COST_MODEL", "0"}}),
+                         layer(3000, 6144), 32),
+              HasSubstr("default config"));
   EXPECT_GT(at4096.estimated_us, at32.estimated_us);
   // The tuned shape keeps its row at every M (the nearest bucket where M has none).
   EXPECT_EQ(dispatched(r, layer(2560, 6144), 4096), "tuned/t64 (tuned row test.csv:1)");

@@ -4,7 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "host/log.hpp"
@@ -26,6 +29,16 @@ std::string names_of(const std::vector<std::shared_ptr<const Kernel>>& kernels) 
 
 }  // namespace
 
+struct Registry::ModelCache {
+  using Key = std::tuple<std::string, int, std::int64_t, std::int64_t, int, int, int, int,
+                         const Kernel*, std::int64_t>;
+  // Calls of many distinct M (every batch size a server sees) stay far below this; past it the
+  // choices are dropped and made again.
+  static constexpr std::size_t kMaxChoices = 1 << 16;
+  std::mutex mutex;
+  std::map<Key, std::optional<Dispatch>> choices;
+};
+
 TableContext table_context(const std::vector<std::shared_ptr<const Kernel>>& kernels) {
   TableContext context;
   for (const auto& k : kernels) context.kernel_configs[std::string(k->name())] = k->configs();
@@ -36,7 +49,10 @@ TableContext table_context(const std::vector<std::shared_ptr<const Kernel>>& ker
 
 Registry::Registry(std::vector<std::shared_ptr<const Kernel>> kernels, TunedTable table,
                    Environment environment)
-    : kernels_(std::move(kernels)), table_(std::move(table)), env_(std::move(environment)) {
+    : kernels_(std::move(kernels)),
+      table_(std::move(table)),
+      env_(std::move(environment)),
+      model_cache_(std::make_shared<ModelCache>()) {
   for (const auto& k : kernels_) {
     const std::vector<std::string> names = k->configs();
     configs_[k.get()] = std::set<std::string, std::less<>>(names.begin(), names.end());
@@ -164,6 +180,22 @@ std::optional<Dispatch> Registry::modelled(const LayerSelection& selection,
                                            const DeviceDescription& device, std::int64_t m) const {
   const LayerDescription& layer = selection.layer;
   if (m < 1 || layer.n < 1 || layer.k < 1) return std::nullopt;
+  const ModelCache::Key key{device.arch,
+                            device.sms,
+                            layer.n,
+                            layer.k,
+                            static_cast<int>(layer.out_dtype),
+                            layer.bias_dtype ? static_cast<int>(*layer.bias_dtype) : -1,
+                            layer.alignment,
+                            layer.scale_alignment,
+                            selection.kernel,
+                            m};
+  {
+    const std::lock_guard<std::mutex> lock(model_cache_->mutex);
+    if (const auto it = model_cache_->choices.find(key); it != model_cache_->choices.end()) {
+      return it->second;
+    }
+  }
   const bool forced = env_.backend != "auto";
   const detail::DeviceRates rates = detail::DeviceRates::of(device);
   const LinearShape shape{m, layer.n, layer.k};
@@ -196,6 +228,9 @@ std::optional<Dispatch> Registry::modelled(const LayerSelection& selection,
     }
   }
   if (best) best->why = fmt::format("cost model, {:.1f} us estimated", best->estimated_us);
+  const std::lock_guard<std::mutex> lock(model_cache_->mutex);
+  if (model_cache_->choices.size() >= ModelCache::kMaxChoices) model_cache_->choices.clear();
+  model_cache_->choices.emplace(key, best);
   return best;
 }
 

@@ -107,6 +107,10 @@ class Registry {
   // modelled config can run.
   std::optional<Dispatch> modelled(const LayerSelection& selection, const DeviceDescription& device,
                                    std::int64_t m) const;
+  // The cost model's choices, made once per layer, device and M: pricing every config takes
+  // ~0.1 ms of host time, far more than a call may spend. Shared by copies of the registry.
+  struct ModelCache;
+  std::shared_ptr<ModelCache> model_cache_;
 };
 
 // Whether `kernel` is the CPU reference, the kernel of last resort: on device memory it copies
