@@ -107,12 +107,13 @@ int run_tune(const TuneOptions& o) {
                       fmt::format("mxlinear tune --model {} on one {} ({} SMs), mxlinear {}",
                                   o.model, device.name, device.sms, mxlinear::version())));
   }
-  std::vector<TuneFigure> todo;
+  // Each figure still to time, with the configs it times.
+  std::vector<std::pair<TuneFigure, std::vector<Candidate>>> todo;
   std::int64_t total = 0;
   for (const TuneFigure& f : figures) {
     if (done.count({f.n, f.k, f.m_column()}) == 0) {
-      todo.push_back(f);
-      total += static_cast<std::int64_t>(candidates(o, device, f.n, f.k, f.m).size()) + 1;
+      todo.emplace_back(f, candidates(o, device, f.n, f.k, f.m));
+      total += static_cast<std::int64_t>(todo.back().second.size()) + 1;  // + the untuned choice
     }
   }
   fmt::print("mxlinear tune: {} figures, {} already in {}, {} configs to time\n", figures.size(),
@@ -133,7 +134,7 @@ int run_tune(const TuneOptions& o) {
   std::vector<TuneOutcome> outcomes;
   std::unique_ptr<LayerWeights> w;
   std::uint64_t seed = 1;
-  for (const TuneFigure& f : todo) {
+  for (const auto& [f, cs] : todo) {
     if (!w || w->n != f.n || w->k != f.k) {
       w.reset();
       w = std::make_unique<LayerWeights>(f.n, f.k, static_cast<std::size_t>(prop.l2CacheSize),
@@ -173,7 +174,6 @@ int run_tune(const TuneOptions& o) {
     const auto untuned_time = measure(*untuned.kernel, untuned.config);
     std::optional<Candidate> best;
     double best_us = 0, best_err = 0;
-    const std::vector<Candidate> cs = candidates(o, device, n, k, m);
     for (const Candidate& c : cs) {
       const auto t = measure(*c.kernel, c.config);
       if (t && (!best || t->first < best_us)) {

@@ -13,4 +13,10 @@ inline constexpr int kSm90SmemReservedPerCta = 1024;
 // Resident threads of one SM.
 inline constexpr int kSm90MaxThreadsPerSm = 2048;
 
+// CTAs of `smem_bytes` each that one SM's shared memory holds (the runtime reserves 1 KiB per
+// CTA).
+constexpr int ctas_per_sm_by_smem(int smem_bytes) {
+  return kSm90SmemPerSm / (smem_bytes + kSm90SmemReservedPerCta);
+}
+
 }  // namespace mxlinear::device

@@ -14,7 +14,8 @@ double ceil_div(double a, double b) { return std::ceil(a / b); }
 // The fraction of an SM's bf16 rate a CTA's main loop reaches. Folded tiles widen each weight
 // fragment once per `tokens` tokens, so the widening's share falls as the tile widens (measured:
 // ~90% of the peak at 128 x 256, ~81% at 64 x 128 with one consumer warpgroup); promoted engines
-// pay a per-weight cost apart (promoted_weights_per_sm_s) and run their MMAs at a fraction of it.
+// pay a per-weight cost apart (promoted_weights_per_warp_s) and run their MMAs at a fraction of
+// the rate.
 double tensor_efficiency(const WorkShape& w, const DeviceRates& r) {
   switch (w.engine) {
     case WorkShape::Engine::kWgmmaFolded:

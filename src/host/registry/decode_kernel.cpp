@@ -85,17 +85,17 @@ class DecodeKernel final : public detail::ConfiguredKernel<detail::DecodeConfig>
   std::optional<detail::WorkShape> work_shape(const LinearShape& shape,
                                               std::string_view config) const override {
     const auto c = compiled_configs().find(config);
-    if (c.instance < 0 || !config_verdict(shape.k, config, false).ok()) return std::nullopt;
-    detail::WorkShape w;
-    w.engine = detail::WorkShape::Engine::kWgmmaPromoted;
-    w.rows = c.rows;
-    w.tokens = c.tokens;
-    w.splits = c.splits;
-    w.consumer_groups = c.alternating ? 2 : 1;
-    w.consumer_warps = 4 * w.consumer_groups;
-    w.ctas_per_sm = std::max(1, device::decode_ctas_per_sm(device::decode_gemm_smem_bytes(
-                                    c.instance, static_cast<int>(shape.k), c.splits)));
-    return w;
+    if (c.instance < 0) return std::nullopt;
+    const int groups = c.alternating ? 2 : 1;
+    return detail::WorkShape{
+        .engine = detail::WorkShape::Engine::kWgmmaPromoted,
+        .rows = c.rows,
+        .tokens = c.tokens,
+        .splits = c.splits,
+        .ctas_per_sm = std::max(1, device::decode_ctas_per_sm(device::decode_gemm_smem_bytes(
+                                       c.instance, static_cast<int>(shape.k), c.splits))),
+        .consumer_groups = groups,
+        .consumer_warps = 4 * groups};
   }
 
   void run(const KernelCall& call, const std::string& config) const override {

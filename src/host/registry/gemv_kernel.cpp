@@ -51,7 +51,11 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
   }
 
   bool needs_tuned_rows() const override { return true; }
-  bool worth_sweeping(std::int64_t m, std::string_view) const override { return m <= 16; }
+  // Up to 16 tokens; two token tiles only where one would not hold them all (at M <= 8 the
+  // second only pads: measured 2.5x slower at M = 1).
+  bool worth_sweeping(std::int64_t m, std::string_view config) const override {
+    return m <= 16 && (m > 8 || find(config).tokens <= 8);
+  }
 
   std::string default_config(std::int64_t m) const override {
     return GemvConfig::of(device::gemv_gemm_instances()[m <= 8 ? 1 : 2]).name();
@@ -82,24 +86,20 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
   std::optional<detail::WorkShape> work_shape(const LinearShape& shape,
                                               std::string_view config) const override {
     const auto c = find(config);
-    if (c.instance < 0 || !can_run(shape.m, shape.k, config).ok()) return std::nullopt;
-    // Two token tiles where one holds every token only pad: measured 2.5x slower at M = 1.
-    if (c.tokens > 8 && shape.m <= 8) return std::nullopt;
+    if (c.instance < 0) return std::nullopt;
     const device::GemvInstanceInfo& info = device::gemv_gemm_instances()[c.instance];
-    detail::WorkShape w;
-    w.engine = detail::WorkShape::Engine::kMmaPromoted;
-    w.rows = c.rows;
-    w.tokens = c.tokens;
-    w.splits = c.splits;
-    w.activation_bytes_per_element = 2;
-    w.quantizes_tokens = true;
-    w.consumer_warps = c.rows / 16 * info.warps;
-    const int threads = w.consumer_warps * 32;
+    const int warps = c.rows / 16 * info.warps;
     const int smem = device::gemv_gemm_smem_bytes(c.instance, shape.m, static_cast<int>(shape.k));
-    w.ctas_per_sm =
-        std::max(1, std::min(device::kSm90MaxThreadsPerSm / threads,
-                             device::kSm90SmemPerSm / (smem + device::kSm90SmemReservedPerCta)));
-    return w;
+    return detail::WorkShape{
+        .engine = detail::WorkShape::Engine::kMmaPromoted,
+        .rows = c.rows,
+        .tokens = c.tokens,
+        .splits = c.splits,
+        .ctas_per_sm = std::max(1, std::min(device::kSm90MaxThreadsPerSm / (warps * 32),
+                                            device::ctas_per_sm_by_smem(smem))),
+        .consumer_warps = warps,
+        .activation_bytes_per_element = 2,
+        .quantizes_tokens = true};
   }
 
   void run(const KernelCall& call, const std::string& config) const override {

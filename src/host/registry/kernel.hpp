@@ -118,8 +118,9 @@ class Kernel {
   }
   // The config for M when no tuned row names one and the cost model is off.
   virtual std::string default_config(std::int64_t m) const = 0;
-  // The work of `config` on a call of this shape, as the cost model prices it (cost_model.hpp).
-  // nullopt: the kernel has no model, and the cost model never chooses it.
+  // The work of `config` on a call of this shape, as the cost model prices it (cost_model.hpp),
+  // for a config that can run the call (can_run() is asked first). nullopt: the kernel has no
+  // model, and the cost model never chooses it.
   virtual std::optional<detail::WorkShape> work_shape(const LinearShape& shape,
                                                       std::string_view config) const {
     (void)shape;

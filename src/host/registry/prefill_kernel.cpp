@@ -123,25 +123,23 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
   std::optional<detail::WorkShape> work_shape(const LinearShape& shape,
                                               std::string_view config) const override {
     const auto c = compiled_configs().find(config);
-    if (c.instance < 0 || !can_run(shape.m, shape.k, config).ok()) return std::nullopt;
-    detail::WorkShape w;
-    w.engine = detail::WorkShape::Engine::kWgmmaFolded;
-    w.walk = c.walk == detail::PrefillConfig::Walk::kTiles
-                 ? detail::WorkShape::Walk::kTiles
-                 : (c.walk == detail::PrefillConfig::Walk::kPersistent
-                        ? detail::WorkShape::Walk::kPersistent
-                        : detail::WorkShape::Walk::kStreamK);
-    w.rows = c.rows;
-    w.tokens = c.tokens;
-    w.splits = c.splits;
-    // Alternating warpgroups share one 64-row tile's stages: two consumers of its tensor work.
-    w.consumer_groups = c.alternating ? 2 : c.rows / 64;
-    w.activation_bytes_per_element = 2;  // the bf16 pre-pass output
-    const int smem =
-        device::prefill_gemm_smem_bytes(c.instance, static_cast<int>(shape.k), c.splits);
-    const int by_smem = device::kSm90SmemPerSm / (smem + device::kSm90SmemReservedPerCta);
-    w.ctas_per_sm = std::max(1, std::min(by_smem, c.rows >= 128 ? 1 : 2));
-    return w;
+    if (c.instance < 0) return std::nullopt;
+    using Walk = detail::PrefillConfig::Walk;
+    const int by_smem = device::ctas_per_sm_by_smem(
+        device::prefill_gemm_smem_bytes(c.instance, static_cast<int>(shape.k), c.splits));
+    return detail::WorkShape{
+        .engine = detail::WorkShape::Engine::kWgmmaFolded,
+        .walk = c.walk == Walk::kTiles
+                    ? detail::WorkShape::Walk::kTiles
+                    : (c.walk == Walk::kPersistent ? detail::WorkShape::Walk::kPersistent
+                                                   : detail::WorkShape::Walk::kStreamK),
+        .rows = c.rows,
+        .tokens = c.tokens,
+        .splits = c.splits,
+        .ctas_per_sm = std::max(1, std::min(by_smem, c.rows >= 128 ? 1 : 2)),
+        // Alternating warpgroups share one 64-row tile's stages: two consumers of its work.
+        .consumer_groups = c.alternating ? 2 : c.rows / 64,
+        .activation_bytes_per_element = 2};  // the bf16 pre-pass output
   }
 
   void run(const KernelCall& call, const std::string& config) const override {

@@ -26,11 +26,9 @@ struct DecodeInstanceInfo {
 // at K with `splits` K splits; at most 227 KiB launch.
 int decode_gemm_smem_bytes(int instance, int k, int splits, bool quantizing = false);
 
-// CTAs of `smem_bytes` each that one SM's 228 KiB of shared memory holds (the runtime reserves
-// 1 KiB per CTA); the decode kernel's residency is bounded by shared memory, not registers.
-constexpr int decode_ctas_per_sm(int smem_bytes) {
-  return kSm90SmemPerSm / (smem_bytes + kSm90SmemReservedPerCta);
-}
+// CTAs of `smem_bytes` each that one SM holds: the decode kernel's residency is bounded by
+// shared memory, not registers.
+constexpr int decode_ctas_per_sm(int smem_bytes) { return ctas_per_sm_by_smem(smem_bytes); }
 
 // The compiled instances (template configurations), in the order their index names them.
 std::span<const DecodeInstanceInfo> decode_gemm_instances();
