@@ -15,7 +15,8 @@ enum class BiasType : std::uint8_t { kNone, kBF16, kF32 };
 // so it is part of the GEMV's configs. The other kernels ignore it.
 enum class NextLaunch : std::uint8_t { kAfterActivation, kAfterWait, kAtEntry };
 
-// out[m, n] = sum_k deq(a)[m, k] * deq(w)[n, k] (+ bias[n]). Strides are in elements.
+// out[m, n] = sum_k deq(a)[m, k] * deq(w)[n, k] (+ bias[n]) (W8A8), or the same with x as it is
+// in place of deq(a) (W8A16, x_as_is). Strides are in elements.
 struct GemmParams {
   const std::uint8_t* a = nullptr;         // [M, K] e4m3, rows 16-byte aligned
   const std::uint8_t* a_scales = nullptr;  // [M, K/32] e8m0
@@ -36,6 +37,10 @@ struct GemmParams {
   const void* x = nullptr;
   std::int64_t ld_x = 0;
   bool x_is_f16 = false;
+  // W8A16 (docs/MXFP8.md): with x set, multiply deq(w) by x as it is, with no quantization, for
+  // out[m, n] = sum_k x[m, k] * deq(w)[n, k] (+ bias[n]). Every product is exact in fp32 (an
+  // e4m3 significand has 4 bits, a bf16 one 8 and an fp16 one 11). a and a_scales are unused.
+  bool x_as_is = false;
   NextLaunch next_launch = NextLaunch::kAfterActivation;
   // The prefill kernel's stream-K configs: one fp32 partial tile per CTA and one flag word per
   // CTA, zero when the kernel starts (the pass before it zeroes them: ZeroedWords), for at most
