@@ -370,4 +370,129 @@ void check_quantizing_inside(const GemmLauncher& launch, std::span<const GemmSha
   }
 }
 
+namespace {
+
+std::uint16_t nan16(DType dtype) { return dtype == DType::kBF16 ? 0x7FC0 : 0x7E00; }
+
+std::uint16_t code16(float value, DType dtype) {
+  std::uint16_t bits;
+  if (dtype == DType::kBF16) {
+    const __nv_bfloat16 b = __float2bfloat16_rn(value);
+    std::memcpy(&bits, &b, 2);
+  } else {
+    const __half h = __float2half_rn(value);
+    std::memcpy(&bits, &h, 2);
+  }
+  return bits;
+}
+
+// An activation of NaN codes with its [rows, k] view filled by sample().
+template <class Sample>
+Activation16 make_activation16(std::int64_t rows, std::int64_t k, std::int64_t ld_x, DType dtype,
+                               Sample sample) {
+  Activation16 x{rows, k, ld_x, dtype,
+                 std::vector<std::uint16_t>(static_cast<std::size_t>(rows * ld_x), nan16(dtype))};
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < k; ++c) {
+      x.codes[static_cast<std::size_t>(r * ld_x + c)] = code16(sample(), dtype);
+    }
+  }
+  return x;
+}
+
+}  // namespace
+
+Activation16 exact_activation16(std::int64_t rows, std::int64_t k, std::int64_t ld_x, DType dtype,
+                                std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> value(-7, 7);
+  std::uniform_int_distribution<int> exponent(-2, 1);
+  std::uniform_int_distribution<int> keep(0, 3);
+  return make_activation16(rows, k, ld_x, dtype, [&] {
+    if (keep(rng) != 0) return 0.0f;
+    return std::ldexp(static_cast<float>(value(rng)), exponent(rng));  // exact in bf16 and fp16
+  });
+}
+
+Activation16 random_activation16_as_is(std::int64_t rows, std::int64_t k, std::int64_t ld_x,
+                                       DType dtype, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  return make_activation16(rows, k, ld_x, dtype, [&] { return normal(rng); });
+}
+
+std::vector<std::uint8_t> run_w8a16(const GemmLauncher& launch, const Activation16& x,
+                                    std::int64_t x_offset, const MxOperand& w, DType out_dtype,
+                                    const DeviceBuffer* bias, device::BiasType bias_type) {
+  std::vector<std::uint16_t> x_buffer(static_cast<std::size_t>(x_offset), nan16(x.dtype));
+  x_buffer.insert(x_buffer.end(), x.codes.begin(), x.codes.end());
+  const DeviceBuffer dx = DeviceBuffer::from(x_buffer);
+  const DeviceMx dw = upload(w);
+  const std::size_t bytes = static_cast<std::size_t>(x.rows * w.rows) * element_size(out_dtype);
+  DeviceBuffer out(bytes);
+  out.poison();
+  device::GemmParams p;
+  p.x = static_cast<const std::uint16_t*>(dx.get()) + x_offset;
+  p.ld_x = x.ld_x;
+  p.x_is_f16 = x.dtype == DType::kF16;
+  p.x_as_is = true;
+  p.w = dw.data.bytes();
+  p.w_scales = dw.scales.bytes();
+  p.ld_w = w.k;
+  p.ld_w_scales = w.k / kBlockSize;
+  p.out = out.get();
+  p.ld_out = w.rows;
+  p.m = static_cast<int>(x.rows);
+  p.n = static_cast<int>(w.rows);
+  p.k = static_cast<int>(x.k);
+  p.out_type = out_dtype == DType::kBF16
+                   ? device::OutType::kBF16
+                   : (out_dtype == DType::kF16 ? device::OutType::kF16 : device::OutType::kF32);
+  if (bias) {
+    p.bias = bias->get();
+    p.bias_type = bias_type;
+  }
+  EXPECT_EQ(launch(p, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<std::uint8_t> r(bytes);
+  out.download_to(r.data(), bytes);
+  return r;
+}
+
+double fp32_accumulation_bound(double ref, double abs_sum, std::int64_t k, DType dtype) {
+  auto gamma = [](std::int64_t n, double u) {
+    const double nu = static_cast<double>(n) * u;
+    return nu / (1.0 - nu);
+  };
+  const double summation = gamma(k + 1, std::ldexp(1.0, -24)) * abs_sum;
+  const double reference = gamma(k, std::ldexp(1.0, -53)) * abs_sum;
+  // The fp32 sum is within `summation` of ref; its rounding to dtype moves it by at most half the
+  // spacing of dtype at its binade.
+  const int mantissa_bits = dtype == DType::kBF16 ? 7 : (dtype == DType::kF16 ? 10 : 23);
+  const int min_exponent = dtype == DType::kF16 ? -14 : -126;
+  const double largest = std::fabs(ref) + summation + reference;
+  const int e = largest > 0 ? std::max(std::ilogb(largest), min_exponent) : min_exponent;
+  return summation + reference + std::ldexp(1.0, e - mantissa_bits - 1);
+}
+
+void expect_within_accumulation_bound(const std::vector<std::uint8_t>& out,
+                                      const std::vector<double>& ref,
+                                      const std::vector<double>& abs_sums, std::int64_t k,
+                                      DType dtype) {
+  int reported = 0;
+  double worst = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double got = output_value(out, dtype, i);
+    const double bound = fp32_accumulation_bound(ref[i], abs_sums[i], k, dtype);
+    const double ratio = std::fabs(got - ref[i]) / bound;
+    if (!(ratio <= 1.0)) {
+      if (reported++ < 5) {
+        ADD_FAILURE() << "out flat " << i << " = " << got << ", ref " << ref[i] << ", bound "
+                      << bound;
+      }
+    } else {
+      worst = std::max(worst, ratio);
+    }
+  }
+  EXPECT_EQ(reported, 0) << "largest |error| / bound among the rest: " << worst;
+}
+
 }  // namespace mxlinear::test

@@ -117,4 +117,48 @@ void check_chain_graph_replay(const ChainCall& call, int calls, DeviceBuffer (&o
 void check_quantizing_inside(const GemmLauncher& launch, std::span<const GemmShape> shapes,
                              std::mt19937_64& rng);
 
+// --- W8A16 (GemmParams::x_as_is) -----------------------------------------------------------------
+
+// A bf16 or fp16 activation used as it is, as its 16-bit codes: [rows, k] with row stride
+// ld_x >= k. The codes past k in each row are NaN, so a kernel reading past K fails.
+struct Activation16 {
+  std::int64_t rows = 0, k = 0, ld_x = 0;
+  DType dtype = DType::kBF16;
+  std::vector<std::uint16_t> codes;  // rows * ld_x
+};
+
+// Sparse values i * 2^e, |i| <= 7, e in -2..1, a quarter of them non-zero. With exact_operand
+// weights (|q| <= 4, scales 2^-1..2^1) and K <= 4096, every block sum is a multiple of 2^-2 below
+// 2^11 and every promoted partial sum, in any order, a multiple of 2^-3 below 2^19: all exact in
+// fp32, so a correct kernel equals the fp64 reference bit for bit.
+Activation16 exact_activation16(std::int64_t rows, std::int64_t k, std::int64_t ld_x, DType dtype,
+                                std::mt19937_64& rng);
+
+// Normal(0, 1) samples rounded to dtype (all finite).
+Activation16 random_activation16_as_is(std::int64_t rows, std::int64_t k, std::int64_t ld_x,
+                                       DType dtype, std::mt19937_64& rng);
+
+// Uploads x at element offset x_offset of its buffer (1 leaves the base only 2-byte aligned;
+// the elements before it are NaN) and w, poisons the output, launches out = x @ deq(w)^T
+// (x_as_is, p.a unset) and returns the raw output [x.rows, w.rows] of dtype out_dtype.
+std::vector<std::uint8_t> run_w8a16(const GemmLauncher& launch, const Activation16& x,
+                                    std::int64_t x_offset, const MxOperand& w, DType out_dtype,
+                                    const DeviceBuffer* bias = nullptr,
+                                    device::BiasType bias_type = device::BiasType::kNone);
+
+// MXFP8.md's fp32 accumulation bound for one output of a K-long sum: gamma_{K+1} * abs_sum
+// (u = 2^-24), plus the fp64 reference's own summation error (gamma_K, u = 2^-53), plus half an
+// ulp of the output type at the result's binade (half the smallest subnormal below it).
+// Products are exact; the per-block fma chain adds K/32 roundings of at most u times the sum of
+// |products|, the K-warp sums a few more, and the tensor core's in-mma sums (truncating, a few
+// steps per block) about 8u of each block's sum of |products|: inside gamma_{K+1} for K >= 32.
+double fp32_accumulation_bound(double ref, double abs_sum, std::int64_t k, DType dtype);
+
+// Every output element is within fp32_accumulation_bound() of the fp64 reference; reports up to
+// five, and the largest |error| / bound.
+void expect_within_accumulation_bound(const std::vector<std::uint8_t>& out,
+                                      const std::vector<double>& ref,
+                                      const std::vector<double>& abs_sums, std::int64_t k,
+                                      DType dtype);
+
 }  // namespace mxlinear::test

@@ -2,10 +2,12 @@
 #include <cmath>
 #include <cstring>
 
+#include "device/common/sm90.hpp"
 #include "device/kernels/generic/generic_gemm.hpp"
 #include "gpu/gemm_checks.hpp"
 #include "gpu/gpu_support.hpp"
 #include "host/registry/generic_config.hpp"
+#include "support/mx_oracle.hpp"
 #include "support/random.hpp"
 
 namespace mxlinear::test {
@@ -100,6 +102,198 @@ TEST_P(GenericGemmConfig, NaNBiasAndDeterminism) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
   check_nan_bias_determinism(runner(), {128, 100, 257, 544}, rng);
+}
+
+// --- W8A16: x as it is (bf16 or fp16), MX weights ---------------------------------------------
+
+constexpr DType kActivation16Types[] = {DType::kBF16, DType::kF16};
+
+// Every M in {1, 7, 100, 1000} meets every N in {1, 24, 130, 1000} once, each K in
+// {32, 96, 544, 4096} with four (M, N) pairs, one of each M and of each N (K = kK[(i - j) % 4]):
+// K = 4096 meets M = 100 x N = 1000, [1000, 1000] takes K = 32, and the fp64 host reference
+// stays near 5e8 products a pass.
+std::vector<GemmShape> w8a16_shapes() {
+  constexpr std::int64_t kM[] = {1, 7, 100, 1000};
+  constexpr std::int64_t kN[] = {1, 24, 130, 1000};
+  constexpr std::int64_t kK[] = {32, 96, 544, 4096};
+  std::vector<GemmShape> shapes;
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 4; ++j) shapes.push_back({kM[i], kN[j], kK[(i - j + 4) % 4]});
+  }
+  return shapes;
+}
+
+W8A16Operands oracle_operands(const Activation16& x, const MxOperand& w) {
+  return {.m = x.rows,
+          .n = w.rows,
+          .k = x.k,
+          .x = x.codes.data(),
+          .ld_x = x.ld_x,
+          .x_format = x.dtype == DType::kBF16 ? kBF16Format : kF16Format,
+          .w = w.data.data(),
+          .w_scales = w.scales.data()};
+}
+
+std::vector<std::uint8_t> run_w8a16_config(int config, const Activation16& x, std::int64_t x_offset,
+                                           const MxOperand& w, DType out_dtype, ScalePath path,
+                                           const DeviceBuffer* bias = nullptr,
+                                           device::BiasType bias_type = device::BiasType::kNone) {
+  const GemmLauncher launch = [config, path](const device::GemmParams& params,
+                                             cudaStream_t stream) {
+    device::GemmParams p = params;
+    p.scales_via_cp_async =
+        path == ScalePath::kCpAsyncWhereAligned && device::scales_allow_cp_async(p);
+    return device::launch_generic_gemm(p, config, stream);
+  };
+  return run_w8a16(launch, x, x_offset, w, out_dtype, bias, bias_type);
+}
+
+TEST_P(GenericGemmConfig, W8A16ExactInputsMatchFp64BitForBit) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  for (const DType x_dtype : kActivation16Types) {
+    for (const GemmShape& c : w8a16_shapes()) {
+      const Activation16 x = exact_activation16(c.m, c.k, c.k, x_dtype, rng);
+      const MxOperand w = exact_operand(c.n, c.k, rng);
+      const std::vector<double> ref = w8a16_reference(oracle_operands(x, w), {});
+      for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+        for (const ScalePath path : kBothPaths) {
+          SCOPED_TRACE(::testing::Message()
+                       << "x=" << to_string(x_dtype) << " M=" << c.m << " N=" << c.n << " K=" << c.k
+                       << " out=" << to_string(dtype) << " scale path=" << static_cast<int>(path));
+          expect_bit_exact(run_w8a16_config(GetParam(), x, 0, w, dtype, path), ref, c.n, dtype);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(GenericGemmConfig, W8A16RandomInputsWithinFp32AccumulationBound) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  for (const DType x_dtype : kActivation16Types) {
+    for (const GemmShape& c : w8a16_shapes()) {
+      const Activation16 x = random_activation16_as_is(c.m, c.k, c.k, x_dtype, rng);
+      const MxOperand w = random_operand(c.n, c.k, rng);
+      const W8A16Operands op = oracle_operands(x, w);
+      const std::vector<double> ref = w8a16_reference(op, {});
+      const std::vector<double> abs_sums = w8a16_abs_product_sums(op);
+      for (const DType dtype : {DType::kBF16, DType::kF32}) {
+        SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " M=" << c.m << " N="
+                                          << c.n << " K=" << c.k << " out=" << to_string(dtype));
+        expect_within_accumulation_bound(
+            run_w8a16_config(GetParam(), x, 0, w, dtype, ScalePath::kCpAsyncWhereAligned), ref,
+            abs_sums, c.k, dtype);
+      }
+    }
+  }
+}
+
+// Rows whose base or stride is not a multiple of 16 bytes take the element-wise path; a padded
+// stride that is takes cp.async. The padding and the element before an offset base are NaN.
+TEST_P(GenericGemmConfig, W8A16UnalignedActivationMatchesFp64BitForBit) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  struct Layout {
+    std::int64_t extra_stride, offset;  // elements
+  };
+  constexpr Layout kLayouts[] = {{1, 0}, {0, 1}, {3, 1}, {4, 4}, {8, 0}};
+  constexpr GemmShape kUnalignedShapes[] = {{7, 130, 544}, {100, 24, 96}, {300, 33, 1024}};
+  for (const DType x_dtype : kActivation16Types) {
+    for (const GemmShape& c : kUnalignedShapes) {
+      const MxOperand w = exact_operand(c.n, c.k, rng);
+      for (const Layout& layout : kLayouts) {
+        const Activation16 x =
+            exact_activation16(c.m, c.k, c.k + layout.extra_stride, x_dtype, rng);
+        const std::vector<double> ref = w8a16_reference(oracle_operands(x, w), {});
+        for (const DType dtype : {DType::kBF16, DType::kF32}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "x=" << to_string(x_dtype) << " M=" << c.m << " N=" << c.n << " K=" << c.k
+                       << " ld_x=" << x.ld_x << " base offset=" << layout.offset
+                       << " elements, out=" << to_string(dtype));
+          expect_bit_exact(run_w8a16_config(GetParam(), x, layout.offset, w, dtype,
+                                            ScalePath::kCpAsyncWhereAligned),
+                           ref, c.n, dtype);
+        }
+      }
+    }
+  }
+}
+
+// A NaN scale of one weight block, a NaN weight code and a NaN in x make exactly the outputs
+// they feed NaN, on both scale paths (K = 256: cp.async; K = 544: global loads).
+TEST_P(GenericGemmConfig, W8A16NaNPropagatesExactly) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  constexpr std::int64_t kM = 20, kN = 70;
+  for (const DType x_dtype : kActivation16Types) {
+    for (const std::int64_t k : {std::int64_t{256}, std::int64_t{544}}) {
+      Activation16 x = random_activation16_as_is(kM, k, k, x_dtype, rng);
+      MxOperand w = random_operand(kN, k, rng);
+      const std::int64_t blocks = k / kBlockSize;
+      w.scales[static_cast<std::size_t>(17 * blocks + 2)] = 0xFF;  // column 17: a NaN scale
+      w.data[static_cast<std::size_t>(66 * k + k - 5)] = 0xFF;     // column 66: -NaN code
+      x.codes[static_cast<std::size_t>(3 * k + 40)] = x_dtype == DType::kBF16 ? 0x7FC0 : 0x7E00;
+      for (const ScalePath path : kBothPaths) {
+        SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " K=" << k
+                                          << " scale path=" << static_cast<int>(path));
+        const auto out = run_w8a16_config(GetParam(), x, 0, w, DType::kF32, path);
+        for (std::int64_t m = 0; m < kM; ++m) {
+          for (std::int64_t n = 0; n < kN; ++n) {
+            const bool should_be_nan = m == 3 || n == 17 || n == 66;
+            const double v = output_value(out, DType::kF32, static_cast<std::size_t>(m * kN + n));
+            EXPECT_EQ(std::isnan(v), should_be_nan) << "out[" << m << ", " << n << "] = " << v;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(GenericGemmConfig, W8A16BiasIsAddedExactly) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  for (const DType x_dtype : kActivation16Types) {
+    for (auto [m, n] : {std::pair<std::int64_t, std::int64_t>{9, 21}, {300, 257}}) {
+      constexpr std::int64_t kK = 544;
+      const Activation16 x = exact_activation16(m, kK, kK, x_dtype, rng);
+      const MxOperand w = exact_operand(n, kK, rng);
+      const BiasBuffers bias = quarter_bias(n);
+      const std::vector<double> ref = w8a16_reference(oracle_operands(x, w), bias.values);
+      for (auto [buffer, type] : {std::pair{&bias.f32, device::BiasType::kF32},
+                                  std::pair{&bias.bf16, device::BiasType::kBF16}}) {
+        for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+          SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " M=" << m
+                                            << " N=" << n << " out=" << to_string(dtype) << " bias="
+                                            << (type == device::BiasType::kF32 ? "f32" : "bf16"));
+          expect_bit_exact(run_w8a16_config(GetParam(), x, 0, w, dtype,
+                                            ScalePath::kCpAsyncWhereAligned, buffer, type),
+                           ref, n, dtype);
+        }
+      }
+    }
+  }
+}
+
+// Host-side only: no launch happens, so these run without a GPU too.
+TEST_P(GenericGemmConfig, W8A16SharedMemoryFitsAndIsReported) {
+  const int config = GetParam();
+  const device::GenericConfigInfo& info =
+      device::generic_gemm_configs()[static_cast<std::size_t>(config)];
+  EXPECT_EQ(device::generic_gemm_smem_bytes(config, false), info.smem_bytes);
+  EXPECT_EQ(device::generic_gemm_smem_bytes(config, true), info.smem_bytes_as_is);
+  EXPECT_LE(info.smem_bytes_as_is, device::kSm90MaxSmemPerCta);
+  EXPECT_GE(info.smem_bytes_as_is, info.smem_bytes);
+  EXPECT_GE(info.stages_as_is, 2);
+  EXPECT_LE(info.stages_as_is, info.stages);
+}
+
+TEST_P(GenericGemmConfig, W8A16WithoutActivationIsRejected) {
+  device::GemmParams p;
+  p.x_as_is = true;  // and p.x unset
+  p.m = p.n = 1;
+  p.k = 32;
+  EXPECT_EQ(device::launch_generic_gemm(p, GetParam(), nullptr), cudaErrorInvalidValue);
 }
 
 std::string config_name(const ::testing::TestParamInfo<int>& info) {

@@ -187,4 +187,48 @@ float f16_bits_to_float(std::uint16_t bits) {
   return static_cast<float>(format_value(kF16Format, bits));
 }
 
+namespace {
+
+// The W8A16 sums of term(x, deq(w)) over k, for every [m, n].
+template <class Term>
+std::vector<double> w8a16_sums(const W8A16Operands& op, Term term) {
+  const auto k = static_cast<std::size_t>(op.k);
+  std::vector<double> x(static_cast<std::size_t>(op.m) * k);
+  for (std::int64_t r = 0; r < op.m; ++r) {
+    for (std::size_t c = 0; c < k; ++c) {
+      x[static_cast<std::size_t>(r) * k + c] = static_cast<double>(
+          format_value(op.x_format, op.x[r * op.ld_x + static_cast<std::int64_t>(c)]));
+    }
+  }
+  std::vector<double> w(static_cast<std::size_t>(op.n) * k);
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    w[i] = e4m3_value(op.w[i]) * e8m0_value(op.w_scales[i / 32]);
+  }
+  std::vector<double> out(static_cast<std::size_t>(op.m * op.n));
+  for (std::size_t r = 0; r < static_cast<std::size_t>(op.m); ++r) {
+    for (std::size_t c = 0; c < static_cast<std::size_t>(op.n); ++c) {
+      const double* xr = &x[r * k];
+      const double* wc = &w[c * k];
+      double sum = 0;
+      for (std::size_t i = 0; i < k; ++i) sum += term(xr[i], wc[i]);
+      out[r * static_cast<std::size_t>(op.n) + c] = sum;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<double> w8a16_reference(const W8A16Operands& op, const std::vector<double>& bias) {
+  std::vector<double> out = w8a16_sums(op, [](double x, double w) { return x * w; });
+  if (!bias.empty()) {
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] += bias[i % bias.size()];
+  }
+  return out;
+}
+
+std::vector<double> w8a16_abs_product_sums(const W8A16Operands& op) {
+  return w8a16_sums(op, [](double x, double w) { return std::fabs(x * w); });
+}
+
 }  // namespace mxlinear::test

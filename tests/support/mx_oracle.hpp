@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "mxlinear/format.hpp"
 
@@ -66,5 +67,26 @@ std::uint16_t to_bf16_bits(float x);
 std::uint16_t to_f16_bits(float x);
 float bf16_bits_to_float(std::uint16_t bits);
 float f16_bits_to_float(std::uint16_t bits);
+
+// --- W8A16: 16-bit activation as it is, MX weights -----------------------------------------------
+
+// One W8A16 product (GemmParams::x_as_is): x [m, k] as 16-bit codes of x_format (bf16 or fp16)
+// with row stride ld_x; w [n, k] as e4m3 codes and e8m0 scales [n, k/32], dense rows.
+struct W8A16Operands {
+  std::int64_t m = 0, n = 0, k = 0;
+  const std::uint16_t* x = nullptr;
+  std::int64_t ld_x = 0;
+  BinaryFormat x_format = kBF16Format;
+  const std::uint8_t* w = nullptr;
+  const std::uint8_t* w_scales = nullptr;
+};
+
+// out[m, n] = sum_k x[m, k] * deq(w)[n, k] (+ bias[n]) in fp64, row-major [m, n]: x widened from
+// its fields, deq(w) = e4m3_value * e8m0_value, both exact; each product is exact in fp64 (at
+// most 11 + 4 significant bits), summed in k order. bias is empty or holds n values.
+std::vector<double> w8a16_reference(const W8A16Operands& op, const std::vector<double>& bias);
+
+// sum_k |x[m, k] * deq(w)[n, k]| in fp64, the scale of the fp32 accumulation bound.
+std::vector<double> w8a16_abs_product_sums(const W8A16Operands& op);
 
 }  // namespace mxlinear::test

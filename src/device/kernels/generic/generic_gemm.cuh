@@ -5,6 +5,12 @@
 // fragments are widened to f16 exactly (cvt.rn.f16x2.e4m3x2), the pair's fp32 partial sum is
 // promoted into the accumulator as acc += (partial * sa) * sb. The scales are powers of two, so
 // the promotion rounds once (in the fma), and the result follows the MX contract exactly.
+//
+// W8A16 (GemmParams::x_as_is): the activation tile holds the caller's bf16 or fp16 x as it is
+// (256 bytes per row and stage), the weights are widened exactly to x's type, and each block's
+// partial sum is promoted with the weight scale alone: acc = fma(partial, sw, acc). Every product
+// is exact in fp32; the scale is never folded into a 16-bit operand, where it could round or
+// overflow.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -35,8 +41,27 @@ struct GenericShape {
   int min_blocks_per_sm = 1;  // __launch_bounds__
 };
 
-template <GenericShape kShape>
+// What the activation tile holds: e4m3 codes with their scales (W8A8), or the caller's 16-bit x
+// as it is (W8A16), bf16 or fp16, which the weights are widened to for the mma.
+enum class GenericActivation { kE4M3, kBF16AsIs, kF16AsIs };
+
+// Shared memory of a tile of `shape` (GenericTile::kSmemBytes), for the host to fit W8A16
+// instances: a stage holds the activation (1 byte per K for e4m3, 2 for x as it is), the weights
+// and the raw scale bytes (none for an activation used as it is); after the stages, the float
+// scales of the stage being computed.
+constexpr int generic_smem_bytes(const GenericShape& shape, bool x_as_is) {
+  constexpr int kBK = 128, kBlocksPerStage = kBK / kBlockSize;
+  const int a_scale_rows = x_as_is ? 0 : shape.bm;
+  const int scale_entries = kBlocksPerStage * (a_scale_rows + shape.bn);
+  const int a_bytes = shape.bm * kBK * (x_as_is ? 2 : 1);
+  const int stage_bytes = (a_bytes + shape.bn * kBK + scale_entries + 127) / 128 * 128;
+  return shape.stages * stage_bytes + scale_entries * 4;
+}
+
+template <GenericShape kShape, GenericActivation kActivation = GenericActivation::kE4M3>
 struct GenericTile {
+  static constexpr GenericActivation kAct = kActivation;
+  static constexpr bool kXAsIs = kActivation != GenericActivation::kE4M3;
   static constexpr int kBM = kShape.bm, kBN = kShape.bn, kWM = kShape.wm, kWN = kShape.wn,
                        kStages = kShape.stages;
   static constexpr int kWarpsK = kShape.warps_k;
@@ -47,8 +72,12 @@ struct GenericTile {
   static constexpr int kWarpsMN = kWarpsM * kWarpsN;
   static constexpr int kThreads = 32 * kWarpsMN * kWarpsK;
   static constexpr int kMF = kWM / 16, kNF = kWN / 8;  // mma fragments per warp
-  static constexpr int kADataBytes = kBM * kBK, kWDataBytes = kBN * kBK;
-  static constexpr int kScaleEntries = kBlocksPerStage * (kBM + kBN);
+  // An activation row of a stage: kBK e4m3 bytes, or kBK 16-bit elements of x as it is.
+  static constexpr int kARowBytes = kXAsIs ? 2 * kBK : kBK;
+  static constexpr int kADataBytes = kBM * kARowBytes, kWDataBytes = kBN * kBK;
+  // Activation rows with scales: none when x is used as it is.
+  static constexpr int kAScaleRows = kXAsIs ? 0 : kBM;
+  static constexpr int kScaleEntries = kBlocksPerStage * (kAScaleRows + kBN);
   // A stage holds the raw scale bytes, [row][block]; the stage being computed has them widened
   // once into one shared float buffer, [block][row], so fragments read them without conversion.
   static constexpr int kStageBytes = (kADataBytes + kWDataBytes + kScaleEntries + 127) / 128 * 128;
@@ -64,6 +93,7 @@ struct GenericTile {
   static constexpr int kReduceBytes = (kWarpsK - 1) * kBM * kBN * 4;
   static_assert(kReduceBytes <= kSmemBytes, "the K-warp reduction reuses the pipeline's memory");
   static_assert(kSmemBytes <= kSm90MaxSmemPerCta, "over the sm_90 shared-memory limit");
+  static_assert(kSmemBytes == generic_smem_bytes(kShape, kXAsIs), "the host's size must agree");
 };
 
 namespace generic_detail {
@@ -96,6 +126,119 @@ __device__ __forceinline__ void load_data_stage(const GemmParams& p, std::uint8_
   }
 }
 
+// --- W8A16 -----------------------------------------------------------------------------------
+
+// Byte offset of 16-byte chunk `chunk` (0..15) of row `row` of a W8A16 activation tile (256-byte
+// rows: 128 16-bit elements). The chunk index is XORed with 2 * (row % 8): the 8-byte fragment
+// reads of one k16 half of a block (32 bytes of each of 8 rows) then hit distinct banks in each
+// half-warp, and the two chunks of each 32-byte run stay side by side.
+__device__ __forceinline__ int x_chunk_offset(int row, int chunk) {
+  return row * 256 + ((chunk ^ ((row & 7) << 1)) << 4);
+}
+
+__device__ __forceinline__ void ld_shared_u32x2(std::uint32_t addr, std::uint32_t& lo,
+                                                std::uint32_t& hi) {
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(lo), "=r"(hi) : "r"(addr));
+}
+
+__device__ __forceinline__ void st_shared_u32x4(std::uint32_t addr, const std::uint32_t (&v)[4]) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v[0]), "r"(v[1]),
+               "r"(v[2]), "r"(v[3])
+               : "memory");
+}
+
+// f16x2 -> bf16x2 (low half to low half) through fp32, for f16 values widened from e4m3: each
+// has at most 4 significant bits and a magnitude in [2^-9, 448], a normal bf16 number, so the
+// rounding conversion is exact; NaN stays NaN.
+__device__ __forceinline__ std::uint32_t e4m3_f16x2_to_bf16x2(std::uint32_t x) {
+  std::uint32_t r;
+  asm("{\n.reg .b16 l, h;\n.reg .f32 fl, fh;\nmov.b32 {l, h}, %1;\ncvt.f32.f16 fl, l;\n"
+      "cvt.f32.f16 fh, h;\ncvt.rn.bf16x2.f32 %0, fh, fl;\n}\n"
+      : "=r"(r)
+      : "r"(x));
+  return r;
+}
+
+// Four e4m3 bytes -> two 16-bit pairs of the activation's type, exactly (bytes 0,1 -> lo; 2,3 ->
+// hi; the lower byte in the lower half).
+template <GenericActivation kAct>
+__device__ __forceinline__ void widen_weights(std::uint32_t x, std::uint32_t& lo,
+                                              std::uint32_t& hi) {
+  ptx::e4m3x4_to_f16x2x2(x, lo, hi);
+  if constexpr (kAct == GenericActivation::kBF16AsIs) {
+    lo = e4m3_f16x2_to_bf16x2(lo);
+    hi = e4m3_f16x2_to_bf16x2(hi);
+  }
+}
+
+// D = A * B + C, m16n8k16, 16-bit inputs of the activation's type, fp32 accumulators.
+template <GenericActivation kAct>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a)[4],
+                                          std::uint32_t b0, std::uint32_t b1) {
+  if constexpr (kAct == GenericActivation::kBF16AsIs) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    ptx::mma_f16_16816(d, a, b0, b1, d);
+  }
+}
+
+// The weights of a W8A16 stage, as load_data_stage copies them.
+template <class Tile>
+__device__ __forceinline__ void load_weight_stage(const GemmParams& p, std::uint8_t* stage, int kt,
+                                                  int n0) {
+  const int k0 = kt * Tile::kBK;
+  const std::uint32_t w_base = ptx::smem_address(stage) + Tile::kADataBytes;
+  constexpr int kChunksPerRow = Tile::kBK / 16;
+  for (int c = threadIdx.x; c < Tile::kBN * kChunksPerRow; c += Tile::kThreads) {
+    const int row = c / kChunksPerRow;
+    const int chunk = c % kChunksPerRow;
+    const int k = k0 + chunk * 16;
+    const int global_row = n0 + row;
+    const bool valid = global_row < p.n && k < p.k;
+    const std::uint8_t* src = valid ? p.w + global_row * p.ld_w + k : p.w;
+    ptx::cp_async_16(w_base + chunk_offset(row, chunk), src, valid ? 16 : 0);
+  }
+}
+
+// The x of a W8A16 stage, 8 elements per 16-byte chunk; rows past M and K past the end read as
+// zeros. With 16-byte aligned rows (base and stride) by cp.async; otherwise (any 2-byte
+// alignment) by plain loads and a shared store, which the barrier before the stage's compute
+// makes visible as it does the cp.async copies.
+template <class Tile>
+__device__ __forceinline__ void load_x_stage(const GemmParams& p, bool x_rows_16_byte_aligned,
+                                             std::uint8_t* stage, int kt, int m0) {
+  constexpr int kElementsPerChunk = 8;
+  constexpr int kChunksPerRow = Tile::kBK / kElementsPerChunk;
+  const int k0 = kt * Tile::kBK;
+  const std::uint32_t a_base = ptx::smem_address(stage);
+  const auto* x = static_cast<const std::uint16_t*>(p.x);
+  for (int c = threadIdx.x; c < Tile::kBM * kChunksPerRow; c += Tile::kThreads) {
+    const int row = c / kChunksPerRow;
+    const int chunk = c % kChunksPerRow;
+    const int k = k0 + chunk * kElementsPerChunk;
+    const int global_row = m0 + row;
+    const bool valid = global_row < p.m && k < p.k;
+    const std::uint16_t* src = valid ? x + global_row * p.ld_x + k : x;
+    const std::uint32_t dst = a_base + x_chunk_offset(row, chunk);
+    if (x_rows_16_byte_aligned) {
+      ptx::cp_async_16(dst, src, valid ? 16 : 0);
+    } else {
+      std::uint32_t v[4] = {0, 0, 0, 0};
+      if (valid) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          v[i] = static_cast<std::uint32_t>(src[2 * i]) |
+                 (static_cast<std::uint32_t>(src[2 * i + 1]) << 16);
+        }
+      }
+      st_shared_u32x4(dst, v);
+    }
+  }
+}
+
 // The stage's scale bytes: for each row, the 4 blocks of this stage in one 4-byte cp.async. Used
 // only when every scale row is 4-byte aligned (K % 128 == 0 and aligned bases); otherwise
 // widen_scales reads global memory itself.
@@ -103,13 +246,15 @@ template <class Tile>
 __device__ __forceinline__ void load_scale_stage(const GemmParams& p, std::uint8_t* stage, int kt,
                                                  int m0, int n0) {
   const std::uint32_t base = ptx::smem_address(stage + Tile::kADataBytes + Tile::kWDataBytes);
-  for (int r = threadIdx.x; r < Tile::kBM + Tile::kBN; r += Tile::kThreads) {
-    const bool is_a = r < Tile::kBM;
-    const int row = (is_a ? m0 + r : n0 + r - Tile::kBM);
+  for (int r = threadIdx.x; r < Tile::kAScaleRows + Tile::kBN; r += Tile::kThreads) {
+    const bool is_a = r < Tile::kAScaleRows;
+    const int row = (is_a ? m0 + r : n0 + r - Tile::kAScaleRows);
     const bool valid = row < (is_a ? p.m : p.n);
     const std::uint8_t* src =
         is_a ? p.a_scales + row * p.ld_a_scales : p.w_scales + row * p.ld_w_scales;
-    ptx::cp_async_4(base + 4 * r, valid ? src + kt * Tile::kBlocksPerStage : p.a_scales,
+    // A zero-byte copy still names a source: one that is set (a_scales is unused in W8A16).
+    const std::uint8_t* unused_src = Tile::kXAsIs ? p.w_scales : p.a_scales;
+    ptx::cp_async_4(base + 4 * r, valid ? src + kt * Tile::kBlocksPerStage : unused_src,
                     valid ? 4 : 0);
   }
 }
@@ -121,9 +266,9 @@ __device__ __forceinline__ void widen_scales(const GemmParams& p, const std::uin
   const std::uint8_t* bytes = stage + Tile::kADataBytes + Tile::kWDataBytes;
   const int k_blocks = p.k / kBlockSize;
   for (int e = threadIdx.x; e < Tile::kScaleEntries; e += Tile::kThreads) {
-    const bool is_a = e < Tile::kBlocksPerStage * Tile::kBM;
-    const int local = is_a ? e : e - Tile::kBlocksPerStage * Tile::kBM;
-    const int rows = is_a ? Tile::kBM : Tile::kBN;
+    const bool is_a = e < Tile::kBlocksPerStage * Tile::kAScaleRows;
+    const int local = is_a ? e : e - Tile::kBlocksPerStage * Tile::kAScaleRows;
+    const int rows = is_a ? Tile::kAScaleRows : Tile::kBN;
     const int j = local / rows;
     const int r = local % rows;
     const int row = (is_a ? m0 : n0) + r;
@@ -131,7 +276,7 @@ __device__ __forceinline__ void widen_scales(const GemmParams& p, const std::uin
     float value = 0.0f;
     if (row < (is_a ? p.m : p.n) && block < k_blocks) {
       const std::uint8_t b = p.scales_via_cp_async
-                                 ? bytes[4 * (is_a ? r : Tile::kBM + r) + j]
+                                 ? bytes[4 * (is_a ? r : Tile::kAScaleRows + r) + j]
                                  : (is_a ? p.a_scales[row * p.ld_a_scales + block]
                                          : p.w_scales[row * p.ld_w_scales + block]);
       value = e8m0_to_float(b);
@@ -209,6 +354,75 @@ __device__ __forceinline__ void compute_stage(const std::uint8_t* stage, const f
   }
 }
 
+// compute_stage for W8A16: the weights widened exactly to x's type, x's fragments read as they
+// are, each block's fp32 partial sum promoted with the weight scale alone.
+template <class Tile>
+__device__ __forceinline__ void compute_stage_as_is(const std::uint8_t* stage,
+                                                    const float* w_scales, int blocks_left,
+                                                    int warp_k, int warp_m, int warp_n,
+                                                    float (&acc)[Tile::kMF][Tile::kNF][4]) {
+  static_assert(Tile::kAScaleRows == 0, "the float scales are the weights' alone");
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const std::uint32_t a_base = ptx::smem_address(stage);
+  const std::uint32_t w_base = a_base + Tile::kADataBytes;
+
+#pragma unroll
+  for (int step = 0; step < Tile::kBlocksPerStage / Tile::kWarpsK; ++step) {
+    const int j = step * Tile::kWarpsK + warp_k;
+    if (j >= blocks_left) break;  // the K tail: uniform across the warp
+    // The e4m3 B fragments below give lane (g, t), in k16 half h of the block, the weights at
+    // physical k 16h + 4t + e as logical k 2t + e, and 16h + 4t + 2 + e as 2t + 8 + e (e = 0, 1).
+    // The A fragment takes x at the same physical k: one 8-byte read of elements 16h + 4t ..
+    // 16h + 4t + 3 per row, the low word to a0/a1 (logical 2t, 2t + 1), the high one to a2/a3
+    // (logical 2t + 8, 2t + 9). So the dot product is the block's, in another order.
+    std::uint32_t af[Tile::kMF][2][4];
+#pragma unroll
+    for (int mf = 0; mf < Tile::kMF; ++mf) {
+      const int row = warp_m * Tile::kWM + mf * 16 + g;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int chunk = 4 * j + 2 * h + (t >> 1);
+        const int byte = (t & 1) * 8;
+        ld_shared_u32x2(a_base + x_chunk_offset(row, chunk) + byte, af[mf][h][0], af[mf][h][2]);
+        ld_shared_u32x2(a_base + x_chunk_offset(row + 8, chunk) + byte, af[mf][h][1], af[mf][h][3]);
+      }
+    }
+    std::uint32_t bf[Tile::kNF][2][2];
+#pragma unroll
+    for (int np = 0; np < Tile::kNF / 2; ++np) {
+      const int row = warp_n * Tile::kWN + np * 16 + (lane & 7) + ((lane >> 4) & 1) * 8;
+      std::uint32_t q[4];
+      ptx::ldmatrix_x4(q, w_base + chunk_offset(row, 2 * j + ((lane >> 3) & 1)));
+      widen_weights<Tile::kAct>(q[0], bf[2 * np][0][0], bf[2 * np][0][1]);
+      widen_weights<Tile::kAct>(q[1], bf[2 * np][1][0], bf[2 * np][1][1]);
+      widen_weights<Tile::kAct>(q[2], bf[2 * np + 1][0][0], bf[2 * np + 1][0][1]);
+      widen_weights<Tile::kAct>(q[3], bf[2 * np + 1][1][0], bf[2 * np + 1][1][1]);
+    }
+    float sb[Tile::kNF][2];
+#pragma unroll
+    for (int nf = 0; nf < Tile::kNF; ++nf) {
+      const float2 s = *reinterpret_cast<const float2*>(
+          &w_scales[j * Tile::kBN + warp_n * Tile::kWN + nf * 8 + 2 * t]);
+      sb[nf][0] = s.x;
+      sb[nf][1] = s.y;
+    }
+#pragma unroll
+    for (int mf = 0; mf < Tile::kMF; ++mf) {
+#pragma unroll
+      for (int nf = 0; nf < Tile::kNF; ++nf) {
+        float partial[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma_16816<Tile::kAct>(partial, af[mf][0], bf[nf][0][0], bf[nf][0][1]);
+        mma_16816<Tile::kAct>(partial, af[mf][1], bf[nf][1][0], bf[nf][1][1]);
+        acc[mf][nf][0] = fmaf(partial[0], sb[nf][0], acc[mf][nf][0]);
+        acc[mf][nf][1] = fmaf(partial[1], sb[nf][1], acc[mf][nf][1]);
+        acc[mf][nf][2] = fmaf(partial[2], sb[nf][0], acc[mf][nf][2]);
+        acc[mf][nf][3] = fmaf(partial[3], sb[nf][1], acc[mf][nf][3]);
+      }
+    }
+  }
+}
+
 // Calls f(accumulator, index) for each of a lane's accumulators with the index of its word in
 // a warp's block of the exchange buffer (lanes interleaved, so each store is coalesced).
 template <class Tile, class F>
@@ -271,9 +485,18 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[mf][nf][i] = 0.0f;
 
+  // W8A16: cp.async needs x's rows 16-byte aligned, base and stride.
+  [[maybe_unused]] const bool x_rows_16_byte_aligned =
+      Tile::kXAsIs && reinterpret_cast<std::uintptr_t>(p.x) % 16 == 0 && p.ld_x % 8 == 0;
   auto load_stage = [&](int kt) {
     std::uint8_t* stage = smem + (kt % Tile::kStages) * Tile::kStageBytes;
-    load_data_stage<Tile>(p, stage, kt, m0, n0);
+    if constexpr (Tile::kXAsIs) {
+      // Weights first: their copies run while a misaligned x is loaded element by element.
+      load_weight_stage<Tile>(p, stage, kt, n0);
+      load_x_stage<Tile>(p, x_rows_16_byte_aligned, stage, kt, m0);
+    } else {
+      load_data_stage<Tile>(p, stage, kt, m0, n0);
+    }
     if (p.scales_via_cp_async) load_scale_stage<Tile>(p, stage, kt, m0, n0);
   };
 #pragma unroll 1
@@ -293,8 +516,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     const std::uint8_t* stage = smem + (kt % Tile::kStages) * Tile::kStageBytes;
     widen_scales<Tile>(p, stage, scales, kt, m0, n0);
     __syncthreads();
-    compute_stage<Tile>(stage, scales, k_blocks - kt * Tile::kBlocksPerStage, warp_k, warp_m,
-                        warp_n, acc);
+    if constexpr (Tile::kXAsIs) {
+      compute_stage_as_is<Tile>(stage, scales, k_blocks - kt * Tile::kBlocksPerStage, warp_k,
+                                warp_m, warp_n, acc);
+    } else {
+      compute_stage<Tile>(stage, scales, k_blocks - kt * Tile::kBlocksPerStage, warp_k, warp_m,
+                          warp_n, acc);
+    }
   }
   ptx::cp_async_wait<0>();
   if constexpr (Tile::kWarpsK > 1) {
