@@ -17,21 +17,23 @@
 namespace mxlinear {
 
 // Bytes of workspace linear() needs for an activation of `rows` rows of `k` features on the
-// current device, on either entry point and whichever kernel serves the call: the quantized
-// activation plus the most scratch any kernel plans for such a call there (a bf16 copy of the
-// activation, 2 bytes per element, and from 256 rows fp32 partial tiles for each SM, about
-// 16.5 MiB on a 132-SM GPU whatever the shape). It depends on the device's SM count: a
-// workspace sized for one device is refused on a device that needs more.
+// current device, on either entry point, in either mode, and whichever kernel serves the call: the
+// quantized activation plus the most scratch any kernel plans for such a call there (a bf16 copy of
+// the activation, 2 bytes per element, and from 256 rows fp32 partial tiles for each SM, about 16.5
+// MiB on a 132-SM GPU whatever the shape). It depends on the device's SM count: a workspace sized
+// for one device is refused on a device that needs more.
 std::size_t linear_workspace_bytes(std::int64_t rows, std::int64_t k);
 
-// out = deq(quantize(x)) * deq(weight)^T (+ bias). x: [..., K] bf16 or fp16 (or fp32); weight:
-// data [N, K] e4m3 + scales [N, K/32] e8m0; bias: [N] bf16 or fp32; out: [..., N] bf16, fp16
-// or fp32 with the rows of x. x is quantized with the default rule (RCEIL). Throws
-// Error(kUnsupported) on a GPU other than sm_90a (Hopper), unless MXLINEAR_BACKEND=reference
-// asks for the CPU reference there (slow: it copies through the host and synchronizes the
-// stream).
+// W8A8: out = deq(quantize(x)) * deq(weight)^T (+ bias), x quantized with the default rule
+// (RCEIL). W8A16 (options.activation, or MXLINEAR_ACTIVATION=bf16): out = x * deq(weight)^T
+// (+ bias), x as it is. x: [..., K] bf16 or fp16 (or fp32, W8A8 only); weight: data [N, K] e4m3
+// + scales [N, K/32] e8m0; bias: [N] bf16 or fp32; out: [..., N] bf16, fp16 or fp32 with the
+// rows of x. Throws Error(kUnsupported) on a GPU other than sm_90a (Hopper), unless
+// MXLINEAR_BACKEND=reference asks for the CPU reference there (slow: it copies through the host
+// and synchronizes the stream).
 void linear(const TensorView& x, const MxWeight& weight, const std::optional<TensorView>& bias,
-            const TensorView& out, cudaStream_t stream, const Workspace& workspace = {});
+            const TensorView& out, cudaStream_t stream, const Workspace& workspace = {},
+            const LinearOptions& options = {});
 
 // The same layer on an activation a producer already quantized. Some kernels need scratch (a
 // bf16 copy of the activation); an empty workspace makes the call allocate it on the stream when

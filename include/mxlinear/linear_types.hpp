@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "mxlinear/tensor.hpp"
 
@@ -21,6 +23,36 @@ struct QuantizedActivation {
   TensorView data;
   TensorView scales;
   DType original_dtype = DType::kBF16;
+};
+
+// What the linear multiplies the dequantized weights by (docs/MXFP8.md).
+enum class ActivationMode : std::uint8_t {
+  // W8A8, the checkpoint's own semantics: x quantized to MXFP8 (RCEIL) first. The default.
+  kW8A8,
+  // W8A16: a bf16 or fp16 x as it is, the semantics of weight-only MXFP8 kernels. More accurate,
+  // and it skips the activation's quantization.
+  kW8A16,
+};
+
+// The activation operand a kernel multiplies, as the registry selects on it: the MX activation
+// (W8A8: quantized by the linear, by the kernel or by the caller), or a 16-bit one as it is
+// (W8A16).
+enum class ActivationOperand : std::uint8_t { kMx, kBf16, kF16 };
+
+// "mx" and "bf16", as MXLINEAR_ACTIVATION, the CLI and the Python package spell the modes.
+std::string_view activation_mode_name(ActivationMode mode);
+// The mode a name spells; nullopt for any other string.
+std::optional<ActivationMode> parse_activation_mode(std::string_view name);
+
+// The operand a call in `mode` multiplies for an activation of `x_dtype` (bf16, fp16 or fp32 for
+// the 16-bit entry point, e4m3 for the pre-quantized one): kMx in W8A8 and for e4m3; in W8A16,
+// kBf16 or kF16, and nullopt for fp32 (W8A16 takes a 16-bit activation only).
+std::optional<ActivationOperand> activation_operand(ActivationMode mode, DType x_dtype);
+
+// Per-call choices of the 16-bit entry point of linear().
+struct LinearOptions {
+  // W8A8 or W8A16; nullopt: MXLINEAR_ACTIVATION (mx or bf16), W8A8 where it is unset.
+  std::optional<ActivationMode> activation;
 };
 
 // Device scratch memory for one linear() call (the quantized activation, a kernel's scratch). An

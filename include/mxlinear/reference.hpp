@@ -1,6 +1,7 @@
 // The CPU reference linear: the oracle every GPU kernel is tested against, and the kernel of last
-// resort on a machine without a GPU. out = deq(A) * deq(W)^T (+ bias), accumulated in fp64 and
-// rounded once to out's dtype. All views must be on the host.
+// resort on a machine without a GPU. out = deq(A) * deq(W)^T (+ bias) (W8A8), or x * deq(W)^T
+// (+ bias) (W8A16), accumulated in fp64 and rounded once to out's dtype. All views must be on the
+// host.
 #pragma once
 
 #include <optional>
@@ -24,5 +25,14 @@ void reference_linear(const QuantizedActivation& x, const MxWeight& weight,
 // `mxlinear check` measure errors against.
 void reference_linear_f64(const QuantizedActivation& x, const MxWeight& weight,
                           const std::optional<TensorView>& bias, double* out_f64);
+
+// W8A16: out = x * deq(W)^T (+ bias) with a bf16 or fp16 x as it is, accumulated in fp64 and
+// rounded once to out's dtype.
+void reference_linear_w8a16(const TensorView& x, const MxWeight& weight,
+                            const std::optional<TensorView>& bias, const TensorView& out);
+
+// The same, unrounded, into out_f64 (row-major [M, N]).
+void reference_linear_w8a16_f64(const TensorView& x, const MxWeight& weight,
+                                const std::optional<TensorView>& bias, double* out_f64);
 
 }  // namespace mxlinear

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "mxlinear/linear_types.hpp"
 #include "mxlinear/models.hpp"
 #include "mxlinear/tensor.hpp"
 
@@ -46,6 +47,12 @@ struct LayerDescription {
   std::optional<DType> bias_dtype;
   int alignment = 16;  // bytes: the largest power of two dividing every data address and stride
   int scale_alignment = 4;  // bytes: the same for the scale matrices
+  // What the calls multiply: the MX activation (W8A8) or a 16-bit one as it is (W8A16). A kernel
+  // implements one of the two.
+  ActivationOperand operand = ActivationOperand::kMx;
+  // W8A16: bytes, the largest power of two dividing the 16-bit x's address and row stride, which
+  // a kernel that reads x directly needs to be 16.
+  int x_alignment = 256;
 };
 
 struct Rejection {
@@ -78,12 +85,13 @@ struct ReportRow {
   std::vector<std::pair<std::int64_t, Dispatch>> per_m;  // dispatch at M = 1, 32, ..., 8192
 };
 
-// The selection for every layer on `device` with `out_dtype` output, and its dispatch at
-// M = 1, 32, ..., 8192: the built-in kernels, the shipped tuned tables and the process
+// The selection for every layer on `device` with `out_dtype` output and `operand`, and its dispatch
+// at M = 1, 32, ..., 8192: the built-in kernels, the shipped tuned tables and the process
 // environment (docs/TUNED_TABLES.md), as linear() uses them.
 std::vector<ReportRow> selection_report(const std::vector<ModelLayer>& layers,
                                         const DeviceDescription& device,
-                                        DType out_dtype = DType::kBF16);
+                                        DType out_dtype = DType::kBF16,
+                                        ActivationOperand operand = ActivationOperand::kMx);
 
 // The kernels a layer's calls run on, in the order its per-M dispatch first uses them. It can
 // leave out the selected kernel: a tuned row may hand every M of the layer to another kernel.

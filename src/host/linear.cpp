@@ -66,7 +66,11 @@ struct SelectionKey {
   int bias;
   int alignment;
   int scale_alignment;
-  auto tie() const { return std::tie(device, n, k, out, bias, alignment, scale_alignment); }
+  ActivationOperand operand;
+  int x_alignment;
+  auto tie() const {
+    return std::tie(device, n, k, out, bias, alignment, scale_alignment, operand, x_alignment);
+  }
   bool operator<(const SelectionKey& o) const { return tie() < o.tie(); }
 };
 
@@ -79,7 +83,9 @@ const LayerSelection& selection_for(const LayerDescription& layer, const Current
                          layer.out_dtype,
                          layer.bias_dtype ? static_cast<int>(*layer.bias_dtype) : -1,
                          layer.alignment,
-                         layer.scale_alignment};
+                         layer.scale_alignment,
+                         layer.operand,
+                         layer.x_alignment};
   const std::lock_guard<std::mutex> lock(mutex);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   LayerSelection s = Registry::global().select(layer, device.description);
@@ -106,8 +112,11 @@ LayerDescription describe(const KernelCall& call) {
   layer.k = call.shape.k;
   layer.out_dtype = call.out.dtype;
   if (call.bias) layer.bias_dtype = call.bias->dtype;
+  layer.operand = call.operand;
   layer.alignment = alignment_of({&call.x.data, &call.weight.data});
   layer.scale_alignment = alignment_of({&call.x.scales, &call.weight.scales});
+  if (call.operand != ActivationOperand::kMx)
+    layer.x_alignment = alignment_of({&call.x_unquantized});
   return layer;
 }
 
@@ -144,12 +153,21 @@ Dispatch checked_forced(std::string_view op, const Dispatch& forced, const Kerne
   return forced;
 }
 
+// Whether the linear can provide an activation in `form` for `problem`.
+bool providable(ActivationForm form, const Problem& problem) {
+  if (problem.operand != ActivationOperand::kMx) {
+    return form == ActivationForm::kAsIs ||
+           (form == ActivationForm::kDequantized && problem.operand == ActivationOperand::kBf16);
+  }
+  if (problem.x_dtype == DType::kE4M3) return form == ActivationForm::kQuantized;
+  return form != ActivationForm::kAsIs &&
+         (form != ActivationForm::kUnquantized || problem.x_self_quantizable);
+}
+
 // The plan of the dispatched kernel for this call; a plan the linear cannot provide is a bug.
 CallPlan plan_of(std::string_view op, const Dispatch& d, const Problem& problem) {
   const CallPlan plan = d.kernel->plan(problem, d.config);
-  const bool quantized_x = problem.x_dtype == DType::kE4M3;
-  if ((plan.activation != ActivationForm::kQuantized && quantized_x) ||
-      (plan.activation == ActivationForm::kUnquantized && !problem.x_self_quantizable) ||
+  if (!providable(plan.activation, problem) ||
       plan.zero_words.offset + 4 * plan.zero_words.count > plan.scratch_bytes) {
     detail::fail(ErrorCode::kInternal, op, "kernel",
                  fmt::format("is '{}/{}', whose plan the linear cannot provide", d.kernel->name(),
@@ -214,12 +232,29 @@ void check_workspace(std::string_view op, const Workspace& workspace, const Line
   }
 }
 
+// The operand of a call in the mode `options` choose (else MXLINEAR_ACTIVATION's) on x.
+ActivationOperand operand_of(std::string_view op, const TensorView& x,
+                             const LinearOptions& options) {
+  const ActivationMode mode =
+      options.activation.value_or(Registry::global().environment().activation);
+  const std::optional<ActivationOperand> operand = activation_operand(mode, x.dtype);
+  if (!operand) {
+    detail::fail(ErrorCode::kInvalidArgument, op, "x",
+                 fmt::format("has dtype {}; the activation mode 'bf16' (W8A16) multiplies a bf16 "
+                             "or fp16 activation as it is",
+                             to_string(x.dtype)));
+  }
+  return *operand;
+}
+
 // The bf16/fp16 entry point with the kernel either dispatched (forced == nullptr) or given.
 void linear_from_16bit(std::string_view op, const TensorView& x, const MxWeight& weight,
                        const std::optional<TensorView>& bias, const TensorView& out,
-                       cudaStream_t stream, const Workspace& workspace, const Dispatch* forced) {
+                       cudaStream_t stream, const Workspace& workspace, const Dispatch* forced,
+                       const LinearOptions& options) {
   const LinearShape shape =
       detail::check_linear(op, x, nullptr, weight, bias, out, Location::kDevice);
+  const ActivationOperand operand = operand_of(op, x, options);
   if (shape.m == 0) return;
   const CurrentDevice& device = current_device();
   const WorkspaceLayout layout = workspace_layout(shape.m, shape.k, device.description);
@@ -232,9 +267,13 @@ void linear_from_16bit(std::string_view op, const TensorView& x, const MxWeight&
                                         Location::kDevice);
   KernelCall call{QuantizedActivation{q, s, x.dtype}, weight, bias, out, shape, stream, {}};
   call.sms = device.description.sms;
+  call.operand = operand;
+  if (operand != ActivationOperand::kMx) call.x_unquantized = x;
   const Dispatch d =
       forced ? checked_forced(op, *forced, call, device) : dispatch_call(op, call, device);
-  const CallPlan plan = plan_of(op, d, make_problem(shape, x, out.dtype, device.description.sms));
+  Problem problem = make_problem(shape, x, out.dtype, device.description.sms);
+  problem.operand = operand;
+  const CallPlan plan = plan_of(op, d, problem);
   if (plan.scratch_bytes > layout.scratch && plan.activation == ActivationForm::kDequantized) {
     detail::fail(ErrorCode::kInternal, op, "workspace",
                  fmt::format("has {} bytes of kernel scratch; {}/{} plans {}", layout.scratch,
@@ -257,11 +296,16 @@ void linear_from_16bit(std::string_view op, const TensorView& x, const MxWeight&
       case ActivationForm::kUnquantized:
         call.x_unquantized = x;  // the kernel quantizes it: no pass of the linear's
         break;
+      case ActivationForm::kAsIs:
+        call.x_unquantized = x;  // multiplied as it is: no pass
+        break;
       case ActivationForm::kDequantized:
         // The kernel reads only the bf16 activation, which the quantization pass writes in
-        // place of the e4m3 one: one pass and one launch fewer than its own pre-pass.
-        detail::launch_quantize_pass(op, x, q, s, ScaleRule::kRceil, stream,
-                                     {call.workspace.data, true, plan.zero_words});
+        // place of the e4m3 one (W8A16: copies as it is): one pass and one launch fewer than
+        // the kernel's own pre-pass.
+        detail::launch_quantize_pass(
+            op, x, q, s, ScaleRule::kRceil, stream,
+            {call.workspace.data, true, plan.zero_words, operand != ActivationOperand::kMx});
         break;
       case ActivationForm::kQuantized:
         detail::launch_quantize_pass(op, x, q, s, ScaleRule::kRceil, stream);
@@ -289,15 +333,17 @@ std::size_t linear_workspace_bytes(std::int64_t rows, std::int64_t k) {
 }
 
 void linear(const TensorView& x, const MxWeight& weight, const std::optional<TensorView>& bias,
-            const TensorView& out, cudaStream_t stream, const Workspace& workspace) {
-  linear_from_16bit("linear", x, weight, bias, out, stream, workspace, nullptr);
+            const TensorView& out, cudaStream_t stream, const Workspace& workspace,
+            const LinearOptions& options) {
+  linear_from_16bit("linear", x, weight, bias, out, stream, workspace, nullptr, options);
 }
 
 void linear_with(const Kernel& kernel, const std::string& config, const TensorView& x,
                  const MxWeight& weight, const std::optional<TensorView>& bias,
-                 const TensorView& out, cudaStream_t stream, const Workspace& workspace) {
+                 const TensorView& out, cudaStream_t stream, const Workspace& workspace,
+                 const LinearOptions& options) {
   const Dispatch d{&kernel, config, "given"};
-  linear_from_16bit("linear_with", x, weight, bias, out, stream, workspace, &d);
+  linear_from_16bit("linear_with", x, weight, bias, out, stream, workspace, &d, options);
 }
 
 void linear(const QuantizedActivation& x, const MxWeight& weight,

@@ -49,6 +49,7 @@ void launch_quantize_pass(std::string_view op, const TensorView& x, const Tensor
   p.k = static_cast<int>(x.cols());
   p.in_type = in_type(x.dtype);
   p.rule = rule;
+  p.as_is = dequantized.as_is;
   if (dequantized.scratch != nullptr && dequantized.zero.count > 0) {
     p.zero_for_next = {
         reinterpret_cast<std::uint32_t*>(static_cast<std::uint8_t*>(dequantized.scratch) +

@@ -18,6 +18,8 @@ struct DequantizedOutput {
   void* scratch = nullptr;  // null: none
   bool only = false;        // write the bf16 values and nothing else
   ScratchWords zero;        // words of `scratch` to zero
+  // W8A16: a bf16 x copied into that layout as it is, not quantized (`only` must be set).
+  bool as_is = false;
 };
 
 // Quantizes x ([M, K] bf16, fp16 or fp32) into data and scales on `stream` (checked views).

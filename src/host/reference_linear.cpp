@@ -29,9 +29,23 @@ std::vector<double> dequantize_f64(const TensorView& data, const TensorView& sca
   return out;
 }
 
-void linear_f64(const QuantizedActivation& x, const MxWeight& weight,
+// A 16-bit x as a dense row-major fp64 [rows, K] matrix (exact).
+std::vector<double> widen_f64(const TensorView& x) {
+  const std::int64_t rows = x.rows();
+  const std::int64_t k = x.cols();
+  std::vector<double> out(static_cast<std::size_t>(rows * k));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < k; ++c) {
+      out[static_cast<std::size_t>(r * k + c)] =
+          static_cast<double>(detail::load_as_float(x.data, x.dtype, r * x.row_stride() + c));
+    }
+  }
+  return out;
+}
+
+// a: the activation as a dense fp64 [M, K] matrix.
+void linear_f64(const std::vector<double>& a, const MxWeight& weight,
                 const std::optional<TensorView>& bias, const LinearShape& shape, double* out) {
-  const std::vector<double> a = dequantize_f64(x.data, x.scales);
   const std::vector<double> w = dequantize_f64(weight.data, weight.scales);
   const auto k = static_cast<std::size_t>(shape.k);
   for (std::int64_t m = 0; m < shape.m; ++m) {
@@ -66,7 +80,7 @@ void reference_linear_f64(const QuantizedActivation& x, const MxWeight& weight,
   const LinearShape shape =
       detail::check_linear(kOp, x.data, &x.scales, weight, bias, shape_only, Location::kHost);
   if (shape.m == 0) return;
-  linear_f64(x, weight, bias, shape, out_f64);
+  linear_f64(dequantize_f64(x.data, x.scales), weight, bias, shape, out_f64);
 }
 
 void reference_linear(const QuantizedActivation& x, const MxWeight& weight,
@@ -75,7 +89,7 @@ void reference_linear(const QuantizedActivation& x, const MxWeight& weight,
       detail::check_linear(kOp, x.data, &x.scales, weight, bias, out, Location::kHost);
   if (shape.m == 0) return;
   std::vector<double> result(static_cast<std::size_t>(shape.m * shape.n));
-  linear_f64(x, weight, bias, shape, result.data());
+  linear_f64(dequantize_f64(x.data, x.scales), weight, bias, shape, result.data());
   write_out(result, shape, out);
 }
 
@@ -94,6 +108,41 @@ void reference_linear(const TensorView& x, const MxWeight& weight,
       x.dtype};
   quantize_rows(x, xq.data, xq.scales, rule);
   reference_linear(xq, weight, bias, out);
+}
+
+namespace {
+
+// W8A16 takes a bf16 or fp16 x as it is.
+LinearShape check_w8a16(const TensorView& x, const MxWeight& weight,
+                        const std::optional<TensorView>& bias, const TensorView& out) {
+  const LinearShape shape =
+      detail::check_linear(kOp, x, nullptr, weight, bias, out, Location::kHost);
+  if (x.dtype != DType::kBF16 && x.dtype != DType::kF16) {
+    detail::fail(ErrorCode::kInvalidArgument, kOp, "x",
+                 std::string("has dtype ") + to_string(x.dtype) +
+                     "; W8A16 multiplies a bf16 or fp16 activation as it is");
+  }
+  return shape;
+}
+
+}  // namespace
+
+void reference_linear_w8a16(const TensorView& x, const MxWeight& weight,
+                            const std::optional<TensorView>& bias, const TensorView& out) {
+  const LinearShape shape = check_w8a16(x, weight, bias, out);
+  if (shape.m == 0) return;
+  std::vector<double> result(static_cast<std::size_t>(shape.m * shape.n));
+  linear_f64(widen_f64(x), weight, bias, shape, result.data());
+  write_out(result, shape, out);
+}
+
+void reference_linear_w8a16_f64(const TensorView& x, const MxWeight& weight,
+                                const std::optional<TensorView>& bias, double* out_f64) {
+  const TensorView shape_only = TensorView::matrix(
+      out_f64, x.rows(), weight.data.size(0), weight.data.size(0), DType::kF32, Location::kHost);
+  const LinearShape shape = check_w8a16(x, weight, bias, shape_only);
+  if (shape.m == 0) return;
+  linear_f64(widen_f64(x), weight, bias, shape, out_f64);
 }
 
 }  // namespace mxlinear

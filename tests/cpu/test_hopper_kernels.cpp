@@ -283,7 +283,7 @@ TEST(HopperKernels, OnlyThePrefillKernelTakesTheDequantizedActivation) {
     EXPECT_EQ(prefill_kernel().plan(e4m3, config).activation, ActivationForm::kQuantized);
   }
   for (const auto& kernel : builtin_kernels()) {
-    if (kernel->name() == "prefill") continue;
+    if (kernel->name() == "prefill" || kernel->name() == "prefill_a16") continue;
     for (const std::string& config : kernel->configs()) {
       EXPECT_NE(kernel->plan(problem(1, 64, 768, 132), config).activation,
                 ActivationForm::kDequantized)
@@ -539,7 +539,7 @@ TEST(KernelPlans, LinearWorkspaceCoversEveryPlanOnDevicesOfAnySmCount) {
   auto rng = make_rng();
   std::uniform_int_distribution<std::int64_t> m_of(1, 12000), k_blocks(1, 512);
   const auto kernels = builtin_kernels();
-  int stream_k_plans = 0, plans = 0;
+  int stream_k_plans = 0, plans = 0, a16_plans = 0;
   for (const DeviceDescription& device :
        {kH200, DeviceDescription::parse("sm_90a:114"), DeviceDescription::parse("sm_90a:8")}) {
     for (int i = 0; i < 60; ++i) {
@@ -576,12 +576,31 @@ TEST(KernelPlans, LinearWorkspaceCoversEveryPlanOnDevicesOfAnySmCount) {
               EXPECT_GE(plan.zero_words.offset, elements * 2);
             }
           }
+          // W8A16: x as it is, or (bf16) laid out by the linear's pass; no more scratch.
+          for (const ActivationOperand operand :
+               {ActivationOperand::kBf16, ActivationOperand::kF16}) {
+            LayerDescription layer;
+            layer.n = 2560;
+            layer.k = k;
+            layer.operand = operand;
+            if (!kernel->can_implement(layer).ok()) continue;
+            Problem p = problem(m, 2560, k, device.sms);
+            p.x_dtype = operand == ActivationOperand::kF16 ? DType::kF16 : DType::kBF16;
+            p.operand = operand;
+            const CallPlan plan = kernel->plan(p, config);
+            ++a16_plans;
+            EXPECT_LE(plan.scratch_bytes, bound);
+            EXPECT_TRUE(plan.activation == ActivationForm::kAsIs ||
+                        (operand == ActivationOperand::kBf16 &&
+                         plan.activation == ActivationForm::kDequantized));
+          }
         }
       }
     }
   }
   EXPECT_GT(plans, 1000);
   EXPECT_GT(stream_k_plans, 0);  // M = 256 runs the stream-K config
+  EXPECT_GT(a16_plans, 100);
 }
 
 // A fake call of the plan's form for `problem` on host buffers, with `scratch` bytes of scratch

@@ -310,14 +310,20 @@ TEST(Registry, BuiltinKernelsOnTheCpuAndOnADescribedH200) {
   misaligned.alignment = 4;
   const LayerSelection s = r.select(misaligned, kH200);
   EXPECT_EQ(s.kernel->name(), "reference");
-  ASSERT_EQ(s.rejected.size(), 4u);
-  EXPECT_EQ(s.rejected.at(0).kernel, "decode");  // no table: the tuned kernels claim nothing
-  EXPECT_THAT(s.rejected.at(0).reason, HasSubstr("no tuned rows of decode"));
+  ASSERT_EQ(s.rejected.size(), 6u);
+  // What a kernel cannot implement comes before whether it has tuned rows.
+  EXPECT_EQ(s.rejected.at(0).kernel, "decode");
   EXPECT_EQ(s.rejected.at(1).kernel, "prefill");
-  EXPECT_THAT(s.rejected.at(1).reason, HasSubstr("no tuned rows of prefill"));
   EXPECT_EQ(s.rejected.at(2).kernel, "gemv");
-  EXPECT_THAT(s.rejected.at(2).reason, HasSubstr("no tuned rows of gemv"));
-  EXPECT_THAT(s.rejected.at(3).reason, HasSubstr("16-byte aligned"));
+  for (int i = 0; i < 4; ++i) EXPECT_THAT(s.rejected.at(i).reason, HasSubstr("16-byte aligned"));
+  // No table: the tuned kernels claim nothing.
+  const LayerSelection aligned = r.select(layer(2560, 6144), kH200);
+  EXPECT_THAT(aligned.rejected.at(0).reason, HasSubstr("no tuned rows of decode"));
+  EXPECT_EQ(s.rejected.at(4).kernel, "prefill_a16");  // W8A16's kernels
+  EXPECT_THAT(s.rejected.at(4).reason, HasSubstr("multiplies a bf16 activation as it is"));
+  EXPECT_EQ(s.rejected.at(5).kernel, "generic_a16");
+  EXPECT_THAT(s.rejected.at(5).reason,
+              HasSubstr("multiplies a bf16 activation as it is (W8A16) or an fp16"));
 }
 
 // A tuned kernel claims a shape only through rows that name it; rows of another kernel for the
@@ -565,7 +571,8 @@ TEST(Registry, KernelNamesForTheReport) {
   const auto ks = builtin_kernels();
   std::vector<std::string> names;
   for (const auto& k : ks) names.emplace_back(kernel_name(k.get()));
-  EXPECT_EQ(names, (std::vector<std::string>{"decode", "prefill", "gemv", "generic", "reference"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"decode", "prefill", "gemv", "generic", "prefill_a16",
+                                             "generic_a16", "reference"}));
   EXPECT_EQ(kernel_name(nullptr), "");
 }
 

@@ -28,11 +28,18 @@ const detail::ConfigTable<GenericConfig>& compiled_configs() {
   return table;
 }
 
+// `as_is`: the W8A16 kernel "generic_a16", which multiplies a bf16 or fp16 x of any alignment as
+// it is; otherwise the W8A8 kernel "generic".
 class GenericKernel final : public detail::ConfiguredKernel<GenericConfig> {
  public:
-  GenericKernel() : ConfiguredKernel("generic", compiled_configs()) {}
+  explicit GenericKernel(bool as_is)
+      : ConfiguredKernel(as_is ? "generic_a16" : "generic", compiled_configs()), as_is_(as_is) {}
 
   Verdict can_implement(const LayerDescription& layer) const override {
+    const Verdict v =
+        as_is_ ? detail::needs_operand(layer, {ActivationOperand::kBf16, ActivationOperand::kF16})
+               : detail::needs_operand(layer, {ActivationOperand::kMx});
+    if (!v.ok()) return v;
     return detail::needs_16_byte_rows(layer);
   }
 
@@ -43,8 +50,12 @@ class GenericKernel final : public detail::ConfiguredKernel<GenericConfig> {
     return GenericConfig::of(instances[m <= 32 ? 0 : (m <= 256 ? 1 : 2)]).name();
   }
 
-  // The e4m3 activation; no scratch.
-  CallPlan plan(const Problem&, std::string_view) const override { return {}; }
+  // The e4m3 activation (W8A8) or the caller's x (W8A16); no scratch.
+  CallPlan plan(const Problem& problem, std::string_view) const override {
+    CallPlan p;
+    if (as_is_ && problem.x_dtype != DType::kE4M3) p.activation = ActivationForm::kAsIs;
+    return p;
+  }
   std::size_t max_scratch_bytes(std::int64_t, std::int64_t,
                                 const DeviceDescription&) const override {
     return 0;
@@ -53,10 +64,17 @@ class GenericKernel final : public detail::ConfiguredKernel<GenericConfig> {
   void run(const KernelCall& call, const std::string& config) const override {
     const auto c = known(config);
     require_token_tiles(call.shape, c.tokens, config);
+    if (as_is_ != (call.activation == ActivationForm::kAsIs)) {
+      detail::fail(ErrorCode::kInternal, name(), "x",
+                   as_is_ ? "is not the caller's 16-bit x (W8A16)" : "is not an MX activation");
+    }
     device::GemmParams p = detail::gemm_params(call);
     p.scales_via_cp_async = device::scales_allow_cp_async(p);
     require_launched(device::launch_generic_gemm(p, c.instance, call.stream), config);
   }
+
+ private:
+  bool as_is_;
 };
 
 // Host copy of a view's rows, compacted to row-major.
@@ -81,7 +99,12 @@ class ReferenceKernel final : public Kernel {
     detail::copy_weight(in, out, stream);
   }
   bool prepared_weights_cacheable() const override { return true; }
-  CallPlan plan(const Problem&, std::string_view) const override { return {}; }
+  // W8A8: the e4m3 activation; W8A16: the caller's x.
+  CallPlan plan(const Problem& problem, std::string_view) const override {
+    CallPlan p;
+    if (problem.operand != ActivationOperand::kMx) p.activation = ActivationForm::kAsIs;
+    return p;
+  }
   std::size_t max_scratch_bytes(std::int64_t, std::int64_t,
                                 const DeviceDescription&) const override {
     return 0;
@@ -90,13 +113,23 @@ class ReferenceKernel final : public Kernel {
   // The kernel of last resort: on host views it computes in place; on device views it copies
   // through the host and synchronizes the stream (slow, and not graph-capturable).
   void run(const KernelCall& call, const std::string&) const override {
+    const bool as_is = call.operand != ActivationOperand::kMx;
     if (call.out.location == Location::kHost) {
-      reference_linear(call.x, call.weight, call.bias, call.out);
+      if (as_is) {
+        reference_linear_w8a16(call.x_unquantized, call.weight, call.bias, call.out);
+      } else {
+        reference_linear(call.x, call.weight, call.bias, call.out);
+      }
       return;
     }
     const LinearShape& s = call.shape;
-    auto xd = to_host(call.x.data, call.stream);
-    auto xs = to_host(call.x.scales, call.stream);
+    std::vector<std::uint8_t> xd, xs;
+    if (as_is) {
+      xd = to_host(call.x_unquantized, call.stream);
+    } else {
+      xd = to_host(call.x.data, call.stream);
+      xs = to_host(call.x.scales, call.stream);
+    }
     auto wd = to_host(call.weight.data, call.stream);
     auto ws = to_host(call.weight.scales, call.stream);
     std::vector<std::uint8_t> bias;
@@ -111,11 +144,17 @@ class ReferenceKernel final : public Kernel {
     if (call.bias) {
       host_bias = TensorView::contiguous(bias.data(), {s.n}, call.bias->dtype, Location::kHost);
     }
-    reference_linear(
-        QuantizedActivation{host(xd, s.m, s.k, DType::kE4M3),
-                            host(xs, s.m, s.k / kBlockSize, DType::kE8M0), call.x.original_dtype},
-        MxWeight{host(wd, s.n, s.k, DType::kE4M3), host(ws, s.n, s.k / kBlockSize, DType::kE8M0)},
-        host_bias, host(out, s.m, s.n, call.out.dtype));
+    const MxWeight weight{host(wd, s.n, s.k, DType::kE4M3),
+                          host(ws, s.n, s.k / kBlockSize, DType::kE8M0)};
+    if (as_is) {
+      reference_linear_w8a16(host(xd, s.m, s.k, call.x_unquantized.dtype), weight, host_bias,
+                             host(out, s.m, s.n, call.out.dtype));
+    } else {
+      reference_linear(
+          QuantizedActivation{host(xd, s.m, s.k, DType::kE4M3),
+                              host(xs, s.m, s.k / kBlockSize, DType::kE8M0), call.x.original_dtype},
+          weight, host_bias, host(out, s.m, s.n, call.out.dtype));
+    }
     TensorView dst = call.out;
     dst.rank = 2;
     dst.shape = {s.m, s.n, 0};
@@ -128,8 +167,14 @@ class ReferenceKernel final : public Kernel {
 }  // namespace
 
 std::vector<std::shared_ptr<const Kernel>> builtin_kernels() {
-  return {make_decode_kernel(), make_prefill_kernel(), make_gemv_kernel(),
-          std::make_shared<GenericKernel>(), std::make_shared<ReferenceKernel>()};
+  // W8A8's kernels, then W8A16's: a layer's operand leaves one set or the other.
+  return {make_decode_kernel(),
+          make_prefill_kernel(),
+          make_gemv_kernel(),
+          std::make_shared<GenericKernel>(/*as_is=*/false),
+          make_prefill_kernel(/*as_is=*/true),
+          std::make_shared<GenericKernel>(/*as_is=*/true),
+          std::make_shared<ReferenceKernel>()};
 }
 
 }  // namespace mxlinear

@@ -19,6 +19,41 @@ Verdict needs_16_byte_rows(const LayerDescription& layer) {
                       layer.alignment)};
 }
 
+namespace {
+
+std::string_view operand_words(ActivationOperand operand) {
+  switch (operand) {
+    case ActivationOperand::kMx:
+      return "the MX activation (W8A8)";
+    case ActivationOperand::kBf16:
+      return "a bf16 activation as it is (W8A16)";
+    case ActivationOperand::kF16:
+      return "an fp16 activation as it is (W8A16)";
+  }
+  return "";
+}
+
+}  // namespace
+
+Verdict needs_operand(const LayerDescription& layer,
+                      std::initializer_list<ActivationOperand> operands) {
+  for (const ActivationOperand o : operands) {
+    if (o == layer.operand) return {};
+  }
+  std::string takes;
+  for (const ActivationOperand o : operands) {
+    takes += fmt::format("{}{}", takes.empty() ? "" : " or ", operand_words(o));
+  }
+  return {
+      fmt::format("multiplies {}; the call multiplies {}", takes, operand_words(layer.operand))};
+}
+
+Verdict needs_16_byte_x_rows(const LayerDescription& layer) {
+  if (layer.x_alignment >= 16) return {};
+  return {fmt::format("needs 16-byte aligned rows of x; the call's are {}-byte aligned",
+                      layer.x_alignment)};
+}
+
 Verdict needs_whole_blocks(const LayerDescription& layer) {
   if (layer.k % 32 == 0) return {};
   return {fmt::format("needs K % 32 == 0; K is {}", layer.k)};

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <string>
@@ -86,6 +87,13 @@ Verdict needs_16_byte_rows(const LayerDescription& layer);
 Verdict needs_whole_blocks(const LayerDescription& layer);
 // Both: what a kernel reading its operands by TMA boxes of whole MX blocks needs.
 Verdict needs_whole_blocks_in_16_byte_rows(const LayerDescription& layer);
+
+// Whether a kernel multiplying `operands` (kMx: W8A8; or W8A16's kBf16 and/or kF16) implements
+// the layer's operand: "multiplies ..." with the layer's mode otherwise.
+Verdict needs_operand(const LayerDescription& layer,
+                      std::initializer_list<ActivationOperand> operands);
+// "needs 16-byte aligned rows of x" unless W8A16's x has them (a kernel reading x directly).
+Verdict needs_16_byte_x_rows(const LayerDescription& layer);
 
 // A GPU kernel for sm_90a: it reads the weight in the checkpoint layout, and its run() checks a
 // call with the same errors as the others'.

@@ -33,6 +33,7 @@ class DecodeKernel final : public detail::ConfiguredKernel<detail::DecodeConfig>
   DecodeKernel() : ConfiguredKernel("decode", compiled_configs()) {}
 
   Verdict can_implement(const LayerDescription& layer) const override {
+    if (Verdict v = detail::needs_operand(layer, {ActivationOperand::kMx}); !v.ok()) return v;
     return detail::needs_whole_blocks_in_16_byte_rows(layer);
   }
 

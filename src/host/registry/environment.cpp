@@ -40,13 +40,20 @@ Environment Environment::from(const std::map<std::string, std::string>& vars) {
   } else if (!c.empty() && c != "1") {
     env.cost_model_invalid = c;
   }
+  if (const std::string a = get("MXLINEAR_ACTIVATION"); !a.empty()) {
+    if (const std::optional<ActivationMode> mode = parse_activation_mode(a)) {
+      env.activation = *mode;
+    } else {
+      env.activation_invalid = a;
+    }
+  }
   return env;
 }
 
 Environment Environment::from_process() {
   std::map<std::string, std::string> vars;
   for (const char* name : {"MXLINEAR_DISABLED_KERNELS", "MXLINEAR_BACKEND", "MXLINEAR_LOG",
-                           "MXLINEAR_TUNED_TABLES", "MXLINEAR_COST_MODEL"}) {
+                           "MXLINEAR_TUNED_TABLES", "MXLINEAR_COST_MODEL", "MXLINEAR_ACTIVATION"}) {
     if (const char* v = std::getenv(name)) vars[name] = v;
   }
   return from(vars);

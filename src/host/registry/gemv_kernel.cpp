@@ -42,6 +42,7 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
   GemvKernel() : ConfiguredKernel("gemv", compiled_configs()) {}
 
   Verdict can_implement(const LayerDescription& layer) const override {
+    if (Verdict v = detail::needs_operand(layer, {ActivationOperand::kMx}); !v.ok()) return v;
     if (const Verdict v = detail::needs_16_byte_rows(layer); !v.ok()) return v;
     if (device::gemv_gemm_smem_bytes(0, 1, static_cast<int>(layer.k)) >
         device::kSm90MaxSmemPerCta) {

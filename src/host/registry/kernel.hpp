@@ -35,13 +35,17 @@ enum class ActivationForm : std::uint8_t {
   // e4m3 data and E8M0 scales (KernelCall::x): the caller's, or written by the linear's
   // quantization pass (RCEIL).
   kQuantized,
-  // x dequantized to bf16 in the prefill GEMM's permuted layout (activation_bf16.hpp), at the
-  // start of the kernel's scratch, and the plan's zero_words zeroed, both by the linear's
-  // quantization pass, which then writes nothing else (KernelCall::x holds no data).
+  // x dequantized to bf16 (W8A8), or a bf16 x as it is (W8A16), in the prefill GEMM's permuted
+  // layout (activation_bf16.hpp), at the start of the kernel's scratch, and the plan's
+  // zero_words zeroed, both by the linear's activation pass, which then writes nothing else
+  // (KernelCall::x holds no data).
   kDequantized,
   // The caller's bf16/fp16 x itself (KernelCall::x_unquantized): the kernel quantizes it with
   // RCEIL, the same bytes as the quantize kernel, and the linear runs no pass of its own.
   kUnquantized,
+  // W8A16: the caller's bf16/fp16 x itself (KernelCall::x_unquantized), multiplied as it is; the
+  // linear runs no pass of its own.
+  kAsIs,
 };
 
 // One call as a kernel plans for it.
@@ -55,12 +59,15 @@ struct Problem {
   bool x_self_quantizable = false;
   DType out_dtype = DType::kBF16;
   int sms = 0;  // the device's multiprocessors (0: no GPU)
+  // What the kernel multiplies: the MX activation (W8A8), or x as it is (W8A16, x_dtype bf16 or
+  // fp16).
+  ActivationOperand operand = ActivationOperand::kMx;
 };
 
 // What a call needs, as the kernel plans it for a problem and config.
 struct CallPlan {
-  // kDequantized and kUnquantized only for an x_dtype the linear quantizes (not e4m3), and
-  // kUnquantized only where x_self_quantizable.
+  // W8A8: kDequantized and kUnquantized only for an x_dtype the linear quantizes (not e4m3), and
+  // kUnquantized only where x_self_quantizable. W8A16: kAsIs, or kDequantized for a bf16 x.
   ActivationForm activation = ActivationForm::kQuantized;
   std::size_t scratch_bytes = 0;  // KernelCall::workspace, 256-byte aligned
   // Words of the scratch that must be zero when the kernel starts: the linear's pass zeroes them
@@ -78,7 +85,8 @@ struct KernelCall {
   cudaStream_t stream = nullptr;
   Workspace workspace;                                     // at least the plan's scratch_bytes
   ActivationForm activation = ActivationForm::kQuantized;  // what the linear provides
-  TensorView x_unquantized = {};                           // the caller's x, for kUnquantized
+  TensorView x_unquantized = {};                       // the caller's x, for kUnquantized and kAsIs
+  ActivationOperand operand = ActivationOperand::kMx;  // kBf16 or kF16: W8A16
   // The SMs the call was planned for (Problem::sms); 0: the current device's. run() lays out
   // its scratch for these, as plan() did.
   int sms = 0;

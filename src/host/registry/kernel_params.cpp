@@ -33,10 +33,11 @@ device::GemmParams gemm_params(const KernelCall& call) {
   p.n = static_cast<int>(call.shape.n);
   p.k = static_cast<int>(call.shape.k);
   p.out_type = out_type(call.out.dtype);
-  if (call.activation == ActivationForm::kUnquantized) {
+  if (call.activation == ActivationForm::kUnquantized || call.activation == ActivationForm::kAsIs) {
     p.x = call.x_unquantized.data;
     p.ld_x = call.x_unquantized.row_stride();
     p.x_is_f16 = call.x_unquantized.dtype == DType::kF16;
+    p.x_as_is = call.activation == ActivationForm::kAsIs;
   }
   if (call.bias) {
     p.bias = call.bias->data;

@@ -36,11 +36,19 @@ const detail::ConfigTable<detail::PrefillConfig>& compiled_configs() {
   return table;
 }
 
+// `as_is`: the W8A16 kernel "prefill_a16", whose bf16 activation is the caller's bf16 x as it is
+// (the linear's pass only lays it out); otherwise the W8A8 kernel "prefill".
 class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfig> {
  public:
-  PrefillKernel() : ConfiguredKernel("prefill", compiled_configs()) {}
+  explicit PrefillKernel(bool as_is)
+      : ConfiguredKernel(as_is ? "prefill_a16" : "prefill", compiled_configs()), as_is_(as_is) {}
 
   Verdict can_implement(const LayerDescription& layer) const override {
+    if (const Verdict v = detail::needs_operand(
+            layer, {as_is_ ? ActivationOperand::kBf16 : ActivationOperand::kMx});
+        !v.ok()) {
+      return v;
+    }
     if (const Verdict v = detail::needs_whole_blocks_in_16_byte_rows(layer); !v.ok()) return v;
     for (std::size_t i = 0; i < device::prefill_gemm_instances().size(); ++i) {
       if (device::prefill_gemm_smem_bytes(static_cast<int>(i), static_cast<int>(layer.k), 1) <=
@@ -68,7 +76,8 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
   }
 
   // Every config reads the activation as bf16 from the start of its scratch: the linear's
-  // quantization pass writes it there for an activation it quantizes, run() otherwise.
+  // activation pass writes it there for an activation it quantizes or takes as it is, run()
+  // otherwise.
   CallPlan plan(const Problem& problem, std::string_view config) const override {
     const ScratchLayout l = scratch_layout(problem.shape, config, problem.sms);
     CallPlan p;
@@ -163,6 +172,10 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
       p.stream_k_ctas = layout.stream_k_ctas;
     }
     require_layer(device::prefill_gemm_unsupported(p), shape);
+    if (as_is_ && call.activation != ActivationForm::kDequantized) {
+      detail::fail(ErrorCode::kInternal, "prefill kernel", "x",
+                   "is not laid out in the scratch (linear() lays out W8A16's x)");
+    }
     if (call.activation != ActivationForm::kDequantized) {
       device::ActivationBf16Params a;
       a.q = p.a;
@@ -208,10 +221,14 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
     const auto bytes = static_cast<std::size_t>(shape.m * shape.k) * 2;
     return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
   }
+
+  bool as_is_;
 };
 
 }  // namespace
 
-std::shared_ptr<const Kernel> make_prefill_kernel() { return std::make_shared<PrefillKernel>(); }
+std::shared_ptr<const Kernel> make_prefill_kernel(bool as_is) {
+  return std::make_shared<PrefillKernel>(as_is);
+}
 
 }  // namespace mxlinear

@@ -8,6 +8,7 @@
 
 namespace mxlinear {
 
-std::shared_ptr<const Kernel> make_prefill_kernel();
+// as_is: the W8A16 kernel "prefill_a16" (a bf16 x as it is); else the W8A8 "prefill".
+std::shared_ptr<const Kernel> make_prefill_kernel(bool as_is = false);
 
 }  // namespace mxlinear

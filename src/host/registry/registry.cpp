@@ -30,7 +30,7 @@ std::string names_of(const std::vector<std::shared_ptr<const Kernel>>& kernels) 
 }  // namespace
 
 struct Registry::ModelCache {
-  using Key = std::tuple<std::string, int, std::int64_t, std::int64_t, int, int, int, int,
+  using Key = std::tuple<std::string, int, std::int64_t, std::int64_t, int, int, int, int, int, int,
                          const Kernel*, std::int64_t>;
   // Calls of many distinct M (every batch size a server sees) stay far below this; past it the
   // choices are dropped and made again.
@@ -80,6 +80,10 @@ Registry::Registry(std::vector<std::shared_ptr<const Kernel>> kernels, TunedTabl
     warnings_.push_back(fmt::format("MXLINEAR_COST_MODEL is '{}'; expected 1 or 0; using 1",
                                     detail::for_display(env_.cost_model_invalid)));
   }
+  if (!env_.activation_invalid.empty()) {
+    warnings_.push_back(fmt::format("MXLINEAR_ACTIVATION is '{}'; expected mx or bf16; using mx",
+                                    detail::for_display(env_.activation_invalid)));
+  }
 }
 
 const Registry& Registry::global() {
@@ -123,12 +127,12 @@ LayerSelection Registry::select(const LayerDescription& layer,
       reason = "disabled by MXLINEAR_DISABLED_KERNELS";
     } else if (Verdict v = k->is_supported(device); !v.ok()) {
       reason = v.reason;
+    } else if (Verdict c = k->can_implement(layer); !c.ok()) {
+      reason = c.reason;
     } else if (k->needs_tuned_rows() &&
                !table_.has_shape(device.arch, device.sms, layer.n, layer.k, k->name())) {
       reason = fmt::format("no tuned rows of {} for {} x {} on {} with {} SMs", k->name(), layer.n,
                            layer.k, device.arch, device.sms);
-    } else if (Verdict c = k->can_implement(layer); !c.ok()) {
-      reason = c.reason;
     }
     if (reason.empty()) {
       s.kernel = k;
@@ -188,6 +192,8 @@ std::optional<Dispatch> Registry::modelled(const LayerSelection& selection,
                             layer.bias_dtype ? static_cast<int>(*layer.bias_dtype) : -1,
                             layer.alignment,
                             layer.scale_alignment,
+                            static_cast<int>(layer.operand),
+                            layer.x_alignment,
                             selection.kernel,
                             m};
   {
@@ -199,9 +205,11 @@ std::optional<Dispatch> Registry::modelled(const LayerSelection& selection,
   const bool forced = env_.backend != "auto";
   const detail::DeviceRates rates = detail::DeviceRates::of(device);
   const LinearShape shape{m, layer.n, layer.k};
-  // The activation as most callers pass it: bf16 with 16-byte aligned rows.
+  // The activation as most callers pass it: 16-bit with 16-byte aligned rows (bf16 in W8A8).
   Problem problem;
   problem.shape = shape;
+  problem.operand = layer.operand;
+  problem.x_dtype = layer.operand == ActivationOperand::kF16 ? DType::kF16 : DType::kBF16;
   problem.x_self_quantizable = true;
   problem.out_dtype = layer.out_dtype;
   problem.sms = device.sms;
@@ -217,7 +225,7 @@ std::optional<Dispatch> Registry::modelled(const LayerSelection& selection,
       if (!work) continue;
       const ActivationForm form = kernel->plan(problem, config).activation;
       const detail::ActivationPass pass =
-          form == ActivationForm::kUnquantized
+          form == ActivationForm::kUnquantized || form == ActivationForm::kAsIs
               ? detail::ActivationPass::kNone
               : (form == ActivationForm::kDequantized ? detail::ActivationPass::kDequantize
                                                       : detail::ActivationPass::kQuantize);
@@ -291,7 +299,8 @@ std::size_t Registry::max_scratch_bytes(std::int64_t rows, std::int64_t k,
 }
 
 std::vector<ReportRow> Registry::report(const std::vector<ModelLayer>& layers,
-                                        const DeviceDescription& device, DType out_dtype) const {
+                                        const DeviceDescription& device, DType out_dtype,
+                                        ActivationOperand operand) const {
   std::vector<ReportRow> rows;
   for (const ModelLayer& layer : layers) {
     ReportRow row;
@@ -300,6 +309,7 @@ std::vector<ReportRow> Registry::report(const std::vector<ModelLayer>& layers,
     desc.n = layer.n;
     desc.k = layer.k;
     desc.out_dtype = out_dtype;
+    desc.operand = operand;
     row.selection = select(desc, device);
     for (std::int64_t m : {1, 32, 128, 512, 2048, 8192}) {
       row.per_m.emplace_back(m, dispatch(row.selection, device, m));
@@ -310,8 +320,9 @@ std::vector<ReportRow> Registry::report(const std::vector<ModelLayer>& layers,
 }
 
 std::vector<ReportRow> selection_report(const std::vector<ModelLayer>& layers,
-                                        const DeviceDescription& device, DType out_dtype) {
-  return Registry::global().report(layers, device, out_dtype);
+                                        const DeviceDescription& device, DType out_dtype,
+                                        ActivationOperand operand) {
+  return Registry::global().report(layers, device, out_dtype, operand);
 }
 
 bool is_cpu_reference(const Kernel& kernel) { return kernel.name() == "reference"; }

@@ -26,7 +26,7 @@ namespace mxlinear {
 
 // Environment switches (docs/TUNED_TABLES.md): MXLINEAR_DISABLED_KERNELS=a,b,
 // MXLINEAR_BACKEND=auto|<kernel>, MXLINEAR_LOG=warn|info|debug, MXLINEAR_TUNED_TABLES=p1:p2,
-// MXLINEAR_COST_MODEL=1|0.
+// MXLINEAR_COST_MODEL=1|0, MXLINEAR_ACTIVATION=mx|bf16.
 struct Environment {
   std::vector<std::string> disabled;
   std::string backend = "auto";
@@ -37,6 +37,11 @@ struct Environment {
   // here for the registry's warning, and the default applies.
   bool cost_model = true;
   std::string cost_model_invalid;
+  // MXLINEAR_ACTIVATION: mx (W8A8, the default) or bf16 (W8A16), the mode of linear() calls
+  // that do not choose one. Any other value is kept here for the registry's warning, and the
+  // default applies.
+  ActivationMode activation = ActivationMode::kW8A8;
+  std::string activation_invalid;
   // Reads the variables through `get` (getenv by default).
   static Environment from(const std::map<std::string, std::string>& vars);
   static Environment from_process();
@@ -66,7 +71,8 @@ class Registry {
   Dispatch dispatch(const LayerSelection& selection, const DeviceDescription& device,
                     std::int64_t m) const;
   std::vector<ReportRow> report(const std::vector<ModelLayer>& layers,
-                                const DeviceDescription& device, DType out_dtype) const;
+                                const DeviceDescription& device, DType out_dtype,
+                                ActivationOperand operand = ActivationOperand::kMx) const;
 
   // Whether `kernel` can serve an M-row call of `layer` on `device` with `config`: it implements
   // the layer, knows the config, the config runs this M and K, and the kernel runs on the
@@ -134,7 +140,8 @@ TableContext table_context(const std::vector<std::shared_ptr<const Kernel>>& ker
 // run() throws.
 void linear_with(const Kernel& kernel, const std::string& config, const TensorView& x,
                  const MxWeight& weight, const std::optional<TensorView>& bias,
-                 const TensorView& out, cudaStream_t stream, const Workspace& workspace = {});
+                 const TensorView& out, cudaStream_t stream, const Workspace& workspace = {},
+                 const LinearOptions& options = {});
 
 // linear_workspace_bytes() for `device` instead of the current one.
 std::size_t linear_workspace_bytes(std::int64_t rows, std::int64_t k,

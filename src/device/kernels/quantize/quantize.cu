@@ -178,6 +178,33 @@ __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g,
   }
 }
 
+// W8A16: a bf16 group copied as it is into the layout quantize_group<kIn, true> writes. The
+// group's 16 values are 8 words, element 2i in the low half of word i; byte j of the e4m3 words
+// above is value j, so the pieces take the same pairs: stripe i's 4 positions of this lane are
+// values 2i, 2i + 1 (word i) and 8 + 2i, 9 + 2i (word 4 + i). The lane pair trades pieces as
+// there, so that each lane stores whole 16-byte stripes.
+__device__ __forceinline__ void copy_group_as_is(const QuantizeParams& p, Group g, bool active,
+                                                 const RawGroup<InType::kBF16>& raw) {
+  const auto* bits = reinterpret_cast<const std::uint32_t*>(raw.words);
+  const auto block = static_cast<unsigned>(g.col) / kBlockSize;
+  const bool upper = (static_cast<unsigned>(g.col) % kBlockSize) != 0;
+  uint2 piece[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) piece[i] = make_uint2(bits[i], bits[4 + i]);
+  auto* dst = static_cast<std::uint16_t*>(p.dequantized) +
+              static_cast<std::int64_t>(g.row) * p.ld_dq + kBlockSize * block;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint2 mine = upper ? piece[2 * r + 1] : piece[2 * r];
+    const uint2 send = upper ? piece[2 * r] : piece[2 * r + 1];
+    const uint2 got = make_uint2(__shfl_xor_sync(0xFFFFFFFFu, send.x, 1),
+                                 __shfl_xor_sync(0xFFFFFFFFu, send.y, 1));
+    const uint4 stripe =
+        upper ? make_uint4(got.x, got.y, mine.x, mine.y) : make_uint4(mine.x, mine.y, got.x, got.y);
+    if (active) *reinterpret_cast<uint4*>(dst + 8 * (2 * r + (upper ? 1 : 0))) = stripe;
+  }
+}
+
 // A grid of one resident wave walks the groups (2 per MX block) in row-major order: a warp
 // takes kWalks runs of 32 consecutive groups, a grid-stride apart, and loads the next kWalks
 // groups before it quantizes the current ones, so 64 bytes of loads per thread stay in flight
@@ -189,9 +216,11 @@ constexpr int kWalksFor = 64 / RawGroup<kIn>::kBytes;
 // alone, ptxas capped the bf16 kernel at 64 registers and spilled.
 constexpr int kMinResidentCtas = 3;
 
-template <InType kIn, bool kVector, bool kDequantize>
+// kAsIs: W8A16's copy of a bf16 x (copy_group_as_is) in place of quantize_group.
+template <InType kIn, bool kVector, bool kDequantize, bool kAsIs = false>
 __global__ void __launch_bounds__(kThreadsPerBlock, kMinResidentCtas)
     quantize_kernel(const QuantizeParams p) {
+  static_assert(!kAsIs || (kIn == InType::kBF16 && kDequantize), "W8A16 copies a bf16 x");
   // A GEMM launched next as a programmatic dependent may start at once: it prefetches static
   // weights and reads what this kernel writes only after griddepcontrol.wait. Letting it launch
   // here rather than past this kernel's wait took the decode step at M = 32 from 2.385 to
@@ -230,7 +259,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock, kMinResidentCtas)
     }
 #pragma unroll
     for (int i = 0; i < kWalks; ++i) {
-      quantize_group<kIn, kDequantize>(p, group_of(at[i]), at[i].row < p.m, current[i]);
+      if constexpr (kAsIs) {
+        copy_group_as_is(p, group_of(at[i]), at[i].row < p.m, current[i]);
+      } else {
+        quantize_group<kIn, kDequantize>(p, group_of(at[i]), at[i].row < p.m, current[i]);
+      }
       current[i] = next[i];
       at[i] = next_at[i];
     }
@@ -252,6 +285,10 @@ cudaError_t launch_walk(const QuantizeParams& p, cudaStream_t stream) {
 template <InType kIn>
 cudaError_t launch_typed(const QuantizeParams& p, bool vector, cudaStream_t stream) {
   const bool dequantize = p.dequantized != nullptr;
+  if constexpr (kIn == InType::kBF16) {
+    if (p.as_is && vector) return launch_walk<quantize_kernel<kIn, true, true, true>>(p, stream);
+    if (p.as_is) return launch_walk<quantize_kernel<kIn, false, true, true>>(p, stream);
+  }
   if (vector && dequantize) return launch_walk<quantize_kernel<kIn, true, true>>(p, stream);
   if (vector) return launch_walk<quantize_kernel<kIn, true, false>>(p, stream);
   if (dequantize) return launch_walk<quantize_kernel<kIn, false, true>>(p, stream);
@@ -272,6 +309,7 @@ cudaError_t launch_quantize(const QuantizeParams& p, cudaStream_t stream) {
   if (quantized_out != (p.scales != nullptr) || (!quantized_out && p.dequantized == nullptr)) {
     return cudaErrorInvalidValue;
   }
+  if (p.as_is && (quantized_out || p.in_type != InType::kBF16)) return cudaErrorInvalidValue;
   if ((quantized_out && !aligned_rows(p.q, p.ld_q)) ||
       (p.dequantized != nullptr && !aligned_rows(p.dequantized, p.ld_dq * 2))) {
     return cudaErrorInvalidValue;

@@ -29,6 +29,9 @@ struct QuantizeParams {
   InType in_type = InType::kBF16;
   ScaleRule rule = ScaleRule::kRceil;
   ZeroedWords zero_for_next;  // with `dequantized`: the prefill GEMM's stream-K flags
+  // W8A16: a bf16 x is written into the `dequantized` layout as it is, not quantized (q and
+  // scales null, in_type kBF16).
+  bool as_is = false;
 };
 
 cudaError_t launch_quantize(const QuantizeParams& p, cudaStream_t stream);
