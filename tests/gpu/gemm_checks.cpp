@@ -419,6 +419,17 @@ Activation16 random_activation16_as_is(std::int64_t rows, std::int64_t k, std::i
   return make_activation16(rows, k, ld_x, dtype, [&] { return normal(rng); });
 }
 
+W8A16Operands w8a16_operands(const Activation16& x, const MxOperand& w) {
+  return {.m = x.rows,
+          .n = w.rows,
+          .k = x.k,
+          .x = x.codes.data(),
+          .ld_x = x.ld_x,
+          .x_format = x.dtype == DType::kBF16 ? kBF16Format : kF16Format,
+          .w = w.data.data(),
+          .w_scales = w.scales.data()};
+}
+
 std::vector<std::uint8_t> run_w8a16(const GemmLauncher& launch, const Activation16& x,
                                     std::int64_t x_offset, const MxOperand& w, DType out_dtype,
                                     const DeviceBuffer* bias, device::BiasType bias_type) {

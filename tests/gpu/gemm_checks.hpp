@@ -11,6 +11,7 @@
 
 #include "device/common/gemm_params.hpp"
 #include "gpu/gpu_support.hpp"
+#include "support/mx_oracle.hpp"
 
 namespace mxlinear::test {
 
@@ -137,6 +138,9 @@ Activation16 exact_activation16(std::int64_t rows, std::int64_t k, std::int64_t 
 // Normal(0, 1) samples rounded to dtype (all finite).
 Activation16 random_activation16_as_is(std::int64_t rows, std::int64_t k, std::int64_t ld_x,
                                        DType dtype, std::mt19937_64& rng);
+
+// The oracle's view of x as it is times w.
+W8A16Operands w8a16_operands(const Activation16& x, const MxOperand& w);
 
 // Uploads x at element offset x_offset of its buffer (1 leaves the base only 2-byte aligned;
 // the elements before it are NaN) and w, poisons the output, launches out = x @ deq(w)^T

@@ -123,17 +123,6 @@ std::vector<GemmShape> w8a16_shapes() {
   return shapes;
 }
 
-W8A16Operands oracle_operands(const Activation16& x, const MxOperand& w) {
-  return {.m = x.rows,
-          .n = w.rows,
-          .k = x.k,
-          .x = x.codes.data(),
-          .ld_x = x.ld_x,
-          .x_format = x.dtype == DType::kBF16 ? kBF16Format : kF16Format,
-          .w = w.data.data(),
-          .w_scales = w.scales.data()};
-}
-
 std::vector<std::uint8_t> run_w8a16_config(int config, const Activation16& x, std::int64_t x_offset,
                                            const MxOperand& w, DType out_dtype, ScalePath path,
                                            const DeviceBuffer* bias = nullptr,
@@ -155,7 +144,7 @@ TEST_P(GenericGemmConfig, W8A16ExactInputsMatchFp64BitForBit) {
     for (const GemmShape& c : w8a16_shapes()) {
       const Activation16 x = exact_activation16(c.m, c.k, c.k, x_dtype, rng);
       const MxOperand w = exact_operand(c.n, c.k, rng);
-      const std::vector<double> ref = w8a16_reference(oracle_operands(x, w), {});
+      const std::vector<double> ref = w8a16_reference(w8a16_operands(x, w), {});
       for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
         for (const ScalePath path : kBothPaths) {
           SCOPED_TRACE(::testing::Message()
@@ -175,7 +164,7 @@ TEST_P(GenericGemmConfig, W8A16RandomInputsWithinFp32AccumulationBound) {
     for (const GemmShape& c : w8a16_shapes()) {
       const Activation16 x = random_activation16_as_is(c.m, c.k, c.k, x_dtype, rng);
       const MxOperand w = random_operand(c.n, c.k, rng);
-      const W8A16Operands op = oracle_operands(x, w);
+      const W8A16Operands op = w8a16_operands(x, w);
       const std::vector<double> ref = w8a16_reference(op, {});
       const std::vector<double> abs_sums = w8a16_abs_product_sums(op);
       for (const DType dtype : {DType::kBF16, DType::kF32}) {
@@ -205,7 +194,7 @@ TEST_P(GenericGemmConfig, W8A16UnalignedActivationMatchesFp64BitForBit) {
       for (const Layout& layout : kLayouts) {
         const Activation16 x =
             exact_activation16(c.m, c.k, c.k + layout.extra_stride, x_dtype, rng);
-        const std::vector<double> ref = w8a16_reference(oracle_operands(x, w), {});
+        const std::vector<double> ref = w8a16_reference(w8a16_operands(x, w), {});
         for (const DType dtype : {DType::kBF16, DType::kF32}) {
           SCOPED_TRACE(::testing::Message()
                        << "x=" << to_string(x_dtype) << " M=" << c.m << " N=" << c.n << " K=" << c.k
@@ -259,7 +248,7 @@ TEST_P(GenericGemmConfig, W8A16BiasIsAddedExactly) {
       const Activation16 x = exact_activation16(m, kK, kK, x_dtype, rng);
       const MxOperand w = exact_operand(n, kK, rng);
       const BiasBuffers bias = quarter_bias(n);
-      const std::vector<double> ref = w8a16_reference(oracle_operands(x, w), bias.values);
+      const std::vector<double> ref = w8a16_reference(w8a16_operands(x, w), bias.values);
       for (auto [buffer, type] : {std::pair{&bias.f32, device::BiasType::kF32},
                                   std::pair{&bias.bf16, device::BiasType::kBF16}}) {
         for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
