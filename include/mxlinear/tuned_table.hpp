@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -23,7 +24,10 @@ struct TunedKey {
   std::int64_t n = 0, k = 0;
   bool exact_m = false;  // true: the row is for M == m only; false: for the bucket m
   std::int64_t m = 0;
-  auto tie() const { return std::tie(arch, sms, n, k, exact_m, m); }
+  // A row for W8A16 calls: it names a W8A16 kernel (TableContext::w8a16_kernels). A shape has
+  // rows for each mode apart; they sort by mode before M.
+  bool w8a16 = false;
+  auto tie() const { return std::tie(arch, sms, n, k, w8a16, exact_m, m); }
   bool operator<(const TunedKey& o) const { return tie() < o.tie(); }
   bool operator==(const TunedKey& o) const { return tie() == o.tie(); }
 };
@@ -46,8 +50,9 @@ struct TunedValue {
 // row must carry to be current.
 struct TableContext {
   std::map<std::string, std::vector<std::string>> kernel_configs;
-  std::string library_version;  // "major.minor"
-  std::string cuda_version;     // "major.minor"; a row must match the major
+  std::set<std::string> w8a16_kernels;  // the kernels that serve W8A16 calls
+  std::string library_version;          // "major.minor"
+  std::string cuda_version;             // "major.minor"; a row must match the major
 };
 
 // How the lines of one table were taken: every data line is accepted, a repeat of an accepted
@@ -74,9 +79,10 @@ class TunedTable {
   void add_file(const std::string& path, const TableContext& context);
 
   // The row for a call: an exact-M row first, then M's bucket, then the nearest bucket below,
-  // then the nearest above. Empty if the shape has no rows on this device.
+  // then the nearest above, among the rows of the call's mode (W8A8, or W8A16 with `w8a16`).
+  // Empty if the shape has no rows of that mode on this device.
   std::optional<TunedValue> lookup(const std::string& arch, int sms, std::int64_t n, std::int64_t k,
-                                   std::int64_t m) const;
+                                   std::int64_t m, bool w8a16 = false) const;
   // Whether the shape has rows on this device; with `kernel`, rows naming that kernel.
   bool has_shape(const std::string& arch, int sms, std::int64_t n, std::int64_t k,
                  std::string_view kernel = {}) const;

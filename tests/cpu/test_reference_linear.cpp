@@ -10,8 +10,10 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "mxlinear/error.hpp"
 #include "mxlinear/format.hpp"
 #include "mxlinear/linear_types.hpp"
 #include "mxlinear/quantize.hpp"
@@ -803,6 +805,56 @@ TEST(ReferenceLinear, Fp64SumIsRoundedStraightToTheOutputTypeWithoutDoubleRoundi
   reference_linear(a.activation(), w.weight(), std::nullopt, f32.view());
   EXPECT_EQ(f32.value(0, 0), 1.0f + 0x1p-8f);
   EXPECT_EQ(f32.value(2, 0), 1.0f + 0x1p-11f);
+}
+
+// W8A16: x (bf16 or fp16) as it is times deq(W). Random 16-bit x with small-integer weights:
+// every product and sum is exact in long double, so the reference must equal the naive result
+// rounded once, in every output type, and with a bias.
+TEST(ReferenceLinear, W8A16IsTheSixteenBitActivationTimesTheDequantizedWeights) {
+  std::mt19937_64 rng = test::make_rng();
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const DType x_dtype : {DType::kBF16, DType::kF16}) {
+    const std::int64_t m = 5, n = 7, k = 96;
+    HostBuffer x(x_dtype, Idx(m * k));
+    for (std::size_t i = 0; i < x.size(); ++i) x.store(i, normal(rng));
+    Mx w(n, k);
+    FillRandom(w, rng, 120, 134, 0.5);
+    HostBuffer bias = MakeBias(DType::kF32, {0.5f, -1.0f, 3.0f, 0.0f, 2.0f, -0.25f, 1.0f});
+    for (const DType out_dtype : kOutDTypes) {
+      SCOPED_TRACE(testing::Message() << to_string(x_dtype) << " x, " << to_string(out_dtype));
+      Out out(out_dtype, m, n, n);
+      reference_linear_w8a16(x.matrix(m, k, k), w.weight(), BiasView(&bias), out.view());
+      const test::BinaryFormat format = FormatOf(out_dtype);
+      for (std::int64_t i = 0; i < m; ++i) {
+        for (std::int64_t j = 0; j < n; ++j) {
+          long double acc = bias.value(Idx(j));
+          for (std::int64_t c = 0; c < k; ++c) {
+            acc += static_cast<long double>(x.value(Idx(i * k + c))) * w.value(j, c);
+          }
+          EXPECT_EQ(out.bits(i, j), test::round_to_format(acc, format))
+              << "out[" << i << ", " << j << "]";
+        }
+      }
+      std::vector<double> f64(Idx(m * n));
+      reference_linear_w8a16_f64(x.matrix(m, k, k), w.weight(), BiasView(&bias), f64.data());
+      EXPECT_EQ(test::round_to_format(f64[Idx(n + 1)], format), out.bits(1, 1));
+    }
+  }
+}
+
+// W8A16 multiplies a 16-bit activation: fp32 x is refused, naming x and the mode.
+TEST(ReferenceLinear, W8A16RefusesAnFp32Activation) {
+  HostBuffer x(DType::kF32, 2 * 32);
+  Mx w(3, 32);
+  Out out(DType::kF32, 2, 3, 3);
+  try {
+    reference_linear_w8a16(x.matrix(2, 32, 32), w.weight(), std::nullopt, out.view());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("'x'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("W8A16"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -310,7 +310,7 @@ TEST(Registry, BuiltinKernelsOnTheCpuAndOnADescribedH200) {
   misaligned.alignment = 4;
   const LayerSelection s = r.select(misaligned, kH200);
   EXPECT_EQ(s.kernel->name(), "reference");
-  ASSERT_EQ(s.rejected.size(), 6u);
+  ASSERT_EQ(s.rejected.size(), 4u);
   // What a kernel cannot implement comes before whether it has tuned rows.
   EXPECT_EQ(s.rejected.at(0).kernel, "decode");
   EXPECT_EQ(s.rejected.at(1).kernel, "prefill");
@@ -319,11 +319,6 @@ TEST(Registry, BuiltinKernelsOnTheCpuAndOnADescribedH200) {
   // No table: the tuned kernels claim nothing.
   const LayerSelection aligned = r.select(layer(2560, 6144), kH200);
   EXPECT_THAT(aligned.rejected.at(0).reason, HasSubstr("no tuned rows of decode"));
-  EXPECT_EQ(s.rejected.at(4).kernel, "prefill_a16");  // W8A16's kernels
-  EXPECT_THAT(s.rejected.at(4).reason, HasSubstr("multiplies a bf16 activation as it is"));
-  EXPECT_EQ(s.rejected.at(5).kernel, "generic_a16");
-  EXPECT_THAT(s.rejected.at(5).reason,
-              HasSubstr("multiplies a bf16 activation as it is (W8A16) or an fp16"));
 }
 
 // A tuned kernel claims a shape only through rows that name it; rows of another kernel for the
@@ -574,6 +569,60 @@ TEST(Registry, KernelNamesForTheReport) {
   EXPECT_EQ(names, (std::vector<std::string>{"decode", "prefill", "gemv", "generic", "prefill_a16",
                                              "generic_a16", "reference"}));
   EXPECT_EQ(kernel_name(nullptr), "");
+}
+
+// MXLINEAR_ACTIVATION picks the mode of calls that do not choose one; anything but mx or bf16
+// is a warning naming the value, and the default (mx) applies.
+TEST(Registry, ActivationSwitchFromTheEnvironment) {
+  EXPECT_EQ(Environment::from({}).activation, ActivationMode::kW8A8);
+  EXPECT_EQ(Environment::from({{"MXLINEAR_ACTIVATION", "bf16"}}).activation,
+            ActivationMode::kW8A16);
+  EXPECT_EQ(Environment::from({{"MXLINEAR_ACTIVATION", "mx"}}).activation, ActivationMode::kW8A8);
+  const Environment bad = Environment::from({{"MXLINEAR_ACTIVATION", "fp8"}});
+  EXPECT_EQ(bad.activation, ActivationMode::kW8A8);
+  const Registry r(builtin_kernels(), TunedTable{}, bad);
+  ASSERT_EQ(r.warnings().size(), 1u);
+  EXPECT_THAT(r.warnings()[0], HasSubstr("MXLINEAR_ACTIVATION is 'fp8'; expected mx or bf16"));
+  EXPECT_EQ(activation_operand(ActivationMode::kW8A16, DType::kF32), std::nullopt);
+  EXPECT_EQ(activation_operand(ActivationMode::kW8A16, DType::kF16), ActivationOperand::kF16);
+  EXPECT_EQ(activation_operand(ActivationMode::kW8A16, DType::kE4M3), ActivationOperand::kMx);
+  EXPECT_EQ(activation_operand(ActivationMode::kW8A8, DType::kBF16), ActivationOperand::kMx);
+  EXPECT_EQ(parse_activation_mode(activation_mode_name(ActivationMode::kW8A16)),
+            ActivationMode::kW8A16);
+  EXPECT_EQ(parse_activation_mode("BF16"), std::nullopt);
+}
+
+// A W8A16 layer on a described H200 is never handed to a W8A8 kernel, nor a W8A8 layer to a
+// W8A16 one; bf16 x reaches a tensor-core kernel at prefill sizes for random shapes, and every
+// choice can run.
+TEST(Registry, EachModeDispatchesToItsOwnKernels) {
+  const Registry r(builtin_kernels(), TunedTable{}, Environment::from({}));
+  auto rng = make_rng();
+  std::uniform_int_distribution<std::int64_t> n_of(1, 30000), k_blocks(1, 600);
+  for (int i = 0; i < 60; ++i) {
+    LayerDescription layer = LayerDescription{};
+    layer.n = n_of(rng);
+    layer.k = 32 * k_blocks(rng);
+    for (const ActivationOperand operand :
+         {ActivationOperand::kMx, ActivationOperand::kBf16, ActivationOperand::kF16}) {
+      layer.operand = operand;
+      const LayerSelection s = r.select(layer, kH200);
+      ASSERT_NE(s.kernel, nullptr);
+      for (const std::int64_t m : {1, 7, 64, 300, 4096}) {
+        SCOPED_TRACE(::testing::Message() << m << " x " << layer.n << " x " << layer.k
+                                          << " operand " << static_cast<int>(operand));
+        const Dispatch d = r.dispatch(s, kH200, m);
+        ASSERT_NE(d.kernel, nullptr);
+        EXPECT_EQ(d.kernel->activation_mode() == ActivationMode::kW8A16,
+                  operand != ActivationOperand::kMx);
+        EXPECT_TRUE(d.kernel->can_implement(layer).ok());
+        EXPECT_TRUE(d.kernel->can_run(m, layer.k, d.config).ok());
+        if (operand == ActivationOperand::kBf16 && m >= 300) {
+          EXPECT_EQ(d.kernel->name(), "prefill_a16");
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

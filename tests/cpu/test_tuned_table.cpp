@@ -42,6 +42,27 @@ TEST(TunedTable, MBucketIsTheNextPowerOfTwo) {
   EXPECT_EQ(m_bucket(8192), 8192);
 }
 
+// Rows naming a W8A16 kernel are that mode's: a shape keeps a row per mode for the same M, and
+// a lookup sees only its mode's rows (never the other mode's nearest bucket).
+TEST(TunedTable, RowsOfEachActivationModeAreKeptApart) {
+  TableContext c = context();
+  c.kernel_configs["tuned_a16"] = {"t64"};
+  c.w8a16_kernels = {"tuned_a16"};
+  TunedTable t;
+  const TableStats s = t.add(kGood + "\nsm_90a,132,2560,6144,64,tuned_a16,t64,9.5,0.25,0.1,13.0\n" +
+                                 "sm_90a,132,2560,6144,8,tuned,t128,3.0,0.25,0.1,13.0\n",
+                             "modes.csv", c);
+  EXPECT_EQ(s.accepted, 3);
+  EXPECT_TRUE(t.warnings().empty());
+  EXPECT_EQ(t.lookup("sm_90a", 132, 2560, 6144, 64)->kernel, "tuned");
+  EXPECT_EQ(t.lookup("sm_90a", 132, 2560, 6144, 64, true)->kernel, "tuned_a16");
+  // W8A16 at M = 8: its own mode's nearest bucket (64), not W8A8's exact one.
+  EXPECT_EQ(t.lookup("sm_90a", 132, 2560, 6144, 8, true)->kernel, "tuned_a16");
+  EXPECT_EQ(t.lookup("sm_90a", 132, 2560, 6144, 8)->config, "t128");
+  EXPECT_FALSE(t.lookup("sm_90a", 132, 2560, 2048, 8, true).has_value());
+  EXPECT_TRUE(t.has_shape("sm_90a", 132, 2560, 6144, "tuned_a16"));
+}
+
 TEST(TunedTable, GoodRowIsAcceptedWithItsSource) {
   TunedTable t;
   const TableStats s = t.add(

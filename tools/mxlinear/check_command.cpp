@@ -33,6 +33,8 @@ struct CheckOptions {
   std::string config;
   int repeat = 1;
   bool allow_slow_reference = false;
+  std::string activation = "mx";  // mx (W8A8) or bf16 (W8A16)
+  bool w8a16() const { return activation == "bf16"; }
 };
 
 // Multiply-adds per second of the fp64 reference passes on one CPU core, a ballpark measured on
@@ -87,12 +89,39 @@ struct DeviceLayer {
   }
 };
 
+// W8A16's --kernel: the kernel and config through linear_with (the bf16 x as it is, laid out as
+// the kernel's plan asks), `repeat` times, each on a poisoned output; `out` gets the first run.
+// Returns how many later runs differed from it.
+int run_kernel_w8a16(const HostLayer& layer, const Kernel& kernel, const CheckOptions& options,
+                     std::vector<std::uint8_t>& out) {
+  const LayerSpec& s = layer.spec;
+  DeviceLayer d(layer, out.size());
+  const MxWeight w{DeviceLayer::view(d.wd, s.n, s.k, DType::kE4M3),
+                   DeviceLayer::view(d.ws, s.n, s.k / 32, DType::kE8M0)};
+  std::optional<TensorView> b;
+  if (s.bias) b = TensorView::contiguous(d.bias.ptr, {s.n}, DType::kF32, Location::kDevice);
+  const std::string config = options.config.empty() ? kernel.default_config(s.m) : options.config;
+  int differing = 0;
+  std::vector<std::uint8_t> again(out.size());
+  for (int r = 0; r < options.repeat; ++r) {
+    d.poison_and_download(nullptr);
+    linear_with(kernel, config, DeviceLayer::view(d.x, s.m, s.k, DType::kBF16), w, b,
+                DeviceLayer::view(d.y, s.m, s.n, s.out_dtype), nullptr, {},
+                LinearOptions{ActivationMode::kW8A16});
+    cuda_or_throw(cudaDeviceSynchronize(), "kernel");
+    d.poison_and_download(r == 0 ? &out : &again);
+    if (r > 0 && again != out) ++differing;
+  }
+  return differing;
+}
+
 // Runs one kernel and config directly on the pre-quantized activation, `repeat` times, each on
 // a poisoned output; `out` gets the first run. Returns how many later runs differed from it.
 int run_kernel_directly(const HostLayer& layer, const CheckOptions& options,
                         std::vector<std::uint8_t>& out) {
   const LayerSpec& s = layer.spec;
   const Kernel* kernel = &registry_kernel(options.kernel);
+  if (options.w8a16()) return run_kernel_w8a16(layer, *kernel, options, out);
   DeviceLayer d(layer, out.size());
   KernelCall call;
   call.x = QuantizedActivation{DeviceLayer::view(d.xq, s.m, s.k, DType::kE4M3),
@@ -120,7 +149,8 @@ int run_kernel_directly(const HostLayer& layer, const CheckOptions& options,
 }
 
 // Runs the layer through linear() on the GPU; returns the kernel/config that served it.
-std::string run_on_gpu(HostLayer& layer, bool prequantized, std::vector<std::uint8_t>& out) {
+std::string run_on_gpu(HostLayer& layer, bool prequantized, bool w8a16,
+                       std::vector<std::uint8_t>& out) {
   const LayerSpec& s = layer.spec;
   DeviceLayer dev(layer, out.size());
   dev.poison_and_download(nullptr);
@@ -135,7 +165,8 @@ std::string run_on_gpu(HostLayer& layer, bool prequantized, std::vector<std::uin
                             DeviceLayer::view(dev.xs, s.m, s.k / 32, DType::kE8M0), DType::kBF16},
         w, b, o, nullptr);
   } else {
-    linear(DeviceLayer::view(dev.x, s.m, s.k, DType::kBF16), w, b, o, nullptr);
+    linear(DeviceLayer::view(dev.x, s.m, s.k, DType::kBF16), w, b, o, nullptr, {},
+           LinearOptions{w8a16 ? ActivationMode::kW8A16 : ActivationMode::kW8A8});
   }
   cuda_or_throw(cudaDeviceSynchronize(), "linear");
   dev.poison_and_download(&out);
@@ -145,6 +176,7 @@ std::string run_on_gpu(HostLayer& layer, bool prequantized, std::vector<std::uin
   desc.k = s.k;
   desc.out_dtype = s.out_dtype;
   if (s.bias) desc.bias_dtype = DType::kF32;
+  if (w8a16) desc.operand = ActivationOperand::kBf16;
   const Registry& registry = Registry::global();
   const Dispatch d = registry.dispatch(registry.select(desc, device), device, s.m);
   return d.kernel ? fmt::format("{}/{} on {}", d.kernel->name(), d.config, device.name)
@@ -193,8 +225,22 @@ void print_error_location(const ErrorStats& stats, std::int64_t n) {
 // Refuses, before anything runs, what cannot run: an unknown kernel or config, and a layer
 // whose CPU reference would take hours (unless the caller allows it).
 void validate(const CheckOptions& options, bool reference_on_cpu) {
+  if (options.w8a16() && options.prequantized) {
+    throw Error(ErrorCode::kInvalidArgument, "--prequantized",
+                "check: --prequantized feeds an MX activation; --activation bf16 (W8A16) "
+                "multiplies the bf16 activation as it is");
+  }
   if (!options.kernel.empty()) {
-    require_config("--config", require_kernel("--kernel", options.kernel), options.config);
+    const Kernel& kernel = require_kernel("--kernel", options.kernel);
+    require_config("--config", kernel, options.config);
+    if ((kernel.activation_mode() == ActivationMode::kW8A16) != options.w8a16()) {
+      throw Error(ErrorCode::kInvalidArgument, "--kernel",
+                  fmt::format("check: --kernel is '{}', a {} kernel; --activation {} needs a {} "
+                              "kernel",
+                              options.kernel,
+                              kernel.activation_mode() == ActivationMode::kW8A16 ? "W8A16" : "W8A8",
+                              options.activation, options.w8a16() ? "W8A16" : "W8A8"));
+    }
   }
   const LayerSpec& s = options.spec;
   const double macs =
@@ -238,8 +284,13 @@ int run_check(const CheckOptions& options) {
   const auto count = static_cast<std::size_t>(spec.m * spec.n);
 
   std::vector<double> exact(count);
-  reference_linear_f64(layer.activation_view(), layer.weight_view(), layer.bias_view(),
-                       exact.data());
+  if (options.w8a16()) {
+    reference_linear_w8a16_f64(layer.x_view(), layer.weight_view(), layer.bias_view(),
+                               exact.data());
+  } else {
+    reference_linear_f64(layer.activation_view(), layer.weight_view(), layer.bias_view(),
+                         exact.data());
+  }
 
   std::vector<std::uint8_t> out(count * element_size(spec.out_dtype));
   const TensorView out_view =
@@ -252,16 +303,19 @@ int run_check(const CheckOptions& options) {
                             spec.m, spec.n, spec.k, options.kernel,
                             options.config.empty() ? "(its default)" : options.config));
     differing_runs = run_kernel_directly(layer, options, out);
-    kernel_name = fmt::format("{}/{} (run directly, pre-quantized activation, {} runs)",
-                              options.kernel, options.config, options.repeat);
+    kernel_name = fmt::format("{}/{} (run directly, {}, {} runs)", options.kernel, options.config,
+                              options.w8a16() ? "bf16 activation" : "pre-quantized activation",
+                              options.repeat);
   } else if (on_gpu) {
-    kernel_name = run_on_gpu(layer, options.prequantized, out);
+    kernel_name = run_on_gpu(layer, options.prequantized, options.w8a16(), out);
   } else {
     detail::log(
         detail::LogLevel::kInfo,
         fmt::format("check: {} x {} x {}: the CPU reference kernel, run directly ({})", spec.m,
                     spec.n, spec.k, options.cpu ? "--cpu" : "no sm_90 GPU on this machine"));
-    if (options.prequantized) {
+    if (options.w8a16()) {
+      reference_linear_w8a16(layer.x_view(), layer.weight_view(), layer.bias_view(), out_view);
+    } else if (options.prequantized) {
       reference_linear(layer.activation_view(), layer.weight_view(), layer.bias_view(), out_view);
     } else {
       reference_linear(layer.x_view(), layer.weight_view(), layer.bias_view(), out_view);
@@ -291,15 +345,17 @@ int run_check(const CheckOptions& options) {
   fmt::print("mxlinear check: kernel {}\n", kernel_name);
   fmt::print("  layer   M={} N={} K={} out={} bias={} activation={} seed={}\n", spec.m, spec.n,
              spec.k, to_string(spec.out_dtype), spec.bias ? "fp32" : "none",
-             options.prequantized ? "pre-quantized e4m3" : "bf16 (quantized inside, RCEIL)",
+             options.w8a16()
+                 ? "bf16 as it is (W8A16)"
+                 : (options.prequantized ? "pre-quantized e4m3" : "bf16 (quantized inside, RCEIL)"),
              spec.seed);
   fmt::print(
       "  kernel vs fp64 MX result     rel Frobenius {:.3e}  max abs {:.3e}  NaN {}  "
       "(output rounding alone: ~{:.1e})\n",
       kernel.relative_frobenius, kernel.max_abs, kernel.nan_count,
       output_unit_roundoff(spec.out_dtype) / std::sqrt(3.0));
-  fmt::print("  MX layer vs unquantized fp64 rel Frobenius {:.3e}  (the cost of MXFP8 itself)\n",
-             quantization.relative_frobenius);
+  fmt::print("  {} vs unquantized fp64 rel Frobenius {:.3e}  (the cost of MXFP8 itself)\n",
+             options.w8a16() ? "W8A16 layer" : "MX layer", quantization.relative_frobenius);
   // A correct kernel adds its output rounding (about u/sqrt(3) in the Frobenius norm) and the
   // fp32 accumulation error. For bf16/fp16 output one unit roundoff u bounds both; for fp32
   // output the accumulation dominates and docs/MXFP8.md allows a relative Frobenius error of 1e-5.
@@ -330,6 +386,9 @@ void add_check_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--out-dtype", options->out_dtype, "bf16, fp16 or fp32")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   cmd->add_flag("--bias", options->spec.bias, "add an fp32 bias");
+  cmd->add_option("--activation", options->activation,
+                  "mx (W8A8: x quantized to MXFP8) or bf16 (W8A16: x as it is)")
+      ->check(CLI::IsMember({"mx", "bf16"}));
   cmd->add_flag("--prequantized", options->prequantized,
                 "feed the pre-quantized activation entry point");
   cmd->add_option("--seed", options->spec.seed, "random seed (0: a fresh one)")
@@ -337,7 +396,8 @@ void add_check_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--cpu", options->cpu, "run the CPU reference kernel even where a GPU is present");
   CLI::Option* kernel = cmd->add_option(
       "--kernel", options->kernel,
-      "run this registry kernel directly (e.g. decode) on the pre-quantized activation");
+      "run this registry kernel directly (e.g. decode) on the pre-quantized activation (W8A8) "
+      "or through linear() on the bf16 one (a W8A16 kernel, with --activation bf16)");
   cmd->add_option("--config", options->config,
                   "with --kernel: the kernel's config (default: its default for M)")
       ->needs(kernel);

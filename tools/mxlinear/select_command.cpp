@@ -19,6 +19,8 @@ struct SelectOptions {
   std::string model = "builtin:minimax-m3.1-flash-tp4";
   std::string device = "current";
   std::string out_dtype = "bf16";
+  std::string activation;  // empty: MXLINEAR_ACTIVATION's mode
+  std::string x_dtype = "bf16";
   bool json = false;
 };
 
@@ -60,7 +62,11 @@ int run_select(const SelectOptions& o) {
   const Registry& registry = Registry::global();
   const DType out =
       o.out_dtype == "fp32" ? DType::kF32 : (o.out_dtype == "fp16" ? DType::kF16 : DType::kBF16);
-  const auto rows = registry.report(layers, device, out);
+  const ActivationMode mode = o.activation.empty() ? registry.environment().activation
+                                                   : *parse_activation_mode(o.activation);
+  const auto operand =
+      activation_operand(mode, o.x_dtype == "fp16" ? DType::kF16 : DType::kBF16).value();
+  const auto rows = registry.report(layers, device, out, operand);
   log_decisions(rows, device, out);
   if (o.json) {
     fmt::print("{}\n", select_report_json(rows, device));
@@ -84,6 +90,12 @@ void add_select_command(CLI::App& app, int& exit_code) {
                   "current, cpu, or a described GPU such as sm_90a:132 (arch:SMs)");
   cmd->add_option("--out-dtype", o->out_dtype, "bf16, fp16 or fp32")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
+  cmd->add_option("--activation", o->activation,
+                  "mx (W8A8: x quantized to MXFP8) or bf16 (W8A16: x as it is); default: "
+                  "MXLINEAR_ACTIVATION, else mx")
+      ->check(CLI::IsMember({"mx", "bf16"}));
+  cmd->add_option("--x-dtype", o->x_dtype, "the activation's dtype in W8A16: bf16 or fp16")
+      ->check(CLI::IsMember({"bf16", "fp16"}));
   cmd->add_flag("--json", o->json, "print the report as JSON");
   cmd->callback([o, &exit_code] { exit_code = run_select(*o); });
 }

@@ -35,6 +35,10 @@ class GenericKernel final : public detail::ConfiguredKernel<GenericConfig> {
   explicit GenericKernel(bool as_is)
       : ConfiguredKernel(as_is ? "generic_a16" : "generic", compiled_configs()), as_is_(as_is) {}
 
+  ActivationMode activation_mode() const override {
+    return as_is_ ? ActivationMode::kW8A16 : ActivationMode::kW8A8;
+  }
+
   Verdict can_implement(const LayerDescription& layer) const override {
     const Verdict v =
         as_is_ ? detail::needs_operand(layer, {ActivationOperand::kBf16, ActivationOperand::kF16})

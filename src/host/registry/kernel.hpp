@@ -101,6 +101,9 @@ class Kernel {
  public:
   virtual ~Kernel() = default;
   virtual std::string_view name() const = 0;
+  // The mode of the calls the kernel serves (it implements only layers of that mode's operand);
+  // tuned rows naming it are rows for that mode. The CPU reference serves both and says W8A8.
+  virtual ActivationMode activation_mode() const { return ActivationMode::kW8A8; }
   // The config names run() accepts; tuned rows must name one of them.
   virtual std::vector<std::string> configs() const = 0;
   virtual Verdict is_supported(const DeviceDescription& device) const = 0;

@@ -43,6 +43,10 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
   explicit PrefillKernel(bool as_is)
       : ConfiguredKernel(as_is ? "prefill_a16" : "prefill", compiled_configs()), as_is_(as_is) {}
 
+  ActivationMode activation_mode() const override {
+    return as_is_ ? ActivationMode::kW8A16 : ActivationMode::kW8A8;
+  }
+
   Verdict can_implement(const LayerDescription& layer) const override {
     if (const Verdict v = detail::needs_operand(
             layer, {as_is_ ? ActivationOperand::kBf16 : ActivationOperand::kMx});

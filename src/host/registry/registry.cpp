@@ -41,7 +41,10 @@ struct Registry::ModelCache {
 
 TableContext table_context(const std::vector<std::shared_ptr<const Kernel>>& kernels) {
   TableContext context;
-  for (const auto& k : kernels) context.kernel_configs[std::string(k->name())] = k->configs();
+  for (const auto& k : kernels) {
+    context.kernel_configs[std::string(k->name())] = k->configs();
+    if (k->activation_mode() == ActivationMode::kW8A16) context.w8a16_kernels.emplace(k->name());
+  }
   context.library_version = fmt::format("{}.{}", MXLINEAR_VERSION_MAJOR, MXLINEAR_VERSION_MINOR);
   context.cuda_version = fmt::format("{}.{}", CUDART_VERSION / 1000, (CUDART_VERSION % 1000) / 10);
   return context;
@@ -121,7 +124,12 @@ LayerSelection Registry::select(const LayerDescription& layer,
   for (const auto& k : kernels_) {
     if (std::find(order.begin(), order.end(), k.get()) == order.end()) order.push_back(k.get());
   }
+  const bool w8a16 = layer.operand != ActivationOperand::kMx;
   for (const Kernel* k : order) {
+    // The other mode's kernels are not candidates (the CPU reference serves both).
+    if (!is_cpu_reference(*k) && (k->activation_mode() == ActivationMode::kW8A16) != w8a16) {
+      continue;
+    }
     std::string reason;
     if (contains(env_.disabled, k->name())) {
       reason = "disabled by MXLINEAR_DISABLED_KERNELS";
@@ -156,7 +164,8 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
   if (!d.kernel) return d;
   const bool forced = env_.backend != "auto";
   const LayerDescription& layer = selection.layer;
-  if (const auto row = table_.lookup(device.arch, device.sms, layer.n, layer.k, m)) {
+  if (const auto row = table_.lookup(device.arch, device.sms, layer.n, layer.k, m,
+                                     layer.operand != ActivationOperand::kMx)) {
     const Kernel* k = find(row->kernel);
     // A row may hand this M to another kernel (a tuned row for the generic kernel where it is
     // faster), but never to one that is disabled, unsupported or unable, nor to a config that

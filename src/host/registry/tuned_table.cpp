@@ -102,6 +102,7 @@ std::string parse_row(std::string_view line, const TableContext& context, TunedK
     return fmt::format("names kernel '{}'; expected one of: {}", detail::for_display(f[5]),
                        fmt::join(names, ", "));
   }
+  key.w8a16 = context.w8a16_kernels.count(value.kernel) > 0;
   value.config = std::string(f[6]);
   const auto& configs = kernel->second;
   if (std::find(configs.begin(), configs.end(), value.config) == configs.end()) {
@@ -198,15 +199,16 @@ void TunedTable::add_file(const std::string& path, const TableContext& context) 
 }
 
 std::optional<TunedValue> TunedTable::lookup(const std::string& arch, int sms, std::int64_t n,
-                                             std::int64_t k, std::int64_t m) const {
-  TunedKey key{arch, sms, n, k, true, m};
+                                             std::int64_t k, std::int64_t m, bool w8a16) const {
+  TunedKey key{arch, sms, n, k, true, m, w8a16};
   if (auto it = rows_.find(key); it != rows_.end()) return it->second;
   key.exact_m = false;
   key.m = m_bucket(m);
   if (auto it = rows_.find(key); it != rows_.end()) return it->second;
   // The nearest bucket of this shape: below first (its tiles fit), then above.
   auto same_shape_bucket = [&](const TunedKey& k2) {
-    return !k2.exact_m && k2.arch == arch && k2.sms == sms && k2.n == n && k2.k == k;
+    return !k2.exact_m && k2.arch == arch && k2.sms == sms && k2.n == n && k2.k == k &&
+           k2.w8a16 == w8a16;
   };
   const auto above = rows_.lower_bound(key);
   if (above != rows_.begin() && same_shape_bucket(std::prev(above)->first)) {
