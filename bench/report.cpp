@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 
 namespace mxlinear::bench {
 
@@ -13,6 +15,22 @@ using nlohmann::json;
 double value_or_nan(const json& row, const char* key) {
   return row.contains(key) ? row[key].get<double>() : NAN;
 }
+
+namespace {
+
+// A row's number with `decimals` decimals, or "-" where the row lacks it: the W8A16 columns of
+// reports from before the bench timed W8A16, and of figures whose W8A16 check failed.
+std::string number_or_dash(const json& row, const char* key, int decimals) {
+  if (!row.contains(key) || !row[key].is_number()) return "-";
+  return fmt::format("{:.{}f}", row[key].get<double>(), decimals);
+}
+
+// A row's string, or "-" where the row lacks it (reports from before the field).
+std::string text_or_dash(const json& row, const char* key) {
+  return row.contains(key) && row[key].is_string() ? row[key].get<std::string>() : "-";
+}
+
+}  // namespace
 
 std::string timing_note(const json& doc) {
   const json* timing =
@@ -42,36 +60,52 @@ std::string markdown_report(const json& doc) {
       "# mxlinear bench on {}\n\nCeilings measured in this run: read {:.2f} TB/s, cuBLAS bf16 "
       "{:.0f} TFLOP/s, cuBLASLt FP8 {:.0f} TFLOP/s (8192^3). cuBLASLt FP8 runs with M padded "
       "to 16 (its FP8 kernels need it). {}\n\n"
-      "| layer | N x K | M | kernel/config | linear us | gemm us | cuBLAS bf16 us | "
-      "cuBLASLt FP8 us | FP8 1x128/128x128 us | tri_mx us | x bf16 | x fp8 | x tri_mx | floor us "
-      "| only reading the weights us | the reads overlapped us | gemm TB/s | gemm TFLOP/s | check "
-      "|\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+      "Each figure runs in both activation modes: W8A8 (the bf16 activation quantized to MXFP8; "
+      "linear us from bf16, gemm us on the pre-quantized activation) and W8A16 (the bf16 "
+      "activation multiplied as it is; W8A16 us from bf16), each checked against its own fp64 "
+      "reference. \"-\": not timed (a failed check) or not in this report.\n\n"
+      "| layer | N x K | M | kernel/config | W8A16 kernel/config | linear us | gemm us | W8A16 us "
+      "| cuBLAS bf16 us | cuBLASLt FP8 us | FP8 1x128/128x128 us | tri_mx us | x bf16 | x fp8 | "
+      "x tri_mx | W8A16 x bf16 | floor us | only reading the weights us | the reads overlapped us "
+      "| gemm TB/s | gemm TFLOP/s | check | W8A16 check |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+      "---|\n",
       doc["gpu"].get<std::string>(), doc["ceilings"]["read_tb_s"].get<double>(),
       doc["ceilings"]["bf16_tflop_s"].get<double>(), doc["ceilings"]["fp8_tflop_s"].get<double>(),
       timing_note(doc));
   for (const json& r : doc["rows"]) {
     const double g = value_or_nan(r, "gemm_us");
+    const std::string w8a16_vs_bf16 =
+        r.contains("w8a16_us")
+            ? fmt::format("{:.2f}", value_or_nan(r, "cublas_bf16_us") / value_or_nan(r, "w8a16_us"))
+            : std::string("-");
     s += fmt::format(
-        "| {} | {}x{} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.2f} | "
-        "{:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.0f} | {} |\n",
+        "| {} | {}x{} | {} | {} | {} | {:.2f} | {:.2f} | {} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | "
+        "{:.2f} | {:.2f} | {:.2f} | {} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.0f} | {} | {} |\n",
         r["layer"].get<std::string>(), r["n"].get<std::int64_t>(), r["k"].get<std::int64_t>(),
-        r["m"].get<std::int64_t>(), r["kernel"].get<std::string>(), value_or_nan(r, "linear_us"), g,
+        r["m"].get<std::int64_t>(), r["kernel"].get<std::string>(), text_or_dash(r, "kernel_w8a16"),
+        value_or_nan(r, "linear_us"), g, number_or_dash(r, "w8a16_us", 2),
         value_or_nan(r, "cublas_bf16_us"), value_or_nan(r, "cublaslt_fp8_tensor_us"),
         value_or_nan(r, "cublaslt_fp8_block_us"), value_or_nan(r, "tri_mx_us"),
         value_or_nan(r, "cublas_bf16_us") / g, value_or_nan(r, "cublaslt_fp8_tensor_us") / g,
-        value_or_nan(r, "tri_mx_us") / g, value_or_nan(r, "floor_us"),
+        value_or_nan(r, "tri_mx_us") / g, w8a16_vs_bf16, value_or_nan(r, "floor_us"),
         value_or_nan(r, "weight_stream_us"), value_or_nan(r, "weight_stream_overlapped_us"),
         value_or_nan(r, "gemm_tb_s"), value_or_nan(r, "gemm_tflop_s"),
-        r["check"].get<std::string>());
+        r["check"].get<std::string>(), text_or_dash(r, "check_w8a16"));
   }
-  s += "\nSpeed-ups are anchor time / our GEMM time (above 1: we are faster); geometric means over "
-       "shapes:\n\n| M | x cuBLAS bf16 | x cuBLASLt FP8 | x tri_mx |\n|---|---|---|---|\n";
+  s += "\nSpeed-ups are anchor time / our GEMM time (above 1: we are faster), and for W8A16 "
+       "cuBLAS bf16 time / our W8A16 linear time; geometric means over shapes:\n\n"
+       "| M | x cuBLAS bf16 | x cuBLASLt FP8 | x tri_mx | W8A16 x cuBLAS bf16 |\n"
+       "|---|---|---|---|---|\n";
   for (const json& g : doc["geomeans"]) {
-    s += fmt::format("| {} | {} | {} | {} |\n", g["m"].get<std::int64_t>(),
+    // Reports from before W8A16 was timed lack its geomean.
+    const std::string w8a16 = g.contains("w8a16_vs_cublas_bf16")
+                                  ? ratio_text(g["w8a16_vs_cublas_bf16"].get<double>())
+                                  : std::string("-");
+    s += fmt::format("| {} | {} | {} | {} | {} |\n", g["m"].get<std::int64_t>(),
                      ratio_text(g["vs_cublas_bf16"].get<double>()),
                      ratio_text(g["vs_cublaslt_fp8"].get<double>()),
-                     ratio_text(g["vs_tri_mx"].get<double>()));
+                     ratio_text(g["vs_tri_mx"].get<double>()), w8a16);
   }
   if (doc.contains("quantize")) {
     s += "\nActivation quantization alone (bf16 in, inputs rotating over >= 3x L2):\n\n"
@@ -109,6 +143,10 @@ std::string markdown_report(const json& doc) {
 }
 
 namespace {
+
+// A row's W8A16 fields: a row with any of them has the W8A16 figure.
+constexpr const char* kW8A16RowFields[] = {"kernel_w8a16", "check_w8a16",  "check_w8a16_rel_error",
+                                           "w8a16_us",     "w8a16_spread", "w8a16_tb_s"};
 
 void require(const json& j, const char* key, json::value_t type, const std::string& where,
              std::vector<std::string>& errors) {
@@ -153,6 +191,18 @@ std::vector<std::string> schema_errors(const json& doc) {
         require(r, "gemm_us", T::number_float, where, e);
         require(r, "linear_us", T::number_float, where, e);
       }
+      // The W8A16 figure, in reports that have one (older reports have no W8A16 field): its
+      // kernel and check, and its error and time where the check passed.
+      const bool has_w8a16 =
+          r.is_object() && std::any_of(std::begin(kW8A16RowFields), std::end(kW8A16RowFields),
+                                       [&](const char* k) { return r.contains(k); });
+      if (has_w8a16) {
+        for (const char* k : {"kernel_w8a16", "check_w8a16"}) require(r, k, T::string, where, e);
+        if (r.contains("check_w8a16") && r["check_w8a16"] == "ok") {
+          require(r, "check_w8a16_rel_error", T::number_float, where, e);
+          require(r, "w8a16_us", T::number_float, where, e);
+        }
+      }
     }
   }
   require(doc, "geomeans", T::array, "report", e);
@@ -160,6 +210,10 @@ std::vector<std::string> schema_errors(const json& doc) {
     for (std::size_t i = 0; i < doc["geomeans"].size(); ++i) {
       for (const char* k : {"m", "vs_cublas_bf16", "vs_cublaslt_fp8", "vs_tri_mx"}) {
         require(doc["geomeans"][i], k, T::number_float, fmt::format("geomeans[{}]", i), e);
+      }
+      if (doc["geomeans"][i].is_object() && doc["geomeans"][i].contains("w8a16_vs_cublas_bf16")) {
+        require(doc["geomeans"][i], "w8a16_vs_cublas_bf16", T::number_float,
+                fmt::format("geomeans[{}]", i), e);
       }
     }
   }

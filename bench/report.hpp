@@ -14,7 +14,11 @@ double value_or_nan(const nlohmann::json& row, const char* key);
 // Required: gpu, versions{driver_cuda, cuda_runtime, cublas, mxlinear}, ceilings{read_tb_s,
 // bf16_tflop_s, fp8_tflop_s}, rows[{layer, n, k, m, kernel, check, floor_us, and gemm_us plus
 // linear_us when check is "ok"}], geomeans[{m, vs_cublas_bf16, vs_cublaslt_fp8, vs_tri_mx}],
-// and optional step[{m, gemms, mxlinear_ms}] and timing{replays, warm_ms}.
+// and optional step[{m, gemms, mxlinear_ms}] and timing{replays, warm_ms}. The W8A16 figure is
+// optional, as reports from before it lack it; a row with any of its fields (kernel_w8a16,
+// check_w8a16, check_w8a16_rel_error, w8a16_us, w8a16_spread, w8a16_tb_s) needs kernel_w8a16 and
+// check_w8a16, and check_w8a16_rel_error plus w8a16_us when check_w8a16 is "ok"; a geomean's
+// optional w8a16_vs_cublas_bf16 must be a number.
 std::vector<std::string> schema_errors(const nlohmann::json& doc);
 
 std::string markdown_report(const nlohmann::json& doc);

@@ -8,8 +8,10 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "report.hpp"
 
@@ -21,8 +23,10 @@ using ::testing::HasSubstr;
 
 // The seed model's eight layer shapes at the six M the bench reports, as `mxlinear bench --model
 // builtin:minimax-m3.1-flash-tp4 --m 1,32,128,512,2048,8192 --step` writes them (less the
-// optional columns, which older reports lack and the Markdown prints as nan).
-json seed_report() {
+// optional columns, which older reports lack and the Markdown prints as nan). With `w8a16`, each
+// row has the W8A16 figure and each geomean its W8A16 ratio, as the bench writes them now;
+// without, the report is shaped like one from before the bench timed W8A16.
+json seed_report(bool w8a16 = false) {
   std::mt19937_64 rng(std::random_device{}());
   std::uniform_real_distribution<double> us(1.0, 1000.0);
   const struct {
@@ -63,9 +67,19 @@ json seed_report() {
                              {"cublas_bf16_us", us(rng)},
                              {"cublaslt_fp8_tensor_us", us(rng)},
                              {"tri_mx_us", us(rng)}});
+      if (w8a16) {
+        json& row = doc["rows"].back();
+        row["kernel_w8a16"] = "prefill_a16/w128_t256_st2";
+        row["check_w8a16"] = "ok";
+        row["check_w8a16_rel_error"] = 1e-4;
+        row["w8a16_us"] = us(rng);
+        row["w8a16_spread"] = 0.01;
+        row["w8a16_tb_s"] = 3.5;
+      }
     }
     doc["geomeans"].push_back(
         {{"m", m}, {"vs_cublas_bf16", 0.8}, {"vs_cublaslt_fp8", 0.5}, {"vs_tri_mx", 5.0}});
+    if (w8a16) doc["geomeans"].back()["w8a16_vs_cublas_bf16"] = 1.25;
   }
   for (const std::int64_t m : {32, 128}) {
     doc["step"].push_back({{"m", m}, {"gemms", 261}, {"mxlinear_ms", us(rng) / 100}});
@@ -74,10 +88,12 @@ json seed_report() {
 }
 
 TEST(BenchReport, SeedShapedReportConformsToTheSchema) {
-  const json doc = seed_report();
-  EXPECT_EQ(schema_errors(doc), std::vector<std::string>{});
-  EXPECT_EQ(doc["rows"].size(), 48u);  // 8 shapes x 6 M
-  EXPECT_EQ(doc["step"].size(), 2u);
+  for (const bool w8a16 : {false, true}) {
+    const json doc = seed_report(w8a16);
+    EXPECT_EQ(schema_errors(doc), std::vector<std::string>{}) << "w8a16 " << w8a16;
+    EXPECT_EQ(doc["rows"].size(), 48u);  // 8 shapes x 6 M
+    EXPECT_EQ(doc["step"].size(), 2u);
+  }
 }
 
 // The report docs/PERFORMANCE.md quotes: once published, it must be one the bench's own schema
@@ -133,6 +149,133 @@ TEST(BenchReport, MarkdownHasEveryRowAndTheGeomeans) {
   EXPECT_EQ(rows, 48u + 6u + 2u + 3u);  // figures, geomeans, steps, three header lines
 }
 
+// The cells of a Markdown table line, trimmed: "| a | b |" is {"a", "b"}.
+std::vector<std::string> cells_of(const std::string& line) {
+  std::vector<std::string> cells;
+  std::size_t begin = line.find('|');
+  while (begin != std::string::npos) {
+    const std::size_t end = line.find('|', begin + 1);
+    if (end == std::string::npos) break;
+    std::string cell = line.substr(begin + 1, end - begin - 1);
+    cell.erase(0, cell.find_first_not_of(' '));
+    cell.erase(cell.find_last_not_of(' ') + 1);
+    cells.push_back(cell);
+    begin = end;
+  }
+  return cells;
+}
+
+// The first line of `md` that starts with `prefix`, as a map from its table's header cells to
+// its own cells; empty where no line starts so. The table's header is the first line of the
+// block of '|' lines the line is in.
+std::map<std::string, std::string> table_row(const std::string& md, const std::string& prefix) {
+  const std::size_t at = md.find("\n" + prefix);
+  if (at == std::string::npos) return {};
+  std::size_t header = at;  // the newline before the line
+  while (header > 0) {
+    const std::size_t before = md.rfind('\n', header - 1);
+    if (before == std::string::npos || md[before + 1] != '|') break;
+    header = before;
+  }
+  const auto line_at = [&](std::size_t newline) {
+    const std::size_t end = md.find('\n', newline + 1);
+    return md.substr(newline + 1, end == std::string::npos ? std::string::npos : end - newline - 1);
+  };
+  const std::vector<std::string> names = cells_of(line_at(header));
+  const std::vector<std::string> values = cells_of(line_at(at));
+  std::map<std::string, std::string> row;
+  for (std::size_t i = 0; i < names.size() && i < values.size(); ++i) row[names[i]] = values[i];
+  return row;
+}
+
+// A figure timed in both modes shows W8A16's kernel, time, ratio to cuBLAS bf16 and check; one
+// from a report that predates W8A16 shows "-" in those columns, and so does its geomean.
+TEST(BenchReport, MarkdownShowsTheW8A16FiguresOrDashes) {
+  json doc = seed_report();
+  json& timed = doc["rows"][0];  // self_attn.qkv_proj at M = 1
+  timed["cublas_bf16_us"] = 30.0;
+  timed["kernel_w8a16"] = "generic_a16/t64";
+  timed["check_w8a16"] = "ok";
+  timed["check_w8a16_rel_error"] = 2e-4;
+  timed["w8a16_us"] = 12.0;
+  timed["w8a16_spread"] = 0.02;
+  timed["w8a16_tb_s"] = 1.5;
+  doc["geomeans"][0]["w8a16_vs_cublas_bf16"] = 2.5;
+  ASSERT_EQ(schema_errors(doc), std::vector<std::string>{});
+  const std::string md = markdown_report(doc);
+
+  const auto with = table_row(md, "| self_attn.qkv_proj | 2560x6144 | 1 |");
+  ASSERT_FALSE(with.empty()) << md;
+  EXPECT_EQ(with.at("kernel/config"), "prefill/w128_t256_st2");
+  EXPECT_EQ(with.at("W8A16 kernel/config"), "generic_a16/t64");
+  EXPECT_EQ(with.at("W8A16 us"), "12.00");
+  EXPECT_EQ(with.at("W8A16 x bf16"), "2.50");
+  EXPECT_EQ(with.at("W8A16 check"), "ok");
+  EXPECT_EQ(with.at("check"), "ok");
+  EXPECT_EQ(with.at("cuBLAS bf16 us"), "30.00");
+
+  const auto without = table_row(md, "| self_attn.o_proj | 6144x2048 | 1 |");
+  ASSERT_FALSE(without.empty()) << md;
+  EXPECT_EQ(without.at("kernel/config"), "prefill/w128_t256_st2");
+  for (const char* column : {"W8A16 kernel/config", "W8A16 us", "W8A16 x bf16", "W8A16 check"}) {
+    EXPECT_EQ(without.at(column), "-") << column;
+  }
+  EXPECT_EQ(without.at("check"), "ok");
+
+  // A failed W8A16 check is shown, and its time is not.
+  doc["rows"][1]["kernel_w8a16"] = "generic_a16/t64";
+  doc["rows"][1]["check_w8a16"] = "WRONG";
+  doc["rows"][1]["check_w8a16_rel_error"] = 0.5;
+  ASSERT_EQ(schema_errors(doc), std::vector<std::string>{});
+  const auto wrong = table_row(markdown_report(doc), "| self_attn.o_proj | 6144x2048 | 1 |");
+  ASSERT_FALSE(wrong.empty());
+  EXPECT_EQ(wrong.at("W8A16 check"), "WRONG");
+  EXPECT_EQ(wrong.at("W8A16 us"), "-");
+  EXPECT_EQ(wrong.at("W8A16 x bf16"), "-");
+
+  const auto geomean_with = table_row(md, "| 1 | 0.80 |");
+  ASSERT_FALSE(geomean_with.empty()) << md;
+  EXPECT_EQ(geomean_with.at("W8A16 x cuBLAS bf16"), "2.50");
+  const auto geomean_without = table_row(md, "| 32 | 0.80 |");
+  ASSERT_FALSE(geomean_without.empty()) << md;
+  EXPECT_EQ(geomean_without.at("W8A16 x cuBLAS bf16"), "-");
+}
+
+// The W8A16 fields are optional as a whole (older reports lack them), but a row that has the
+// W8A16 figure must have its kernel and check, and its time where the check passed.
+TEST(BenchReport, W8A16FieldsAreCheckedWherePresent) {
+  json doc = seed_report(/*w8a16=*/true);
+  ASSERT_EQ(schema_errors(doc), std::vector<std::string>{});
+  doc["rows"][2].erase("kernel_w8a16");
+  doc["rows"][3].erase("w8a16_us");
+  doc["rows"][4]["check_w8a16"] = 1;
+  doc["geomeans"][1]["w8a16_vs_cublas_bf16"] = "fast";
+  std::vector<std::string> e = schema_errors(doc);
+  ASSERT_EQ(e.size(), 4u);
+  EXPECT_THAT(e[0], HasSubstr("rows[2]: missing 'kernel_w8a16'"));
+  EXPECT_THAT(e[1], HasSubstr("rows[3]: missing 'w8a16_us'"));
+  EXPECT_THAT(e[2], HasSubstr("rows[4]: 'check_w8a16' has the wrong type"));
+  EXPECT_THAT(e[3], HasSubstr("geomeans[1]: 'w8a16_vs_cublas_bf16' has the wrong type"));
+
+  // A failed W8A16 check needs no W8A16 time, nor an error where the call itself was refused.
+  doc = seed_report(/*w8a16=*/true);
+  doc["rows"][0]["check_w8a16"] = "WRONG";
+  doc["rows"][0].erase("w8a16_us");
+  doc["rows"][0].erase("w8a16_spread");
+  doc["rows"][0].erase("w8a16_tb_s");
+  doc["rows"][0].erase("check_w8a16_rel_error");
+  doc["rows"][0]["w8a16_error"] = "no enabled kernel can run it";
+  EXPECT_EQ(schema_errors(doc), std::vector<std::string>{});
+
+  // A lone W8A16 time makes the row one with the W8A16 figure, which then lacks its check.
+  doc = seed_report();
+  doc["rows"][5]["w8a16_us"] = 3.0;
+  e = schema_errors(doc);
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_THAT(e[0], HasSubstr("rows[5]: missing 'kernel_w8a16'"));
+  EXPECT_THAT(e[1], HasSubstr("rows[5]: missing 'check_w8a16'"));
+}
+
 // Whether `line` holds a number with more than four digits after its decimal point.
 bool has_long_fraction(const std::string& line) {
   for (std::size_t dot = line.find('.'); dot != std::string::npos; dot = line.find('.', dot + 1)) {
@@ -149,7 +292,15 @@ bool has_long_fraction(const std::string& line) {
 // Every row of every Markdown table has as many cells as its header, and no figure is printed
 // unrounded (a placeholder short in a row's format once shifted every cell after it).
 TEST(BenchReport, MarkdownRowsHaveTheirHeadersCellCount) {
-  const std::string md = markdown_report(seed_report());
+  // Rows with the W8A16 figure and rows without (an older report's) in one table.
+  json doc = seed_report(/*w8a16=*/true);
+  const json old = seed_report();
+  for (std::size_t i = 0; i < doc["rows"].size(); i += 2) doc["rows"][i] = old["rows"][i];
+  doc["geomeans"][0] = old["geomeans"][0];
+  doc["rows"][1]["check_w8a16"] = "WRONG";
+  doc["rows"][1].erase("w8a16_us");
+  ASSERT_EQ(schema_errors(doc), std::vector<std::string>{});
+  const std::string md = markdown_report(doc);
   std::size_t header_cells = 0;
   int tables = 0;
   std::size_t begin = 0;

@@ -100,37 +100,69 @@ struct SweepFilter {
 
 void cuda(cudaError_t e, const char* what) { cuda_or_throw(e, what); }
 
-std::string dispatch_name(std::int64_t n, std::int64_t k, std::int64_t m) {
+// The kernel/config linear() dispatches an M-row call of the layer to, for the activation operand
+// of the mode (kMx: W8A8; kBf16: W8A16 on the bench's bf16 x).
+std::string dispatch_name(std::int64_t n, std::int64_t k, std::int64_t m,
+                          ActivationOperand operand) {
   const DeviceDescription device = DeviceDescription::current();
   LayerDescription layer;
   layer.n = n;
   layer.k = k;
+  layer.operand = operand;
   const Registry& registry = Registry::global();
   const Dispatch d = registry.dispatch(registry.select(layer, device), device, m);
   return d.kernel ? fmt::format("{}/{}", d.kernel->name(), d.config) : "none";
 }
 
-// Times one (layer, M): our linear (full and GEMM only) and the two anchors.
+// The bench's correctness guard on a bf16 output: a few units of 2^-8 at most, in relative
+// Frobenius error against the fp64 reference rows.
+constexpr double kCheckTolerance = 4e-3;
+
+// Times one (layer, M) in both activation modes: our linear in W8A8 (full from bf16 and GEMM only
+// on the pre-quantized activation) and in W8A16 (full, the bf16 x as it is), each checked against
+// its own fp64 reference rows first, and the anchors. A W8A16 sweep config that fails its check
+// is added to `wrong_w8a16_configs` as well as to the row's configs_linear_wrong: it has no
+// GEMM-only check that would land it in configs_wrong.
 json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m,
                   bench::Anchors& anchors, const Ceilings& ceil, double tri_mx,
-                  const bench::Timing& timing, const SweepFilter& sweep, cudaStream_t stream) {
+                  const bench::Timing& timing, const SweepFilter& sweep, cudaStream_t stream,
+                  json& wrong_w8a16_configs) {
   const std::int64_t n = w.n, k = w.k, mp = bench::pad16(m);
   const FigureBuffers b(m, n, k, stream);
   const DeviceMemory &x = b.x, &xq = b.xq, &xs = b.xs, &out = b.out, &ws = b.workspace;
   const TensorView &xv = b.xv, &ov = b.ov;
   const QuantizedActivation xa = b.quantized();
+  const LinearOptions w8a16{ActivationMode::kW8A16};
   linear(xa, w.view(0), std::nullopt, ov, stream);
   cuda(cudaStreamSynchronize(stream), "sync");
   const ReferenceRows ref = reference_rows(w, xq, xs, m);
   const double err = check_rows(ref, out, n);
-  const bool ok = err <= 4e-3;  // bf16 output: a few units of 2^-8 at most
+  const bool ok = err <= kCheckTolerance;
   json row = {{"layer", name},
               {"n", n},
               {"k", k},
               {"m", m},
-              {"kernel", dispatch_name(n, k, m)},
+              {"kernel", dispatch_name(n, k, m, ActivationOperand::kMx)},
               {"check_rel_error", err},
-              {"check", ok ? "ok" : "WRONG"}};
+              {"check", ok ? "ok" : "WRONG"},
+              {"kernel_w8a16", dispatch_name(n, k, m, ActivationOperand::kBf16)}};
+  // W8A16 against its own reference: x as it is, where W8A8's reference quantizes it first.
+  const ReferenceRows ref_w8a16 = reference_rows_w8a16(w, x, m);
+  bool ok_w8a16 = false;
+  try {
+    b.poison_output(stream);
+    linear(xv, w.view(0), std::nullopt, ov, stream, b.work(), w8a16);
+    cuda(cudaStreamSynchronize(stream), "sync");
+    const double err_w8a16 = check_rows(ref_w8a16, out, n);
+    ok_w8a16 = err_w8a16 <= kCheckTolerance;
+    row["check_w8a16_rel_error"] = err_w8a16;
+  } catch (const Error& e) {
+    // A layer no W8A16 kernel serves: the figure fails its check, and the W8A8 figures are
+    // still timed. A CUDA error is no such refusal, and would leave the device unusable.
+    if (e.code() == ErrorCode::kCudaError) throw;
+    row["w8a16_error"] = e.what();
+  }
+  row["check_w8a16"] = ok_w8a16 ? "ok" : "WRONG";
   const int calls = std::max(w.copies, 8);
   auto median = [&](const std::function<void(int)>& f) {
     return bench::summarize(bench::time_graph(f, calls, 2, timing, stream));
@@ -175,14 +207,26 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     row["gemm_spread"] = gemm.spread();
     row["gemm_tb_s"] = t.bytes / gemm.median / 1e6;
     row["gemm_tflop_s"] = t.flops / gemm.median / 1e6;
-    row["rotation_copies"] = w.copies;
-    row["calls_per_graph"] = calls;
     if (m >= 8) {
       // The prefill kernel's activation pre-pass alone: part of every prefill gemm_us.
       DeviceMemory prepass_out(static_cast<std::size_t>(mp * k) * 2);
       row["prefill_prepass_us"] =
           median([&](int) { run_prefill_activation_prepass(xa, prepass_out.ptr, stream); }).median;
     }
+  }
+  if (ok_w8a16) {
+    // The full W8A16 linear with the workspace, as linear_us: it reads the bf16 x, not the
+    // e4m3 one, so its traffic counts a 16-bit activation.
+    const Workspace workspace{ws.ptr, linear_workspace_bytes(m, k)};
+    const auto full =
+        median([&](int i) { linear(xv, w.view(i), std::nullopt, ov, stream, workspace, w8a16); });
+    row["w8a16_us"] = full.median;
+    row["w8a16_spread"] = full.spread();
+    row["w8a16_tb_s"] = bench::count_traffic(m, n, k, 2, true).bytes / full.median / 1e6;
+  }
+  if (ok || ok_w8a16) {
+    row["rotation_copies"] = w.copies;
+    row["calls_per_graph"] = calls;
   }
   try {
     const auto bf16 = median([&](int i) {
@@ -213,10 +257,14 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     row["fp8_block_error"] = e.what();
     (void)cudaGetLastError();
   }
-  if (sweep.all_configs && ok) {
-    // Every config of every GPU kernel that can run this layer: the tuner's sweep. Each config
-    // is timed GEMM only (on the pre-quantized activation) and as the full linear from bf16
-    // (linear_with: quantization included, or skipped where the config quantizes x itself).
+  if (sweep.all_configs && (ok || ok_w8a16)) {
+    // Every config of every GPU kernel that can run this layer: the tuner's sweep, in each mode
+    // whose dispatched kernel passed its check. A W8A8 config is timed GEMM only (on the
+    // pre-quantized activation) and as the full linear from bf16 (linear_with: quantization
+    // included, or skipped where the config quantizes x itself). A W8A16 config is timed as the
+    // full linear only: its kernel multiplies the bf16 x itself, so there is no GEMM-only call
+    // to time apart. The W8A16 kernels are registered apart from the W8A8 ones (prefill_a16,
+    // generic_a16, ...), so their keys in configs_linear are distinct.
     json configs = json::object(), configs_error = json::object(), configs_wrong = json::object(),
          configs_linear = json::object(), configs_linear_wrong = json::object(),
          configs_waves = json::object();
@@ -224,8 +272,13 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     LayerDescription layer;
     layer.n = n;
     layer.k = k;
+    LayerDescription layer_w8a16 = layer;
+    layer_w8a16.operand = ActivationOperand::kBf16;
+    const auto poison = [&] {
+      cuda(cudaMemsetAsync(out.ptr, 0xFF, static_cast<std::size_t>(mp * n) * 2, stream), "poison");
+    };
     for (const auto& kernel : Registry::global().kernels()) {
-      if (!kernel->is_supported(device).ok() || !kernel->can_implement(layer).ok() ||
+      if (!ok || !kernel->is_supported(device).ok() || !kernel->can_implement(layer).ok() ||
           kernel->name() == "reference") {
         continue;
       }
@@ -241,13 +294,12 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
         } catch (const Error&) {
           continue;
         }
-        cuda(cudaMemsetAsync(out.ptr, 0xFF, static_cast<std::size_t>(mp * n) * 2, stream),
-             "poison");
+        poison();
         call(0);
         cuda(cudaStreamSynchronize(stream), "sync");
         const double config_err = check_rows(ref, out, n);
         const std::string key = fmt::format("{}/{}", kernel->name(), config);
-        if (!(config_err <= 4e-3)) {
+        if (!(config_err <= kCheckTolerance)) {
           configs_wrong[key] = config_err;  // never timed, never a tuned row
           continue;
         }
@@ -262,18 +314,47 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
           linear_with(*kernel, config, xv, w.view(i), std::nullopt, ov, stream,
                       Workspace{ws.ptr, linear_workspace_bytes(m, k)});
         };
-        cuda(cudaMemsetAsync(out.ptr, 0xFF, static_cast<std::size_t>(mp * n) * 2, stream),
-             "poison");
+        poison();
         full_call(0);
         cuda(cudaStreamSynchronize(stream), "sync");
-        if (const double linear_err = check_rows(ref, out, n); !(linear_err <= 4e-3)) {
+        if (const double linear_err = check_rows(ref, out, n); !(linear_err <= kCheckTolerance)) {
           configs_linear_wrong[key] = linear_err;
         } else {
           configs_linear[key] = median(full_call).median;
         }
       }
     }
-    row["configs"] = configs;
+    for (const auto& kernel : Registry::global().kernels()) {
+      if (!ok_w8a16 || !kernel->is_supported(device).ok() ||
+          !kernel->can_implement(layer_w8a16).ok() || kernel->name() == "reference") {
+        continue;
+      }
+      for (const std::string& config : kernel->configs()) {
+        if (!sweep.takes(kernel->name(), config) || !kernel->worth_sweeping(m, config)) continue;
+        const auto full_call = [&](int i) {
+          linear_with(*kernel, config, xv, w.view(i), std::nullopt, ov, stream,
+                      Workspace{ws.ptr, linear_workspace_bytes(m, k)}, w8a16);
+        };
+        poison();
+        try {
+          full_call(0);  // a config this shape cannot take throws before anything is launched
+        } catch (const Error&) {
+          continue;
+        }
+        cuda(cudaStreamSynchronize(stream), "sync");
+        const double config_err = check_rows(ref_w8a16, out, n);
+        const std::string key = fmt::format("{}/{}", kernel->name(), config);
+        if (!(config_err <= kCheckTolerance)) {
+          configs_linear_wrong[key] = config_err;  // never timed, never a tuned row
+          wrong_w8a16_configs[key] = config_err;
+          continue;
+        }
+        // Its error beside the W8A8 configs' own: a tuned row carries the error of its config.
+        configs_error[key] = config_err;
+        configs_linear[key] = median(full_call).median;
+      }
+    }
+    if (ok) row["configs"] = configs;
     row["configs_check_rel_error"] = configs_error;
     row["configs_linear"] = configs_linear;
     if (!configs_wrong.empty()) row["configs_wrong"] = configs_wrong;
@@ -362,56 +443,77 @@ int run_bench(const BenchOptions& o) {
                 {"fp8_tflop_s", ceil.fp8_flops / 1e12}}},
               {"rows", json::array()},
               {"geomeans", json::array()}};
+  // The W8A16 configs of the sweep that failed their check, by the index of their figure's row.
+  std::map<std::size_t, json> w8a16_configs_wrong;
   if (!o.ceilings_only) {
     std::vector<std::pair<std::int64_t, std::int64_t>> shapes;
     std::map<std::pair<std::int64_t, std::int64_t>, std::string> names;
     for (const auto& l : layers) {
       if (names.emplace(std::make_pair(l.n, l.k), l.name).second) shapes.push_back({l.n, l.k});
     }
-    fmt::print("{:<28} {:>10} {:>5} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>7} {:>6}  {}\n",
-               "layer", "NxK", "M", "linear", "gemm", "cublas16", "lt_fp8", "tri_mx", "x_bf16",
-               "x_fp8", "x_tri", "check", "kernel/config (times in us)");
+    // W8A8 figures (linear, gemm and the ratios to it), then W8A16's (w8a16 and its ratio to
+    // cuBLAS bf16, a16_xbf16); the kernel column names W8A8's kernel/config, then W8A16's.
+    fmt::print(
+        "{:<28} {:>10} {:>5} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>7} {:>6} {:>9} {:>9} "
+        "{:>6}  {}\n",
+        "layer", "NxK", "M", "linear", "gemm", "cublas16", "lt_fp8", "tri_mx", "x_bf16", "x_fp8",
+        "x_tri", "check", "w8a16", "a16_xbf16", "a16chk",
+        "kernel/config, W8A16 kernel/config (times in us)");
     std::uint64_t seed = 1;
     for (const auto& [n, k] : shapes) {
       LayerWeights w(n, k, l2, seed++, stream);
       for (std::int64_t m : o.ms) {
         const auto it = tri_mx.find({n, k, m});
-        json row = bench_figure(names[{n, k}], w, m, anchors, ceil,
-                                it == tri_mx.end() ? NAN : it->second, timing, sweep, stream);
+        json wrong_w8a16_configs = json::object();
+        json row =
+            bench_figure(names[{n, k}], w, m, anchors, ceil, it == tri_mx.end() ? NAN : it->second,
+                         timing, sweep, stream, wrong_w8a16_configs);
         const double g = bench::value_or_nan(row, "gemm_us");
+        const double a16 = bench::value_or_nan(row, "w8a16_us");
         fmt::print(
             "{:<28} {:>10} {:>5} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>8.1f} {:>7.2f} {:>7.2f} "
-            "{:>7.2f} {:>6}  {}{}\n",
+            "{:>7.2f} {:>6} {:>9.2f} {:>9.2f} {:>6}  {}, {}{}{}\n",
             names[{n, k}], fmt::format("{}x{}", n, k), m, bench::value_or_nan(row, "linear_us"), g,
             bench::value_or_nan(row, "cublas_bf16_us"),
             bench::value_or_nan(row, "cublaslt_fp8_tensor_us"),
             bench::value_or_nan(row, "tri_mx_us"), bench::value_or_nan(row, "cublas_bf16_us") / g,
             bench::value_or_nan(row, "cublaslt_fp8_tensor_us") / g,
-            bench::value_or_nan(row, "tri_mx_us") / g, row["check"].get<std::string>(),
-            row["kernel"].get<std::string>(),
+            bench::value_or_nan(row, "tri_mx_us") / g, row["check"].get<std::string>(), a16,
+            bench::value_or_nan(row, "cublas_bf16_us") / a16, row["check_w8a16"].get<std::string>(),
+            row["kernel"].get<std::string>(), row["kernel_w8a16"].get<std::string>(),
             row.contains("anchor_error")
                 ? " anchor error: " + row["anchor_error"].get<std::string>()
-                : "");
+                : "",
+            row.contains("w8a16_error") ? " W8A16 error: " + row["w8a16_error"].get<std::string>()
+                                        : "");
+        if (!wrong_w8a16_configs.empty()) {
+          w8a16_configs_wrong[doc["rows"].size()] = wrong_w8a16_configs;
+        }
         std::fflush(stdout);
         doc["rows"].push_back(row);
       }
     }
     for (std::int64_t m : o.ms) {
-      std::vector<double> bf16, fp8, tri;
+      std::vector<double> bf16, fp8, tri, bf16_w8a16;
       for (const json& r : doc["rows"]) {
         if (r["m"] != m) continue;
         const double g = bench::value_or_nan(r, "gemm_us");
         bf16.push_back(bench::value_or_nan(r, "cublas_bf16_us") / g);
         fp8.push_back(bench::value_or_nan(r, "cublaslt_fp8_tensor_us") / g);
         tri.push_back(bench::value_or_nan(r, "tri_mx_us") / g);
+        bf16_w8a16.push_back(bench::value_or_nan(r, "cublas_bf16_us") /
+                             bench::value_or_nan(r, "w8a16_us"));
       }
       doc["geomeans"].push_back({{"m", m},
                                  {"vs_cublas_bf16", bench::geomean(bf16)},
                                  {"vs_cublaslt_fp8", bench::geomean(fp8)},
-                                 {"vs_tri_mx", bench::geomean(tri)}});
-      fmt::print("geomean M={:>5}: x cuBLAS bf16 {}, x cuBLASLt FP8 {}, x tri_mx {}\n", m,
-                 bench::ratio_text(bench::geomean(bf16)), bench::ratio_text(bench::geomean(fp8)),
-                 bench::ratio_text(bench::geomean(tri)));
+                                 {"vs_tri_mx", bench::geomean(tri)},
+                                 {"w8a16_vs_cublas_bf16", bench::geomean(bf16_w8a16)}});
+      fmt::print(
+          "geomean M={:>5}: x cuBLAS bf16 {}, x cuBLASLt FP8 {}, x tri_mx {}; W8A16 x cuBLAS "
+          "bf16 {}\n",
+          m, bench::ratio_text(bench::geomean(bf16)), bench::ratio_text(bench::geomean(fp8)),
+          bench::ratio_text(bench::geomean(tri)), bench::ratio_text(bench::geomean(bf16_w8a16)));
     }
     doc["quantize"] = json::array();
     std::set<std::int64_t> ks;
@@ -462,14 +564,23 @@ int run_bench(const BenchOptions& o) {
     write_output("--markdown", o.markdown_path, bench::markdown_report(doc));
   }
   int wrong = 0;
-  for (const json& r : doc["rows"]) {
-    wrong += r["check"] == "ok" ? 0 : 1;
+  for (std::size_t i = 0; i < doc["rows"].size(); ++i) {
+    const json& r = doc["rows"][i];
     if (r.contains("configs_wrong")) {
-      wrong += 1;
       fmt::print(stderr, "mxlinear bench: {} M={}: configs failed the check: {}\n",
                  r["layer"].get<std::string>(), r["m"].get<std::int64_t>(),
                  r["configs_wrong"].dump());
     }
+    const auto w8a16_wrong = w8a16_configs_wrong.find(i);
+    if (w8a16_wrong != w8a16_configs_wrong.end()) {
+      fmt::print(stderr, "mxlinear bench: {} M={}: W8A16 configs failed the check: {}\n",
+                 r["layer"].get<std::string>(), r["m"].get<std::int64_t>(),
+                 w8a16_wrong->second.dump());
+    }
+    // Either mode's check, or a config of either mode's sweep.
+    const bool failed = r["check"] != "ok" || r["check_w8a16"] != "ok" ||
+                        r.contains("configs_wrong") || w8a16_wrong != w8a16_configs_wrong.end();
+    wrong += failed ? 1 : 0;
   }
   if (wrong) fmt::print(stderr, "mxlinear bench: {} figures failed the correctness check\n", wrong);
   return problems.empty() && wrong == 0 ? kExitOk : kExitFailed;
@@ -479,7 +590,10 @@ int run_bench(const BenchOptions& o) {
 
 void add_bench_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<BenchOptions>();
-  CLI::App* cmd = app.add_subcommand("bench", "Time the linear per layer shape and M on the GPU");
+  CLI::App* cmd = app.add_subcommand(
+      "bench",
+      "Time the linear per layer shape and M on the GPU in W8A8 and in W8A16, each mode "
+      "checked against fp64 first");
   cmd->add_option("--model", o->model, "builtin:<name> or a CSV of name,N,K,count");
   cmd->add_option("--m", o->ms, "token counts")
       ->delimiter(',')
@@ -489,13 +603,15 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       ->delimiter(',')
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   cmd->add_option("--sweep-kernels", o->sweep_kernels,
-                  "with --all-configs: only these kernels' configs (e.g. decode)")
+                  "with --all-configs: only these kernels' configs (e.g. decode, prefill_a16)")
       ->delimiter(',');
   cmd->add_option("--sweep-configs", o->sweep_configs,
                   "with --all-configs: only the configs whose name this POSIX extended regex "
                   "matches (e.g. 't160|t192', 'overlap$')");
   cmd->add_flag("--all-configs", o->all_configs,
-                "also time every config of every GPU kernel per figure (the tuner's sweep)");
+                "also time every config of every GPU kernel per figure (the tuner's sweep): "
+                "W8A8 kernels' GEMM alone and as the full linear, W8A16 kernels' (*_a16) as the "
+                "full linear");
   cmd->add_flag("--ceilings", o->ceilings_only, "only measure read bandwidth and bf16/FP8 peaks");
   cmd->add_option("--anchors", o->anchors,
                   "CSV of anchor figures measured on an H200 (cuBLAS bf16, cuBLASLt FP8 and "

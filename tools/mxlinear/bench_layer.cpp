@@ -68,17 +68,37 @@ const void* LayerWeights::bf16_copy(int copy) const {
   return bf16.bytes() + static_cast<std::size_t>(copy % copies) * data_bytes * 2;
 }
 
+namespace {
+
+// A copy of the first weight copy on the host, for the CPU reference.
+struct HostWeight {
+  std::vector<std::uint8_t> data, scales;
+  MxWeight view;
+
+  explicit HostWeight(const LayerWeights& w) : data(w.data_bytes), scales(w.scale_bytes) {
+    cuda_or_throw(cudaMemcpy(data.data(), w.data.ptr, data.size(), cudaMemcpyDeviceToHost),
+                  "download");
+    cuda_or_throw(cudaMemcpy(scales.data(), w.scales.ptr, scales.size(), cudaMemcpyDeviceToHost),
+                  "download");
+    view = {TensorView::contiguous(data.data(), {w.n, w.k}, DType::kE4M3, Location::kHost),
+            TensorView::contiguous(scales.data(), {w.n, w.k / 32}, DType::kE8M0, Location::kHost)};
+  }
+  // view points into this object's vectors.
+  HostWeight(const HostWeight&) = delete;
+  HostWeight& operator=(const HostWeight&) = delete;
+};
+
+// The rows a figure is checked on: the first, the last and two between.
+std::set<std::int64_t> checked_rows(std::int64_t m) { return {0, m - 1, m / 2, m / 3}; }
+
+}  // namespace
+
 ReferenceRows reference_rows(const LayerWeights& w, const DeviceMemory& xq, const DeviceMemory& xs,
                              std::int64_t m) {
   const std::int64_t n = w.n, k = w.k;
-  std::vector<std::uint8_t> wd(w.data_bytes), ws(w.scale_bytes);
-  cuda_or_throw(cudaMemcpy(wd.data(), w.data.ptr, wd.size(), cudaMemcpyDeviceToHost), "download");
-  cuda_or_throw(cudaMemcpy(ws.data(), w.scales.ptr, ws.size(), cudaMemcpyDeviceToHost), "download");
-  const MxWeight host_w{
-      TensorView::contiguous(wd.data(), {n, k}, DType::kE4M3, Location::kHost),
-      TensorView::contiguous(ws.data(), {n, k / 32}, DType::kE8M0, Location::kHost)};
+  const HostWeight host_w(w);
   ReferenceRows ref;
-  for (std::int64_t r : std::set<std::int64_t>{0, m - 1, m / 2, m / 3}) {
+  for (std::int64_t r : checked_rows(m)) {
     std::vector<std::uint8_t> qd(static_cast<std::size_t>(k)), qs(static_cast<std::size_t>(k / 32));
     cuda_or_throw(cudaMemcpy(qd.data(), xq.bytes() + r * k, qd.size(), cudaMemcpyDeviceToHost),
                   "download");
@@ -90,7 +110,25 @@ ReferenceRows reference_rows(const LayerWeights& w, const DeviceMemory& xq, cons
         DType::kBF16};
     ref.rows.push_back(r);
     ref.values.emplace_back(static_cast<std::size_t>(n));
-    reference_linear_f64(a, host_w, std::nullopt, ref.values.back().data());
+    reference_linear_f64(a, host_w.view, std::nullopt, ref.values.back().data());
+  }
+  return ref;
+}
+
+ReferenceRows reference_rows_w8a16(const LayerWeights& w, const DeviceMemory& x, std::int64_t m) {
+  const std::int64_t n = w.n, k = w.k;
+  const HostWeight host_w(w);
+  ReferenceRows ref;
+  for (std::int64_t r : checked_rows(m)) {
+    std::vector<std::uint16_t> row(static_cast<std::size_t>(k));
+    cuda_or_throw(
+        cudaMemcpy(row.data(), x.bytes() + r * k * 2, row.size() * 2, cudaMemcpyDeviceToHost),
+        "download");
+    ref.rows.push_back(r);
+    ref.values.emplace_back(static_cast<std::size_t>(n));
+    reference_linear_w8a16_f64(
+        TensorView::contiguous(row.data(), {1, k}, DType::kBF16, Location::kHost), host_w.view,
+        std::nullopt, ref.values.back().data());
   }
   return ref;
 }

@@ -53,9 +53,12 @@ struct ReferenceRows {
   std::vector<std::vector<double>> values;  // [row][n]
 };
 
-// The reference rows of activation (xq, xs) [m, k] times w.
+// The reference rows of activation (xq, xs) [m, k] times w (W8A8).
 ReferenceRows reference_rows(const LayerWeights& w, const DeviceMemory& xq, const DeviceMemory& xs,
                              std::int64_t m);
+
+// The same rows in W8A16: the bf16 activation x [m, k] as it is, not quantized, times w.
+ReferenceRows reference_rows_w8a16(const LayerWeights& w, const DeviceMemory& x, std::int64_t m);
 
 // Worst relative Frobenius error of the reference rows of a bf16 output [m, n].
 double check_rows(const ReferenceRows& ref, const DeviceMemory& out, std::int64_t n);
