@@ -1,10 +1,16 @@
 // The MX GEMV (mma.sync from global memory), every config, against the fp64 reference
-// (MXFP8.md's checks), plus determinism and CUDA-graph capture with programmatic launch.
+// (MXFP8.md's checks), plus determinism and CUDA-graph capture with programmatic launch; and its
+// W8A16 variants (a bf16 or fp16 x used as it is) against the fp64 W8A16 oracle.
+#include <cmath>
+#include <utility>
+#include <vector>
 
+#include "device/common/sm90.hpp"
 #include "device/kernels/gemv/gemv_gemm.hpp"
 #include "gpu/gemm_checks.hpp"
 #include "gpu/gpu_support.hpp"
 #include "host/registry/gemv_config.hpp"
+#include "support/mx_oracle.hpp"
 #include "support/random.hpp"
 
 namespace mxlinear::test {
@@ -105,6 +111,212 @@ TEST_P(GemvGemmConfig, EveryNextLaunchPointKeepsAChainInOrder) {
     };
     check_chain_graph_replay(call, 4, out);
   }
+}
+
+// --- W8A16: x as it is (bf16 or fp16), MX weights ---------------------------------------------
+// Every instance has W8A16 variants; launch_gemv_gemm picks one by p.x_as_is and p.x_is_f16.
+
+constexpr DType kActivation16Types[] = {DType::kBF16, DType::kF16};
+
+// Every M in {1, 3, 8, 9, 16} meets every N in {1, 16, 40, 130, 1000} once, with K cycling
+// through {32, 96, 544, 4096} (K = kK[(i + j) % 4]), so each K meets several M and N: M = 1 and 3
+// run part of one token tile, 8 a whole 8-token tile, 9 and 16 two tiles of 8 tokens (or part of
+// or one whole 16-token tile); K = 32 and 96 give warps (and splits) no blocks, 544 ends inside a
+// round or ring stage.
+std::vector<GemmShape> w8a16_shapes() {
+  constexpr std::int64_t kM[] = {1, 3, 8, 9, 16};
+  constexpr std::int64_t kN[] = {1, 16, 40, 130, 1000};
+  constexpr std::int64_t kK[] = {32, 96, 544, 4096};
+  std::vector<GemmShape> shapes;
+  for (int i = 0; i < 5; ++i) {
+    for (int j = 0; j < 5; ++j) shapes.push_back({kM[i], kN[j], kK[(i + j) % 4]});
+  }
+  return shapes;
+}
+
+W8A16Operands oracle_operands(const Activation16& x, const MxOperand& w) {
+  return {.m = x.rows,
+          .n = w.rows,
+          .k = x.k,
+          .x = x.codes.data(),
+          .ld_x = x.ld_x,
+          .x_format = x.dtype == DType::kBF16 ? kBF16Format : kF16Format,
+          .w = w.data.data(),
+          .w_scales = w.scales.data()};
+}
+
+TEST_P(GemvGemmConfig, W8A16ExactInputsMatchFp64BitForBit) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  for (const DType x_dtype : kActivation16Types) {
+    for (const GemmShape& c : w8a16_shapes()) {
+      const Activation16 x = exact_activation16(c.m, c.k, c.k, x_dtype, rng);
+      const MxOperand w = exact_operand(c.n, c.k, rng);
+      const std::vector<double> ref = w8a16_reference(oracle_operands(x, w), {});
+      for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+        SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " M=" << c.m << " N="
+                                          << c.n << " K=" << c.k << " out=" << to_string(dtype));
+        expect_bit_exact(run_w8a16(launcher(), x, 0, w, dtype), ref, c.n, dtype);
+      }
+    }
+  }
+}
+
+TEST_P(GemvGemmConfig, W8A16RandomInputsWithinFp32AccumulationBound) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  for (const DType x_dtype : kActivation16Types) {
+    for (const GemmShape& c : w8a16_shapes()) {
+      const Activation16 x = random_activation16_as_is(c.m, c.k, c.k, x_dtype, rng);
+      const MxOperand w = random_operand(c.n, c.k, rng);
+      const W8A16Operands op = oracle_operands(x, w);
+      const std::vector<double> ref = w8a16_reference(op, {});
+      const std::vector<double> abs_sums = w8a16_abs_product_sums(op);
+      for (const DType dtype : {DType::kBF16, DType::kF32}) {
+        SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " M=" << c.m << " N="
+                                          << c.n << " K=" << c.k << " out=" << to_string(dtype));
+        expect_within_accumulation_bound(run_w8a16(launcher(), x, 0, w, dtype), ref, abs_sums, c.k,
+                                         dtype);
+      }
+    }
+  }
+}
+
+// Row strides past K (NaN between the rows) and a base 16 bytes into its buffer (NaN before it):
+// the kernel reads x's [M, K] view and nothing else. The host guarantees 16-byte aligned rows.
+TEST_P(GemvGemmConfig, W8A16PaddedRowsMatchFp64BitForBit) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  struct Layout {
+    std::int64_t extra_stride, offset;  // elements
+  };
+  constexpr Layout kLayouts[] = {{8, 0}, {0, 8}, {64, 8}};
+  constexpr GemmShape kPaddedShapes[] = {{3, 40, 544}, {16, 130, 96}, {9, 33, 2048}};
+  for (const DType x_dtype : kActivation16Types) {
+    for (const GemmShape& c : kPaddedShapes) {
+      const MxOperand w = exact_operand(c.n, c.k, rng);
+      for (const Layout& layout : kLayouts) {
+        const Activation16 x =
+            exact_activation16(c.m, c.k, c.k + layout.extra_stride, x_dtype, rng);
+        const std::vector<double> ref = w8a16_reference(oracle_operands(x, w), {});
+        SCOPED_TRACE(::testing::Message()
+                     << "x=" << to_string(x_dtype) << " M=" << c.m << " N=" << c.n << " K=" << c.k
+                     << " ld_x=" << x.ld_x << " base offset=" << layout.offset << " elements");
+        expect_bit_exact(run_w8a16(launcher(), x, layout.offset, w, DType::kF32), ref, c.n,
+                         DType::kF32);
+      }
+    }
+  }
+}
+
+// A NaN scale of one weight block, a NaN weight code and a NaN in x make exactly the outputs
+// they feed NaN (K = 256: whole ring stages; K = 544: a partial one), over three 8-token tiles
+// (two 16-token ones).
+TEST_P(GemvGemmConfig, W8A16NaNPropagatesExactly) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  constexpr std::int64_t kM = 20, kN = 70;
+  for (const DType x_dtype : kActivation16Types) {
+    for (const std::int64_t k : {std::int64_t{256}, std::int64_t{544}}) {
+      Activation16 x = random_activation16_as_is(kM, k, k, x_dtype, rng);
+      MxOperand w = random_operand(kN, k, rng);
+      const std::int64_t blocks = k / kBlockSize;
+      w.scales[static_cast<std::size_t>(17 * blocks + 2)] = 0xFF;  // column 17: a NaN scale
+      w.data[static_cast<std::size_t>(66 * k + k - 5)] = 0xFF;     // column 66: -NaN code
+      x.codes[static_cast<std::size_t>(3 * k + 40)] = x_dtype == DType::kBF16 ? 0x7FC0 : 0x7E00;
+      SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " K=" << k);
+      const auto out = run_w8a16(launcher(), x, 0, w, DType::kF32);
+      for (std::int64_t m = 0; m < kM; ++m) {
+        for (std::int64_t n = 0; n < kN; ++n) {
+          const bool should_be_nan = m == 3 || n == 17 || n == 66;
+          const double v = output_value(out, DType::kF32, static_cast<std::size_t>(m * kN + n));
+          EXPECT_EQ(std::isnan(v), should_be_nan) << "out[" << m << ", " << n << "] = " << v;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(GemvGemmConfig, W8A16BiasIsAddedExactly) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  for (const DType x_dtype : kActivation16Types) {
+    for (auto [m, n] : {std::pair<std::int64_t, std::int64_t>{9, 21}, {16, 257}}) {
+      constexpr std::int64_t kK = 544;
+      const Activation16 x = exact_activation16(m, kK, kK, x_dtype, rng);
+      const MxOperand w = exact_operand(n, kK, rng);
+      const BiasBuffers bias = quarter_bias(n);
+      const std::vector<double> ref = w8a16_reference(oracle_operands(x, w), bias.values);
+      for (auto [buffer, type] : {std::pair{&bias.f32, device::BiasType::kF32},
+                                  std::pair{&bias.bf16, device::BiasType::kBF16}}) {
+        for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+          SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " M=" << m
+                                            << " N=" << n << " out=" << to_string(dtype) << " bias="
+                                            << (type == device::BiasType::kF32 ? "f32" : "bf16"));
+          expect_bit_exact(run_w8a16(launcher(), x, 0, w, dtype, buffer, type), ref, n, dtype);
+        }
+      }
+    }
+  }
+}
+
+// A seed-sized layer run 8 times: every run equals the first bit for bit (ring races show on
+// layers this long), and the first is within the fp32 accumulation bound.
+TEST_P(GemvGemmConfig, W8A16SeedSizedLayerIsStableAcrossRuns) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  constexpr std::int64_t kM = 2, kN = 2560, kK = 6144;
+  for (const DType x_dtype : kActivation16Types) {
+    SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype));
+    const Activation16 x = random_activation16_as_is(kM, kK, kK, x_dtype, rng);
+    const MxOperand w = random_operand(kN, kK, rng);
+    const W8A16Operands op = oracle_operands(x, w);
+    const std::vector<std::uint8_t> first = run_w8a16(launcher(), x, 0, w, DType::kF32);
+    expect_within_accumulation_bound(first, w8a16_reference(op, {}), w8a16_abs_product_sums(op), kK,
+                                     DType::kF32);
+    for (int run = 1; run < 8; ++run) {
+      EXPECT_TRUE(run_w8a16(launcher(), x, 0, w, DType::kF32) == first) << "run " << run;
+    }
+  }
+}
+
+// Host-side only: no launch happens, so these run without a GPU too.
+TEST_P(GemvGemmConfig, W8A16SharedMemoryIsReported) {
+  const int instance = GetParam();
+  const device::GemvInstanceInfo& info =
+      device::gemv_gemm_instances()[static_cast<std::size_t>(instance)];
+  for (const std::int64_t m : {std::int64_t{1}, std::int64_t{info.tokens}, std::int64_t{1000}}) {
+    for (const int k : {32, 544, 4096}) {
+      SCOPED_TRACE(::testing::Message() << "M=" << m << " K=" << k);
+      const int w8a8 = device::gemv_gemm_smem_bytes(instance, m, k);
+      EXPECT_EQ(device::gemv_gemm_smem_bytes(instance, m, k, false), w8a8);
+      // 16-bit rows take more than e4m3 rows and their fp32 scales, and no more than twice all.
+      const int w8a16 = device::gemv_gemm_smem_bytes(instance, m, k, true);
+      EXPECT_GT(w8a16, w8a8);
+      EXPECT_LE(w8a16, 2 * w8a8);
+    }
+  }
+  // The staged rows grow with min(M, tokens) and K.
+  EXPECT_LT(device::gemv_gemm_smem_bytes(instance, 1, 4096, true),
+            device::gemv_gemm_smem_bytes(instance, info.tokens, 4096, true));
+  EXPECT_EQ(device::gemv_gemm_smem_bytes(instance, info.tokens, 4096, true),
+            device::gemv_gemm_smem_bytes(instance, 1000, 4096, true));
+  EXPECT_LT(device::gemv_gemm_smem_bytes(instance, 1, 4096, true),
+            device::gemv_gemm_smem_bytes(instance, 1, 8192, true));
+  // K = 4096 fits one CTA at full tokens (the tests run it); K = 16384 does not.
+  EXPECT_LE(device::gemv_gemm_smem_bytes(instance, info.tokens, 4096, true),
+            device::kSm90MaxSmemPerCta);
+  EXPECT_GT(device::gemv_gemm_smem_bytes(instance, info.tokens, 16384, true),
+            device::kSm90MaxSmemPerCta);
+}
+
+TEST_P(GemvGemmConfig, W8A16WithoutActivationIsRejected) {
+  device::GemmParams p;
+  p.x_as_is = true;  // and p.x unset
+  p.m = p.n = 1;
+  p.k = 32;
+  EXPECT_FALSE(device::gemv_gemm_unsupported(p).empty());
+  EXPECT_EQ(device::launch_gemv_gemm(p, GetParam(), nullptr), cudaErrorInvalidValue);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -56,6 +56,20 @@ __device__ __forceinline__ void e4m3x4_to_f16x2x2(std::uint32_t x, std::uint32_t
       : "r"(x));
 }
 
+// Four e4m3 bytes -> two bf16x2, in e4m3x4_to_f16x2x2's layout. Exact: e4m3 -> f16 exactly,
+// f16 -> f32 exactly, and every e4m3 value (at most 4 significant bits, magnitudes 2^-9 .. 448,
+// or zero) is a normal bf16 number, so the rounding pack changes nothing; NaN stays NaN.
+__device__ __forceinline__ void e4m3x4_to_bf16x2x2(std::uint32_t x, std::uint32_t& lo,
+                                                   std::uint32_t& hi) {
+  asm("{\n.reg .b16 l, h, l0, l1, h0, h1;\n.reg .b32 fl, fh;\n.reg .f32 a0, a1, b0, b1;\n"
+      "mov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 fl, l;\ncvt.rn.f16x2.e4m3x2 fh, h;\n"
+      "mov.b32 {l0, l1}, fl;\nmov.b32 {h0, h1}, fh;\n"
+      "cvt.f32.f16 a0, l0;\ncvt.f32.f16 a1, l1;\ncvt.f32.f16 b0, h0;\ncvt.f32.f16 b1, h1;\n"
+      "cvt.rn.bf16x2.f32 %0, a1, a0;\ncvt.rn.bf16x2.f32 %1, b1, b0;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(x));
+}
+
 // Two fp32 -> e4m3x2, round to nearest even, saturating to +-448 (hi -> high byte).
 __device__ __forceinline__ std::uint16_t f32x2_to_e4m3x2(float hi, float lo) {
   std::uint16_t r;
@@ -75,6 +89,17 @@ __device__ __forceinline__ void mma_f16_16816(float (&d)[4], const std::uint32_t
                                               std::uint32_t b0, std::uint32_t b1,
                                               const float (&c)[4]) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%10, %11, %12, %13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]),
+        "f"(c[2]), "f"(c[3]));
+}
+
+// D = A * B + C, m16n8k16, bf16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const std::uint32_t (&a)[4],
+                                               std::uint32_t b0, std::uint32_t b1,
+                                               const float (&c)[4]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%10, %11, %12, %13};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]),

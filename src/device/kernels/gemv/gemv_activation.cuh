@@ -1,6 +1,7 @@
 // The GEMV's activation tile in shared memory: the CTA's tokens staged once (copied from the
-// pre-quantized activation, or quantized from bf16/fp16 with the quantize kernel's helpers), and
-// the per-lane reader of its mma fragments. Device code only.
+// pre-quantized activation, quantized from bf16/fp16 with the quantize kernel's helpers, or, in
+// W8A16, copied as the 16-bit values they are), and the per-lane readers of its mma fragments.
+// Device code only.
 #pragma once
 
 #include <cstdint>
@@ -11,11 +12,19 @@
 #include "device/ptx/ptx.cuh"
 #include "mxlinear/format.hpp"
 
+namespace mxlinear::device {
+
+// What a GEMV's activation operand is: e4m3 codes with their scales (W8A8), or the caller's bf16
+// or fp16 x as it is (W8A16, GemmParams::x_as_is), which the weights are widened to exactly.
+enum class GemvOperand : std::uint8_t { kMx, kBf16, kF16 };
+
+}  // namespace mxlinear::device
+
 namespace mxlinear::device::gemv_detail {
 
-// The staged activation: `tokens` rows of K e4m3 bytes (stride K + kRowPad) and of K/32 scales
-// (fp32), of which blocks [first_block, end_block) are filled: a CTA of a K split stages only its
-// own range, at the same offsets.
+// The staged activation: `tokens` rows of K e4m3 bytes and of K/32 scales (fp32), or (W8A16) of
+// K 16-bit values and no scales, `stride` bytes apart, of which blocks [first_block, end_block)
+// are filled: a CTA of a K split stages only its own range, at the same offsets.
 struct StagedActivation {
   std::uint8_t* values;
   float* scales;
@@ -114,10 +123,48 @@ __device__ __forceinline__ void quantize_activations(const GemmParams& p, int t0
   }
 }
 
+// W8A16 staging: within each block's 64 bytes of a staged row, the 8 values lane (g, t) reads
+// (positions 8t .. 8t + 7) are split into halves, one per k16 step: positions 8t .. 8t + 3 at
+// byte 8t, 8t + 4 .. 8t + 7 at byte 32 + 8t. Each half is then one 8-byte read that 4 lanes of a
+// row take as 32 contiguous bytes (two wavefronts a warp with rows 32 bytes past a multiple of
+// 128 apart), and the two halves of a block feed different mma, so the register streamer's
+// schedule does not hold all 16 bytes of four blocks at once (one 16-byte read did, and spilled).
+__device__ __forceinline__ constexpr int x16_half_offset(int t, int half) {
+  return 32 * half + 8 * t;
+}
+
+// W8A16: copies the CTA's bf16 or fp16 tokens as they are into shared memory, from 16-byte words
+// of 8 values (the host guarantees 16-byte aligned rows, base and stride), no scales, in the
+// layout above. Batches of two words per thread, as copy_rows, so the weights in flight keep
+// their registers.
+template <int kThreads>
+__device__ __forceinline__ void copy_x_rows(const GemmParams& p, int t0,
+                                            const StagedActivation& s) {
+  constexpr int kValuesPerWord = 8;
+  constexpr int kWordsPerBlock = kBlockSize / kValuesPerWord;
+  if (s.end_block <= s.first_block) return;  // a split with no K range
+  const int w0 = s.first_block * kWordsPerBlock;
+  const auto* const x = static_cast<const std::uint16_t*>(p.x);
+  copy_in_batches<2>(
+      s.tokens, (s.end_block - s.first_block) * kWordsPerBlock, static_cast<int>(threadIdx.x),
+      kThreads,
+      [&](int t, int w) {
+        return *reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(t0 + t) * p.ld_x +
+                                               kValuesPerWord * (w0 + w));
+      },
+      [&](int t, int w, uint4 v) {
+        const int word = w0 + w;  // word % 4 is the lane column t of its 8 values
+        std::uint8_t* const block = s.values + t * s.stride + 2 * kBlockSize * (word / 4);
+        *reinterpret_cast<uint2*>(block + x16_half_offset(word % 4, 0)) = make_uint2(v.x, v.y);
+        *reinterpret_cast<uint2*>(block + x16_half_offset(word % 4, 1)) = make_uint2(v.z, v.w);
+      });
+}
+
 // Where lane (g, t) reads token tile `tile` of the staged activation: its fragment row (token g
 // of the tile) and the scale rows of tokens 2t and 2t + 1. Tokens past the staged rows read the
 // last staged one: the mma keeps each token's column apart, and those columns are never stored.
 struct ActivationReader {
+  static constexpr GemvOperand kOperand = GemvOperand::kMx;
   const std::uint8_t* values;
   const float* scale0;
   const float* scale1;
@@ -132,6 +179,31 @@ struct ActivationReader {
     const uint2 bytes = *reinterpret_cast<const uint2*>(values + kBlockSize * b);
     ptx::e4m3x4_to_f16x2x2(bytes.x, frag[0], frag[1]);
     ptx::e4m3x4_to_f16x2x2(bytes.y, frag[2], frag[3]);
+  }
+};
+
+// ActivationReader for W8A16: lane (g, t) reads the same positions 8t .. 8t + 7 of block b, as
+// 16-bit values in two 8-byte halves (x16_half_offset). Word i holds positions 8t + 2i (low half)
+// and 8t + 2i + 1 (high half), as e4m3x4_to_f16x2x2 places them in frag[i] for W8A8, so it is the
+// fragment as it is and both sides of each k16 step pair the same k. No scales: x is used as it
+// is.
+template <GemvOperand kX>
+struct X16Reader {
+  static_assert(kX == GemvOperand::kBf16 || kX == GemvOperand::kF16, "a 16-bit activation");
+  static constexpr GemvOperand kOperand = kX;
+  const std::uint8_t* values;
+
+  __device__ __forceinline__ X16Reader(const StagedActivation& s, int tile, int g, int t)
+      : values(s.values + min(8 * tile + g, s.tokens - 1) * s.stride + x16_half_offset(t, 0)) {}
+
+  __device__ __forceinline__ void fragments(int b, std::uint32_t (&frag)[4]) const {
+    const std::uint8_t* const block = values + 2 * kBlockSize * b;
+    const uint2 step0 = *reinterpret_cast<const uint2*>(block);
+    const uint2 step1 = *reinterpret_cast<const uint2*>(block + x16_half_offset(0, 1));
+    frag[0] = step0.x;
+    frag[1] = step0.y;
+    frag[2] = step1.x;
+    frag[3] = step1.y;
   }
 };
 

@@ -44,6 +44,10 @@ using T8Kw4St4Split4 = GemvTile<GemvShape{.kwarps = 4, .stages = 4, .splits = 4}
 using W48T8Kw4St3 = GemvTile<GemvShape{.kwarps = 4, .stages = 3, .row_tiles = 3}>;
 using W48T8Kw4St4 = GemvTile<GemvShape{.kwarps = 4, .stages = 4, .row_tiles = 3}>;
 
+// The W8A16 instance of a W8A8 tile: the same shape on a bf16 or fp16 activation used as it is.
+template <class Tile, GemvOperand kOperand>
+using AsIs = GemvTile<Tile::kShape, kOperand>;
+
 template <class Tile>
 int staged_tokens(std::int64_t m) {
   return static_cast<int>(m < Tile::kTokens ? m : Tile::kTokens);
@@ -64,21 +68,37 @@ cudaError_t launch(const GemmParams& p, cudaStream_t stream) {
                              Tile::kSplits > 1 ? Tile::kSplits : 0, p);
 }
 
+// W8A8, or W8A16 when p.x_as_is: the bf16 or fp16 instance by p.x_is_f16 (p.x must be set).
+template <class Tile>
+cudaError_t launch_operand(const GemmParams& p, cudaStream_t stream) {
+  if (!p.x_as_is) return launch<Tile>(p, stream);
+  if (p.x == nullptr) return cudaErrorInvalidValue;
+  return p.x_is_f16 ? launch<AsIs<Tile, GemvOperand::kF16>>(p, stream)
+                    : launch<AsIs<Tile, GemvOperand::kBf16>>(p, stream);
+}
+
 template <class Tile>
 int smem_bytes(std::int64_t m, int k) {
   return Tile::smem_bytes(k, staged_tokens<Tile>(m));
 }
 
 // The compiled instances, in the order of their indices; one list for the infos, sizers and
-// launchers.
+// launchers. Every instance has W8A16 variants (bf16 and fp16 x), whose shared memory is the
+// same for both (16-bit rows, no scales).
 template <class... Tiles>
 struct Instances {
   static constexpr std::array<GemvInstanceInfo, sizeof...(Tiles)> kInfos = {GemvInstanceInfo{
       Tiles::kTokens, Tiles::kWarps, Tiles::kStages, Tiles::kSplits, Tiles::kCtaRows}...};
   static constexpr std::array<int (*)(std::int64_t, int), sizeof...(Tiles)> kSizers = {
       smem_bytes<Tiles>...};
+  static constexpr std::array<int (*)(std::int64_t, int), sizeof...(Tiles)> kSizersAsIs = {
+      smem_bytes<AsIs<Tiles, GemvOperand::kBf16>>...};
   static constexpr std::array<cudaError_t (*)(const GemmParams&, cudaStream_t), sizeof...(Tiles)>
-      kLaunchers = {launch<Tiles>...};
+      kLaunchers = {launch_operand<Tiles>...};
+  static_assert(((AsIs<Tiles, GemvOperand::kBf16>::smem_bytes(4096, 8) ==
+                  AsIs<Tiles, GemvOperand::kF16>::smem_bytes(4096, 8)) &&
+                 ...),
+                "one W8A16 size for both 16-bit types");
 };
 using Compiled =
     Instances<T8Kw4, T8Kw8, T16Kw8, T8Kw4St8, T8Kw8St4, T8Kw8St6, T8Kw4St3, T8Kw4St4, T8Kw8Split2,
@@ -88,9 +108,14 @@ using Compiled =
 
 std::span<const GemvInstanceInfo> gemv_gemm_instances() { return Compiled::kInfos; }
 
-int gemv_gemm_smem_bytes(int instance, std::int64_t m, int k) {
+int gemv_gemm_smem_bytes(int instance, std::int64_t m, int k, bool x_as_is) {
   if (instance < 0 || instance >= static_cast<int>(Compiled::kSizers.size())) return 0;
-  return Compiled::kSizers[static_cast<std::size_t>(instance)](m, k);
+  const auto& sizers = x_as_is ? Compiled::kSizersAsIs : Compiled::kSizers;
+  return sizers[static_cast<std::size_t>(instance)](m, k);
+}
+
+int gemv_gemm_smem_bytes(int instance, std::int64_t m, int k) {
+  return gemv_gemm_smem_bytes(instance, m, k, false);
 }
 
 std::string_view gemv_gemm_unsupported(const GemmParams& p) {
@@ -103,6 +128,7 @@ std::string_view gemv_gemm_unsupported(const GemmParams& p) {
   if (p.x == nullptr && !aligned(p.a, p.ld_a, p.m, 4)) {
     return "e4m3 activation rows must be 4-byte aligned";
   }
+  if (p.x_as_is && p.x == nullptr) return "W8A16 (x_as_is) needs the bf16/fp16 activation x";
   if (p.x != nullptr && !aligned(p.x, p.ld_x * 2, p.m, 16)) {
     return "bf16/fp16 activation rows must be 16-byte aligned";
   }

@@ -27,9 +27,16 @@
 //   phase on split 0's path (a phase at entry, waited for only at the meeting, makes sure every
 //   CTA of the cluster runs before its shared memory is written). Each split stages only its own
 //   K range of the activation.
+// - W8A16 (GemmParams::x_as_is; a tile of operand kBf16 or kF16): the CTA's tokens are the
+//   caller's bf16 or fp16 x, staged as they are (2 bytes per element, no scales); a lane's
+//   activation fragments are read as they are at the k its weight fragments hold, the weights
+//   are widened exactly to x's type (e4m3 -> f16, and on to bf16 through fp32 for bf16 x), the
+//   same two mma (f16 or bf16) give each block's fp32 partial, and it is promoted with the
+//   weight scale alone: acc += partial * sw. W8A8 instances compile to the same code as before.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "device/common/epilogue.cuh"
 #include "device/common/gemm_params.hpp"
@@ -51,8 +58,14 @@ struct GemvShape {
   int row_tiles = 1;    // 16-row tiles per CTA
 };
 
-template <GemvShape kShape>
+// kOperandParam: the activation operand (GemvOperand), e4m3 with scales by default.
+template <GemvShape kShapeParam, GemvOperand kOperandParam = GemvOperand::kMx>
 struct GemvTile {
+  static constexpr GemvShape kShape = kShapeParam;
+  static constexpr GemvOperand kOperand = kOperandParam;
+  static constexpr bool kXAsIs = kOperand != GemvOperand::kMx;  // W8A16
+  using Reader =
+      std::conditional_t<kXAsIs, gemv_detail::X16Reader<kOperand>, gemv_detail::ActivationReader>;
   static constexpr int kTokenTiles = kShape.token_tiles;  // n8 mma tiles of tokens per CTA
   static constexpr int kTokens = 8 * kTokenTiles;         // activation rows per CTA
   static constexpr int kWarps = kShape.kwarps;            // K ranges per row tile
@@ -70,6 +83,17 @@ struct GemvTile {
   // Activation rows are padded by 32 bytes so the 8 token rows of a fragment read fall into
   // different bank groups (K % 128 == 0 would put them all in the same banks).
   static constexpr int kRowPad = 32;
+  // Bytes from one staged activation row to the next: K e4m3 bytes and the pad, or (W8A16) 2K
+  // bytes of 16-bit x padded to 32 bytes past a multiple of 128. An 8-byte fragment read is
+  // served a half-warp at a time, lanes (g .. g + 3, 0..3): 32 contiguous bytes of each of four
+  // rows, which then fall into different banks.
+  static constexpr int row_stride(int k) {
+    if constexpr (kXAsIs) {
+      return 2 * k + (k % 64 == 0 ? 32 : 96);
+    } else {
+      return k + kRowPad;
+    }
+  }
   // 16 warps per SM (at most 128 registers; 24 spill with register rounds): 4 warps per CTA then
   // run the 384 CTAs of an N = 6144 layer in one wave, 8 warps per CTA the 160 of N = 2560. Two
   // token tiles need more registers than that (8 per SM).
@@ -81,15 +105,16 @@ struct GemvTile {
                                            ? 7
                                            : 16 / kWarps / kTokenTiles;
 
-  // Shared memory at K for `tokens` = min(M, kTokens) staged rows: the weight ring, e4m3 rows,
-  // their scales decoded to fp32, the warps' partial tiles for the reduction and, split, the
-  // other splits' sums of theirs, written by them (used in split 0).
+  // Shared memory at K for `tokens` = min(M, kTokens) staged rows: the weight ring, e4m3 rows
+  // and their scales decoded to fp32 (or 16-bit rows and no scales: W8A16), the warps' partial
+  // tiles for the reduction and, split, the other splits' sums of theirs, written by them (used
+  // in split 0).
   static constexpr int activation_offset() { return kRingBytes; }
   static constexpr int scale_offset(int k, int tokens) {
-    return kRingBytes + tokens * (k + kRowPad);
+    return kRingBytes + tokens * row_stride(k);
   }
   static constexpr int reduce_offset(int k, int tokens) {
-    return scale_offset(k, tokens) + tokens * (k / kBlockSize) * 4;
+    return scale_offset(k, tokens) + (kXAsIs ? 0 : tokens * (k / kBlockSize) * 4);
   }
   static constexpr int cluster_sum_offset(int k, int tokens) {
     return reduce_offset(k, tokens) + kCtaWarps * kRows * kTokens * 4;
@@ -133,7 +158,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   const int unit_blocks = Tile::kStages == 0 ? 1 : 4;
   const StagedActivation s{smem + Tile::activation_offset(),
                            reinterpret_cast<float*>(smem + Tile::scale_offset(p.k, staged)),
-                           p.k + Tile::kRowPad,
+                           Tile::row_stride(p.k),
                            blocks,
                            min(p.m - t0, Tile::kTokens),
                            min(split_first * unit_blocks, blocks),
@@ -157,7 +182,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   hopper::wait_prerequisite_grids();
   stamps.mark(timeline::kWaited);
   if (p.next_launch == NextLaunch::kAfterWait) hopper::allow_dependent_launch();
-  if (p.x != nullptr) {
+  if constexpr (Tile::kXAsIs) {
+    copy_x_rows<Tile::kThreads>(p, t0, s);
+  } else if (p.x != nullptr) {
     quantize_activations<Tile::kThreads>(p, t0, s);
   } else {
     copy_activations<Tile::kThreads, (Tile::kStages > 0)>(p, t0, s);
@@ -173,7 +200,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
     for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
   }
 
-  const ActivationReader first_tile(s, 0, g, t), last_tile(s, Tile::kTokenTiles - 1, g, t);
+  const typename Tile::Reader first_tile(s, 0, g, t), last_tile(s, Tile::kTokenTiles - 1, g, t);
 
   if constexpr (Tile::kStages == 0) {
     stream_in_registers(p, n0, g, t, first, end, rounds, acc, first_tile, last_tile);

@@ -23,8 +23,12 @@ struct GemvInstanceInfo {
 
 std::span<const GemvInstanceInfo> gemv_gemm_instances();
 
-// Shared memory of one CTA of `instance` at M x K: its min(M, tokens) staged e4m3 rows and
-// scale bytes, and the warps' partial tiles.
+// Shared memory of one CTA of `instance` at M x K: its weight ring, its min(M, tokens) staged
+// activation rows (W8A8: e4m3 rows and their scales; W8A16, x_as_is: bf16/fp16 rows of twice the
+// bytes, no scales) and the warps' partial tiles; 0 for an unknown instance. The caller refuses
+// configs above kSm90MaxSmemPerCta (W8A16 reaches it at a smaller K).
+int gemv_gemm_smem_bytes(int instance, std::int64_t m, int k, bool x_as_is);
+// The same for W8A8.
 int gemv_gemm_smem_bytes(int instance, std::int64_t m, int k);
 
 // Empty when p suits the GEMV (16-byte aligned weight rows; 4-byte aligned e4m3 activation
@@ -33,7 +37,9 @@ int gemv_gemm_smem_bytes(int instance, std::int64_t m, int k);
 std::string_view gemv_gemm_unsupported(const GemmParams& p);
 
 // out = deq(a) deq(w)^T (+ bias) for p.m > 0, launched as a programmatic dependent of the
-// previous kernel on the stream. Returns the launch error, if any.
+// previous kernel on the stream; with p.x_as_is (W8A16), out = x deq(w)^T (+ bias) with the bf16
+// or fp16 x (p.x_is_f16) as it is, by the instance's W8A16 variant (every instance has one;
+// cudaErrorInvalidValue without p.x). Returns the launch error, if any.
 cudaError_t launch_gemv_gemm(const GemmParams& p, int instance, cudaStream_t stream);
 
 }  // namespace mxlinear::device

@@ -16,35 +16,68 @@
 
 namespace mxlinear::device::gemv_detail {
 
+// Four e4m3 weight bytes -> two 16-bit pairs of the activation's type, exactly, in
+// e4m3x4_to_f16x2x2's layout: f16 for e4m3 and fp16 activations, bf16 for bf16 ones.
+template <GemvOperand kOperand>
+__device__ __forceinline__ void widen_weights(std::uint32_t x, std::uint32_t& lo,
+                                              std::uint32_t& hi) {
+  if constexpr (kOperand == GemvOperand::kBf16) {
+    ptx::e4m3x4_to_bf16x2x2(x, lo, hi);
+  } else {
+    ptx::e4m3x4_to_f16x2x2(x, lo, hi);
+  }
+}
+
+// m16n8k16 with fp32 accumulators on 16-bit inputs of the activation's type.
+template <GemvOperand kOperand>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a)[4],
+                                          std::uint32_t b0, std::uint32_t b1, const float (&c)[4]) {
+  if constexpr (kOperand == GemvOperand::kBf16) {
+    ptx::mma_bf16_16816(d, a, b0, b1, c);
+  } else {
+    ptx::mma_f16_16816(d, a, b0, b1, c);
+  }
+}
+
 // One MX block for lane (g, t): w_lo / w_hi are bytes 8t..8t+7 of the block in rows g and g + 8;
-// the two m16n8k16 f16 mma take bytes 0-3 (step 0) and 4-7 (step 1) as the pairs (k = 2t, 2t+1)
+// the two m16n8k16 mma take bytes 0-3 (step 0) and 4-7 (step 1) as the pairs (k = 2t, 2t+1)
 // and (2t+8, 2t+9), and the activation fragments use the same map, so the pair sums exactly the
 // block. acc[j] of token tile j: (row g, token 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1), promoted
-// as acc += (partial * sa) * sw like the other kernels.
-template <int kTokenTiles>
+// as acc += (partial * sa) * sw like the other kernels (W8A8), or acc += partial * sw with the
+// weight scale alone (W8A16: x as it is; the scale is never folded into a 16-bit weight, where
+// it could round or overflow).
+template <int kTokenTiles, class Reader>
 __device__ __forceinline__ void accumulate_block(float (&acc)[kTokenTiles][4], uint2 w_lo,
                                                  uint2 w_hi, float sw_lo, float sw_hi, int b,
-                                                 const ActivationReader& first_tile,
-                                                 const ActivationReader& last_tile) {
+                                                 const Reader& first_tile,
+                                                 const Reader& last_tile) {
+  constexpr GemvOperand kOperand = Reader::kOperand;
   std::uint32_t a0[4], a1[4];  // k16 steps 0 and 1: {row g lo, row g+8 lo, g hi, g+8 hi}
-  ptx::e4m3x4_to_f16x2x2(w_lo.x, a0[0], a0[2]);
-  ptx::e4m3x4_to_f16x2x2(w_hi.x, a0[1], a0[3]);
-  ptx::e4m3x4_to_f16x2x2(w_lo.y, a1[0], a1[2]);
-  ptx::e4m3x4_to_f16x2x2(w_hi.y, a1[1], a1[3]);
+  widen_weights<kOperand>(w_lo.x, a0[0], a0[2]);
+  widen_weights<kOperand>(w_hi.x, a0[1], a0[3]);
+  widen_weights<kOperand>(w_lo.y, a1[0], a1[2]);
+  widen_weights<kOperand>(w_hi.y, a1[1], a1[3]);
 #pragma unroll
   for (int j = 0; j < kTokenTiles; ++j) {
-    const ActivationReader& reader = j == 0 ? first_tile : last_tile;
+    const Reader& reader = j == 0 ? first_tile : last_tile;
     std::uint32_t bf[4];
     reader.fragments(b, bf);
     const float zero[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float partial[4];
-    ptx::mma_f16_16816(partial, a0, bf[0], bf[1], zero);
-    ptx::mma_f16_16816(partial, a1, bf[2], bf[3], partial);
-    const float sa0 = reader.scale0[b], sa1 = reader.scale1[b];
-    acc[j][0] = fmaf(partial[0] * sa0, sw_lo, acc[j][0]);
-    acc[j][1] = fmaf(partial[1] * sa1, sw_lo, acc[j][1]);
-    acc[j][2] = fmaf(partial[2] * sa0, sw_hi, acc[j][2]);
-    acc[j][3] = fmaf(partial[3] * sa1, sw_hi, acc[j][3]);
+    mma_16816<kOperand>(partial, a0, bf[0], bf[1], zero);
+    mma_16816<kOperand>(partial, a1, bf[2], bf[3], partial);
+    if constexpr (kOperand == GemvOperand::kMx) {
+      const float sa0 = reader.scale0[b], sa1 = reader.scale1[b];
+      acc[j][0] = fmaf(partial[0] * sa0, sw_lo, acc[j][0]);
+      acc[j][1] = fmaf(partial[1] * sa1, sw_lo, acc[j][1]);
+      acc[j][2] = fmaf(partial[2] * sa0, sw_hi, acc[j][2]);
+      acc[j][3] = fmaf(partial[3] * sa1, sw_hi, acc[j][3]);
+    } else {
+      acc[j][0] = fmaf(partial[0], sw_lo, acc[j][0]);
+      acc[j][1] = fmaf(partial[1], sw_lo, acc[j][1]);
+      acc[j][2] = fmaf(partial[2], sw_hi, acc[j][2]);
+      acc[j][3] = fmaf(partial[3], sw_hi, acc[j][3]);
+    }
   }
 }
 
@@ -105,10 +138,9 @@ struct WeightRound {
     }
   }
 
-  template <int kTokenTiles>
+  template <int kTokenTiles, class Reader>
   __device__ __forceinline__ void compute(float (&acc)[kTokenTiles][4], int base, int end, int g,
-                                          const ActivationReader& first_tile,
-                                          const ActivationReader& last_tile) const {
+                                          const Reader& first_tile, const Reader& last_tile) const {
     float decoded[2][kScalesPerLane];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -128,13 +160,13 @@ struct WeightRound {
   }
 };
 
-template <int kRoundBlocks, int kTokenTiles>
+template <int kRoundBlocks, int kTokenTiles, class Reader>
 __device__ __forceinline__ void stream_in_registers(const GemmParams& p, int n0, int g, int t,
                                                     int first, int end,
                                                     WeightRound<kRoundBlocks> (&rounds)[2],
                                                     float (&acc)[kTokenTiles][4],
-                                                    const ActivationReader& first_tile,
-                                                    const ActivationReader& last_tile) {
+                                                    const Reader& first_tile,
+                                                    const Reader& last_tile) {
   // Rounds in pairs, so each buffer has a fixed register home; rounds[0] holds `first` already.
   for (int base = first; base < end; base += 2 * kRoundBlocks) {
     const int next = base + kRoundBlocks;
@@ -199,10 +231,10 @@ struct WeightRing {
     ptx::cp_async_commit();
   }
 
-  template <int kTokenTiles>
+  template <int kTokenTiles, class Reader>
   __device__ __forceinline__ void compute(float (&acc)[kTokenTiles][4], int s, int blocks, int g,
-                                          int t, const ActivationReader& first_tile,
-                                          const ActivationReader& last_tile) const {
+                                          int t, const Reader& first_tile,
+                                          const Reader& last_tile) const {
     const std::uint8_t* slot = ring + (s % kStages) * kSlotBytes;
     const auto* scale_words =
         reinterpret_cast<const std::uint32_t*>(slot + gemv_ring::kScaleOffset);
@@ -224,13 +256,13 @@ struct WeightRing {
 
 // Stages [first, end) of the warp's range through the ring; stages first .. first + kStages - 2
 // were issued before the wait on the previous kernel.
-template <int kStages, int kTokenTiles>
+template <int kStages, int kTokenTiles, class Reader>
 __device__ __forceinline__ void stream_through_ring(const GemmParams& p, int n0, int lane,
                                                     int first, int end, int blocks,
                                                     const WeightRing<kStages>& ring,
                                                     float (&acc)[kTokenTiles][4],
-                                                    const ActivationReader& first_tile,
-                                                    const ActivationReader& last_tile) {
+                                                    const Reader& first_tile,
+                                                    const Reader& last_tile) {
   const int g = lane >> 2, t = lane & 3;
   for (int s = first; s < end; ++s) {
     ring.issue(p, n0, lane, s + kStages - 1, end, blocks);
