@@ -567,7 +567,7 @@ TEST(Registry, KernelNamesForTheReport) {
   std::vector<std::string> names;
   for (const auto& k : ks) names.emplace_back(kernel_name(k.get()));
   EXPECT_EQ(names, (std::vector<std::string>{"decode", "prefill", "gemv", "generic", "prefill_a16",
-                                             "generic_a16", "reference"}));
+                                             "gemv_a16", "generic_a16", "reference"}));
   EXPECT_EQ(kernel_name(nullptr), "");
 }
 

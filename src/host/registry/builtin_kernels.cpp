@@ -57,7 +57,7 @@ class GenericKernel final : public detail::ConfiguredKernel<GenericConfig> {
   // The e4m3 activation (W8A8) or the caller's x (W8A16); no scratch.
   CallPlan plan(const Problem& problem, std::string_view) const override {
     CallPlan p;
-    if (as_is_ && problem.x_dtype != DType::kE4M3) p.activation = ActivationForm::kAsIs;
+    if (as_is_ && problem.operand != ActivationOperand::kMx) p.activation = ActivationForm::kAsIs;
     return p;
   }
   std::size_t max_scratch_bytes(std::int64_t, std::int64_t,
@@ -177,6 +177,7 @@ std::vector<std::shared_ptr<const Kernel>> builtin_kernels() {
           make_gemv_kernel(),
           std::make_shared<GenericKernel>(/*as_is=*/false),
           make_prefill_kernel(/*as_is=*/true),
+          make_gemv_kernel(/*as_is=*/true),
           std::make_shared<GenericKernel>(/*as_is=*/true),
           std::make_shared<ReferenceKernel>()};
 }

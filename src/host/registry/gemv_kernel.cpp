@@ -14,6 +14,7 @@
 #include "host/registry/configured_kernel.hpp"
 #include "host/registry/gemv_config.hpp"
 #include "host/registry/kernel_params.hpp"
+#include "host/validate.hpp"
 
 namespace mxlinear {
 namespace {
@@ -37,14 +38,27 @@ const detail::ConfigTable<GemvConfig>& compiled_configs() {
   return table;
 }
 
+// `as_is`: the W8A16 kernel "gemv_a16", which stages the caller's bf16 or fp16 x as it is
+// (16-byte aligned rows); otherwise the W8A8 kernel "gemv", which quantizes it.
 class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
  public:
-  GemvKernel() : ConfiguredKernel("gemv", compiled_configs()) {}
+  explicit GemvKernel(bool as_is)
+      : ConfiguredKernel(as_is ? "gemv_a16" : "gemv", compiled_configs()), as_is_(as_is) {}
+
+  ActivationMode activation_mode() const override {
+    return as_is_ ? ActivationMode::kW8A16 : ActivationMode::kW8A8;
+  }
 
   Verdict can_implement(const LayerDescription& layer) const override {
-    if (Verdict v = detail::needs_operand(layer, {ActivationOperand::kMx}); !v.ok()) return v;
+    const Verdict operand =
+        as_is_ ? detail::needs_operand(layer, {ActivationOperand::kBf16, ActivationOperand::kF16})
+               : detail::needs_operand(layer, {ActivationOperand::kMx});
+    if (!operand.ok()) return operand;
     if (const Verdict v = detail::needs_16_byte_rows(layer); !v.ok()) return v;
-    if (device::gemv_gemm_smem_bytes(0, 1, static_cast<int>(layer.k)) >
+    if (as_is_) {
+      if (const Verdict v = detail::needs_16_byte_x_rows(layer); !v.ok()) return v;
+    }
+    if (device::gemv_gemm_smem_bytes(0, 1, static_cast<int>(layer.k), as_is_) >
         device::kSm90MaxSmemPerCta) {
       return {fmt::format("K = {} does not fit one token's activation in shared memory", layer.k)};
     }
@@ -63,10 +77,15 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
   }
 
   // At a few tokens a separate quantize kernel costs a large share of the GEMV; each CTA
-  // quantizes its tokens itself instead (16-byte aligned bf16/fp16 rows). No scratch.
+  // quantizes its tokens itself instead (16-byte aligned bf16/fp16 rows), or in W8A16 stages
+  // them as they are. No scratch.
   CallPlan plan(const Problem& problem, std::string_view) const override {
     CallPlan p;
-    if (problem.x_self_quantizable) p.activation = ActivationForm::kUnquantized;
+    if (as_is_ && problem.operand != ActivationOperand::kMx) {
+      p.activation = ActivationForm::kAsIs;
+    } else if (problem.x_self_quantizable) {
+      p.activation = ActivationForm::kUnquantized;
+    }
     return p;
   }
   std::size_t max_scratch_bytes(std::int64_t, std::int64_t,
@@ -77,7 +96,7 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
   Verdict can_run(std::int64_t m, std::int64_t k, std::string_view config) const override {
     const int instance = find(config).instance;
     if (instance < 0) return not_a_config(config);
-    return smem_fits(config, device::gemv_gemm_smem_bytes(instance, m, static_cast<int>(k)),
+    return smem_fits(config, device::gemv_gemm_smem_bytes(instance, m, static_cast<int>(k), as_is_),
                      "M = {}, K = {}", m, k);
   }
 
@@ -90,7 +109,8 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
     if (c.instance < 0) return std::nullopt;
     const device::GemvInstanceInfo& info = device::gemv_gemm_instances()[c.instance];
     const int warps = c.rows / 16 * info.warps;
-    const int smem = device::gemv_gemm_smem_bytes(c.instance, shape.m, static_cast<int>(shape.k));
+    const int smem =
+        device::gemv_gemm_smem_bytes(c.instance, shape.m, static_cast<int>(shape.k), as_is_);
     return detail::WorkShape{
         .engine = detail::WorkShape::Engine::kMmaPromoted,
         .rows = c.rows,
@@ -100,7 +120,7 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
                                             device::ctas_per_sm_by_smem(smem))),
         .consumer_warps = warps,
         .activation_bytes_per_element = 2,
-        .quantizes_tokens = true};
+        .quantizes_tokens = !as_is_};
   }
 
   void run(const KernelCall& call, const std::string& config) const override {
@@ -108,15 +128,24 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
     const LinearShape& shape = call.shape;
     require(can_run(shape.m, shape.k, config));
     require_token_tiles(shape, c.tokens, config);
+    if (as_is_ != (call.activation == ActivationForm::kAsIs)) {
+      detail::fail(ErrorCode::kInternal, name(), "x",
+                   as_is_ ? "is not the caller's 16-bit x (W8A16)" : "is not an MX activation");
+    }
     device::GemmParams p = detail::gemm_params(call);
     p.next_launch = c.next_launch;
     require_layer(device::gemv_gemm_unsupported(p), shape);
     require_launched(device::launch_gemv_gemm(p, c.instance, call.stream), config);
   }
+
+ private:
+  bool as_is_;
 };
 
 }  // namespace
 
-std::shared_ptr<const Kernel> make_gemv_kernel() { return std::make_shared<GemvKernel>(); }
+std::shared_ptr<const Kernel> make_gemv_kernel(bool as_is) {
+  return std::make_shared<GemvKernel>(as_is);
+}
 
 }  // namespace mxlinear
