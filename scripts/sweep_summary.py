@@ -58,20 +58,24 @@ def main():
     for m, by_shape in sorted(ratios.items()):
         cols = [geomean([r[i] for r in by_shape.values() if not math.isnan(r[i])]) for i in range(3)]
         print(f"| {m} | {cols[0]:.2f} | {cols[1]:.2f} | {cols[2]:.2f} |")
-    linear = {}
-    for row in doc["rows"]:
-        if row.get("configs_linear"):
-            best = min(row["configs_linear"].values())
-            linear.setdefault(row["m"], []).append(
-                (row["cublas_bf16_us"] / best, row["cublaslt_fp8_tensor_us"] / best))
-    if linear:
-        print("\nThe same with each config timed as the full linear from bf16 (configs_linear: "
-              "activation quantization included, or done by the config itself), against the "
-              "same GEMM-only anchors:\n")
-        print("| M | x cuBLAS bf16 | x cuBLASLt FP8 |\n|---|---|---|")
-        for m, pairs in sorted(linear.items()):
-            print(f"| {m} | {geomean([p[0] for p in pairs]):.2f} | "
-                  f"{geomean([p[1] for p in pairs]):.2f} |")
+    # Per activation mode: the W8A16 kernels are named *_a16 and serve only W8A16 calls.
+    for mode, w8a16 in (("W8A8", False), ("W8A16", True)):
+        linear = {}
+        for row in doc["rows"]:
+            mine = [t for c, t in row.get("configs_linear", {}).items()
+                    if c.split("/")[0].endswith("_a16") == w8a16]
+            if mine:
+                best = min(mine)
+                linear.setdefault(row["m"], []).append(
+                    (row["cublas_bf16_us"] / best, row["cublaslt_fp8_tensor_us"] / best))
+        if linear:
+            print(f"\n{mode}: the same with each config timed as the full linear from bf16 "
+                  "(configs_linear: activation quantization included, or done by the config "
+                  "itself, or none in W8A16), against the same GEMM-only anchors:\n")
+            print("| M | x cuBLAS bf16 | x cuBLASLt FP8 |\n|---|---|---|")
+            for m, pairs in sorted(linear.items()):
+                print(f"| {m} | {geomean([p[0] for p in pairs]):.2f} | "
+                      f"{geomean([p[1] for p in pairs]):.2f} |")
     streamed = [row for row in doc["rows"] if row.get("weight_stream_us") and row.get("configs")
                 and row["m"] <= 8]
     if streamed:

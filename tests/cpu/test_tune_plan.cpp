@@ -59,11 +59,26 @@ TEST(TunePlan, ResumeSkipsOnlyTheFiguresTheTableHasValidRowsFor) {
   text += tuned_row("sm_90a", 132, {"a", 2560, 6144, 64}, "prefill", "no_such_config", 9, 0.4,
                     context());
   text += "sm_90a,132,2560,6144,128,prefill,w128_t1";  // the line being written when it stopped
-  const auto done = figures_in_table(text, "sm_90a", 132, context());
+  const auto done = figures_in_table(text, "sm_90a", 132, false, context());
   EXPECT_EQ(done, (std::set<FigureKey>{{2560, 6144, "1"}, {2560, 6144, "=1000"}}));
-  EXPECT_TRUE(figures_in_table("", "sm_90a", 132, context()).empty());
+  EXPECT_TRUE(figures_in_table("", "sm_90a", 132, false, context()).empty());
   EXPECT_TRUE(
-      figures_in_table(std::string("\xff\x00garbage\n", 10), "sm_90a", 132, context()).empty());
+      figures_in_table(std::string("\xff\x00garbage\n", 10), "sm_90a", 132, false, context())
+          .empty());
+}
+
+// A table tuned for one mode is resumed for that mode only: a W8A16 run does not count the W8A8
+// rows of the same figures as done, nor the other way round.
+TEST(TunePlan, ResumeCountsOnlyTheRowsOfTheModeBeingTuned) {
+  std::string text = tuned_table_header("both modes");
+  text +=
+      tuned_row("sm_90a", 132, {"a", 2560, 6144, 1}, "gemv", "w16_t8_kwarps8", 9, 0.4, context());
+  text += tuned_row("sm_90a", 132, {"a", 2560, 6144, 64}, "prefill_a16", "w128_t128_st4", 9, 0.4,
+                    context());
+  EXPECT_EQ(figures_in_table(text, "sm_90a", 132, false, context()),
+            (std::set<FigureKey>{{2560, 6144, "1"}}));
+  EXPECT_EQ(figures_in_table(text, "sm_90a", 132, true, context()),
+            (std::set<FigureKey>{{2560, 6144, "64"}}));
 }
 
 TEST(TunePlan, EtaIsTheMeanSoFarTimesWhatIsLeft) {

@@ -52,5 +52,25 @@ class TunedRowsFromBench(unittest.TestCase):
                          [("1024", "generic", "t64"), ("8", "generic", "t64")])
 
 
+    def test_each_mode_gets_its_own_row_from_its_own_configs(self):
+        # The W8A16 config is the fastest overall, but W8A8 calls cannot use it: each mode
+        # gets the fastest of its own kernels.
+        doc = {"rows": [figure(64, kernel_w8a16="generic_a16/t64", check_w8a16="ok",
+                               check_w8a16_rel_error=1e-3, w8a16_us=40.0,
+                               configs_linear={"prefill/w128": 30.0, "prefill_a16/w64": 20.0,
+                                               "generic_a16/t64": 41.0},
+                               configs_check_rel_error={"prefill/w128": 2e-3,
+                                                        "prefill_a16/w64": 1e-3})]}
+        rows = rows_for(doc)
+        self.assertEqual([(r["kernel"], r["config"], r["us"]) for r in rows],
+                         [("prefill", "w128", "30.00"), ("prefill_a16", "w64", "20.00")])
+        self.assertEqual(rows[1]["error_ratio"], "0.250")
+
+    def test_a_failed_w8a16_check_gives_no_w8a16_row(self):
+        doc = {"rows": [figure(8, kernel_w8a16="gemv_a16/t8", check_w8a16="WRONG",
+                               check_w8a16_rel_error=0.5)]}
+        self.assertEqual([r["kernel"] for r in rows_for(doc)], ["generic"])
+
+
 if __name__ == "__main__":
     unittest.main()

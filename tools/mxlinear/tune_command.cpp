@@ -41,6 +41,8 @@ struct TuneOptions {
   std::string out;
   int replays = 5;
   bool restart = false;
+  std::string activation = "mx";  // the mode whose kernels are tuned: mx (W8A8) or bf16 (W8A16)
+  bool w8a16() const { return activation == "bf16"; }
 };
 
 void cuda(cudaError_t e, const char* what) { cuda_or_throw(e, what); }
@@ -56,6 +58,7 @@ std::vector<Candidate> candidates(const TuneOptions& o, const DeviceDescription&
   LayerDescription layer;
   layer.n = n;
   layer.k = k;
+  if (o.w8a16()) layer.operand = ActivationOperand::kBf16;
   std::vector<Candidate> out;
   for (const auto& kernel : Registry::global().kernels()) {
     const bool chosen = o.kernels.empty() ? !is_cpu_reference(*kernel)
@@ -86,7 +89,16 @@ void append(const std::string& path, const std::string& text) {
 }
 
 int run_tune(const TuneOptions& o) {
-  for (const std::string& name : o.kernels) (void)require_kernel("--kernels", name);
+  for (const std::string& name : o.kernels) {
+    const Kernel& kernel = require_kernel("--kernels", name);
+    if ((kernel.activation_mode() == ActivationMode::kW8A16) != o.w8a16()) {
+      throw Error(ErrorCode::kInvalidArgument, "--kernels",
+                  fmt::format("tune: --kernels names '{}', which serves {} calls; --activation {} "
+                              "tunes the {} kernels",
+                              name, o.w8a16() ? "W8A8" : "W8A16", o.activation,
+                              o.w8a16() ? "W8A16 (*_a16)" : "W8A8"));
+    }
+  }
   require_writable_path("--out", o.out);
   const std::vector<ModelLayer> layers = load_model(o.model);
   const std::vector<TuneFigure> figures = tune_figures(layers, o.ms);
@@ -100,12 +112,13 @@ int run_tune(const TuneOptions& o) {
   std::set<FigureKey> done;
   const detail::UserFile existing = detail::read_user_file(o.out, TunedTable::kMaxFileBytes);
   if (!o.restart && existing.problem.empty() && !existing.text.empty()) {
-    done = figures_in_table(existing.text, device.arch, device.sms, context);
+    done = figures_in_table(existing.text, device.arch, device.sms, o.w8a16(), context);
   } else {
     std::ofstream(o.out, std::ios::binary | std::ios::trunc).close();
-    append(o.out, tuned_table_header(
-                      fmt::format("mxlinear tune --model {} on one {} ({} SMs), mxlinear {}",
-                                  o.model, device.name, device.sms, mxlinear::version())));
+    append(o.out, tuned_table_header(fmt::format(
+                      "mxlinear tune --model {} --activation {} on one {} ({} SMs), "
+                      "mxlinear {}",
+                      o.model, o.activation, device.name, device.sms, mxlinear::version())));
   }
   // Each figure still to time, with the configs it times.
   std::vector<std::pair<TuneFigure, std::vector<Candidate>>> todo;
@@ -143,13 +156,16 @@ int run_tune(const TuneOptions& o) {
     const std::int64_t m = f.m, n = f.n, k = f.k;
     const FigureBuffers b(m, n, k, stream);
     cuda(cudaStreamSynchronize(stream), "sync");
-    const ReferenceRows ref = reference_rows(*w, b.xq, b.xs, m);
+    const ReferenceRows ref =
+        o.w8a16() ? reference_rows_w8a16(*w, b.x, m) : reference_rows(*w, b.xq, b.xs, m);
+    const LinearOptions options{o.w8a16() ? ActivationMode::kW8A16 : ActivationMode::kW8A8};
     // The full linear from bf16 with this kernel and config: checked, then timed; nullopt where
     // its output fails the guard.
     auto measure = [&](const Kernel& kernel,
                        const std::string& config) -> std::optional<std::pair<double, double>> {
       const auto call = [&](int i) {
-        linear_with(kernel, config, b.xv, w->view(i), std::nullopt, b.ov, stream, b.work());
+        linear_with(kernel, config, b.xv, w->view(i), std::nullopt, b.ov, stream, b.work(),
+                    options);
       };
       b.poison_output(stream);
       call(0);
@@ -169,6 +185,7 @@ int run_tune(const TuneOptions& o) {
     LayerDescription layer;
     layer.n = n;
     layer.k = k;
+    if (o.w8a16()) layer.operand = ActivationOperand::kBf16;
     const Dispatch untuned =
         untuned_registry.dispatch(untuned_registry.select(layer, device), device, m);
     const auto untuned_time = measure(*untuned.kernel, untuned.config);
@@ -239,6 +256,10 @@ void add_tune_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--replays", o->replays, "timed graph replays per config")
       ->check(CLI::Range(3, 1000));
   cmd->add_flag("--restart", o->restart, "start --out afresh instead of resuming it");
+  cmd->add_option("--activation", o->activation,
+                  "the mode to tune: mx (W8A8) or bf16 (W8A16, its *_a16 kernels); one table "
+                  "can hold rows of both")
+      ->check(CLI::IsMember({"mx", "bf16"}));
   cmd->callback([o, &exit_code] { exit_code = run_tune(*o); });
 }
 

@@ -25,12 +25,12 @@ std::vector<TuneFigure> tune_figures(const std::vector<ModelLayer>& layers,
 }
 
 std::set<FigureKey> figures_in_table(const std::string& text, const std::string& arch, int sms,
-                                     const TableContext& context) {
+                                     bool w8a16, const TableContext& context) {
   TunedTable table;
   table.add(text, "resume", context);
   std::set<FigureKey> keys;
   for (const auto& [key, value] : table.rows()) {
-    if (key.arch != arch || key.sms != sms) continue;
+    if (key.arch != arch || key.sms != sms || key.w8a16 != w8a16) continue;
     keys.insert({key.n, key.k, key.exact_m ? fmt::format("={}", key.m) : std::to_string(key.m)});
   }
   return keys;

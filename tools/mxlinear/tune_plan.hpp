@@ -30,7 +30,7 @@ using FigureKey = std::tuple<std::int64_t, std::int64_t, std::string>;  // n, k,
 // The figures a table's text already has rows for on this device (`arch`, `sms`): the rows an
 // interrupted run wrote before it stopped. Rows the parser refuses do not count.
 std::set<FigureKey> figures_in_table(const std::string& text, const std::string& arch, int sms,
-                                     const TableContext& context);
+                                     bool w8a16, const TableContext& context);
 
 // The table's first lines: a comment saying how it was made, then the column header.
 std::string tuned_table_header(const std::string& how_made);
