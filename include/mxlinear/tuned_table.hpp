@@ -78,11 +78,15 @@ class TunedTable {
   // path and the problem, and adds nothing; no path blocks or reads without bound.
   void add_file(const std::string& path, const TableContext& context);
 
-  // The row for a call: an exact-M row first, then M's bucket, then the nearest bucket below,
-  // then the nearest above, among the rows of the call's mode (W8A8, or W8A16 with `w8a16`).
-  // Empty if the shape has no rows of that mode on this device.
+  // The row for a call: the exact-M row, else the row of M's bucket, among the rows of the
+  // call's mode (W8A8, or W8A16 with `w8a16`). Empty if there is neither.
   std::optional<TunedValue> lookup(const std::string& arch, int sms, std::int64_t n, std::int64_t k,
                                    std::int64_t m, bool w8a16 = false) const;
+  // The row of the nearest bucket of the shape and mode: below M's bucket first, then above.
+  // What a call no row covers may borrow where the cost model is off (a config tuned for 8
+  // tokens runs 16 as two token tiles, so the cost model's choice is preferred).
+  std::optional<TunedValue> nearest(const std::string& arch, int sms, std::int64_t n,
+                                    std::int64_t k, std::int64_t m, bool w8a16 = false) const;
   // Whether the shape has rows on this device; with `kernel`, rows naming that kernel.
   bool has_shape(const std::string& arch, int sms, std::int64_t n, std::int64_t k,
                  std::string_view kernel = {}) const;

@@ -197,9 +197,15 @@ TEST(Registry, UntunedCallsTakeTheConfigTheCostModelRatesFastest) {
                          layer(3000, 6144), 32),
               HasSubstr("default config"));
   EXPECT_GT(at4096.estimated_us, at32.estimated_us);
-  // The tuned shape keeps its row at every M (the nearest bucket where M has none).
-  EXPECT_EQ(dispatched(r, layer(2560, 6144), 4096), "tuned/t64 (tuned row test.csv:1)");
-  EXPECT_EQ(r.dispatch(r.select(layer(2560, 6144), kH200), kH200, 4096).estimated_us, 0);
+  // The tuned shape keeps its row for the row's bucket; an M of another bucket takes the cost
+  // model's choice (a row tuned for 64 tokens may run 4096 badly), and only without the model
+  // the nearest bucket's row.
+  EXPECT_EQ(dispatched(r, layer(2560, 6144), 64), "tuned/t64 (tuned row test.csv:1)");
+  EXPECT_EQ(r.dispatch(r.select(layer(2560, 6144), kH200), kH200, 64).estimated_us, 0);
+  EXPECT_THAT(dispatched(r, layer(2560, 6144), 4096), HasSubstr("cost model"));
+  EXPECT_EQ(dispatched(make_modelled(row("64", "tuned", "t64"), {{"MXLINEAR_COST_MODEL", "0"}}),
+                       layer(2560, 6144), 4096),
+            "tuned/t64 (tuned row test.csv:1 (nearest bucket))");
 }
 
 // A tuned kernel whose config t128 cannot run K above 4096 (its shared memory, say).
@@ -506,14 +512,18 @@ TEST(Registry, DispatchPassesOverRowsThatRunnableRefuses) {
   const auto stats = table.add(
       "arch,sms,n,k,m,kernel,config,us,error_ratio,mxlinear_version,cuda_version\n"
       "sm_90a,132,2560,6144,128,prefill,w128_t256_st4_bk64_overlap_streamk,5.0,0.5," +
+          context.library_version + "," + context.cuda_version + "\n" +
+          "sm_90a,132,2560,6144,256,prefill,w128_t256_st4_bk64_overlap_streamk,5.0,0.5," +
           context.library_version + "," + context.cuda_version + "\n",
       "test", context);
-  ASSERT_EQ(stats.accepted, 1) << ::testing::PrintToString(table.warnings());
+  ASSERT_EQ(stats.accepted, 2) << ::testing::PrintToString(table.warnings());
   const Registry r(ks, table, Environment{});
   const LayerSelection s = r.select(layer(2560, 6144), kH200);
   ASSERT_EQ(s.kernel->name(), "prefill");
   EXPECT_THAT(r.dispatch(s, kH200, 128).why, HasSubstr("cost model"));
+  // Its own bucket's row where the config can run it.
   EXPECT_EQ(r.dispatch(s, kH200, 256).config, "w128_t256_st4_bk64_overlap_streamk");
+  EXPECT_THAT(r.dispatch(s, kH200, 256).why, HasSubstr("tuned row test"));
 }
 
 // linear() serves device memory only where a GPU kernel runs: on another GPU (an A100, say) or

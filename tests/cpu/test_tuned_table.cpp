@@ -56,8 +56,9 @@ TEST(TunedTable, RowsOfEachActivationModeAreKeptApart) {
   EXPECT_TRUE(t.warnings().empty());
   EXPECT_EQ(t.lookup("sm_90a", 132, 2560, 6144, 64)->kernel, "tuned");
   EXPECT_EQ(t.lookup("sm_90a", 132, 2560, 6144, 64, true)->kernel, "tuned_a16");
-  // W8A16 at M = 8: its own mode's nearest bucket (64), not W8A8's exact one.
-  EXPECT_EQ(t.lookup("sm_90a", 132, 2560, 6144, 8, true)->kernel, "tuned_a16");
+  // W8A16 at M = 8: no row of its own; its mode's nearest bucket (64), not W8A8's row for 8.
+  EXPECT_FALSE(t.lookup("sm_90a", 132, 2560, 6144, 8, true).has_value());
+  EXPECT_EQ(t.nearest("sm_90a", 132, 2560, 6144, 8, true)->kernel, "tuned_a16");
   EXPECT_EQ(t.lookup("sm_90a", 132, 2560, 6144, 8)->config, "t128");
   EXPECT_FALSE(t.lookup("sm_90a", 132, 2560, 2048, 8, true).has_value());
   EXPECT_TRUE(t.has_shape("sm_90a", 132, 2560, 6144, "tuned_a16"));

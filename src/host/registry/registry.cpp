@@ -180,9 +180,21 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
       return d;
     }
   }
-  // No usable row: the cost model's choice (docs/TUNED_TABLES.md), else the default config.
+  // No usable row for this M: the cost model's choice (docs/TUNED_TABLES.md); with the model
+  // off or no modelled config, the row of the nearest bucket, else the default config.
   if (env_.cost_model) {
     if (std::optional<Dispatch> chosen = modelled(selection, device, m)) return *chosen;
+  }
+  if (const auto row = table_.nearest(device.arch, device.sms, layer.n, layer.k, m,
+                                      layer.operand != ActivationOperand::kMx)) {
+    const Kernel* k = find(row->kernel);
+    if (k && !contains(env_.disabled, k->name()) && (!forced || k == selection.kernel) &&
+        runnable(*k, row->config, layer, m, device).ok()) {
+      d.kernel = k;
+      d.config = row->config;
+      d.why = fmt::format("tuned row {} (nearest bucket)", row->source);
+      return d;
+    }
   }
   d.config = d.kernel->default_config(m);
   d.why = "default config";

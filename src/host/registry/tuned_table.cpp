@@ -205,7 +205,13 @@ std::optional<TunedValue> TunedTable::lookup(const std::string& arch, int sms, s
   key.exact_m = false;
   key.m = m_bucket(m);
   if (auto it = rows_.find(key); it != rows_.end()) return it->second;
-  // The nearest bucket of this shape: below first (its tiles fit), then above.
+  return std::nullopt;
+}
+
+std::optional<TunedValue> TunedTable::nearest(const std::string& arch, int sms, std::int64_t n,
+                                              std::int64_t k, std::int64_t m, bool w8a16) const {
+  const TunedKey key{arch, sms, n, k, false, m_bucket(m), w8a16};
+  // Below first (its tiles fit), then above.
   auto same_shape_bucket = [&](const TunedKey& k2) {
     return !k2.exact_m && k2.arch == arch && k2.sms == sms && k2.n == n && k2.k == k &&
            k2.w8a16 == w8a16;
