@@ -49,6 +49,10 @@ std::optional<ActivationMode> parse_activation_mode(std::string_view name);
 // kBf16 or kF16, and nullopt for fp32 (W8A16 takes a 16-bit activation only).
 std::optional<ActivationOperand> activation_operand(ActivationMode mode, DType x_dtype);
 
+// The operand in words, as reports and errors give it: "W8A8 (x quantized to MXFP8)",
+// "W8A16 (bf16 x as it is)" or "W8A16 (fp16 x as it is)".
+std::string_view describe(ActivationOperand operand);
+
 // Per-call choices of the 16-bit entry point of linear().
 struct LinearOptions {
   // W8A8 or W8A16; nullopt: MXLINEAR_ACTIVATION (mx or bf16), W8A8 where it is unset.

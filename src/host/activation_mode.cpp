@@ -19,4 +19,16 @@ std::optional<ActivationOperand> activation_operand(ActivationMode mode, DType x
   return std::nullopt;
 }
 
+std::string_view describe(ActivationOperand operand) {
+  switch (operand) {
+    case ActivationOperand::kMx:
+      return "W8A8 (x quantized to MXFP8)";
+    case ActivationOperand::kBf16:
+      return "W8A16 (bf16 x as it is)";
+    case ActivationOperand::kF16:
+      return "W8A16 (fp16 x as it is)";
+  }
+  return "";
+}
+
 }  // namespace mxlinear

@@ -7,24 +7,6 @@
 #include "host/registry/registry.hpp"
 
 namespace mxlinear::cli {
-namespace {
-
-// The report's activation mode as MXLINEAR_ACTIVATION spells it, with the 16-bit x's dtype in
-// W8A16: "mx", "bf16" or "bf16 (fp16 x)".
-std::string activation_name(const ReportRow& row) {
-  switch (row.selection.layer.operand) {
-    case ActivationOperand::kMx:
-      return "mx";
-    case ActivationOperand::kBf16:
-      return "bf16";
-    case ActivationOperand::kF16:
-      return "bf16 (fp16 x)";
-  }
-  return "";
-}
-
-}  // namespace
-
 std::string select_report_json(const std::vector<ReportRow>& rows,
                                const DeviceDescription& device) {
   nlohmann::json layers = nlohmann::json::array();
@@ -55,13 +37,15 @@ std::string select_report_json(const std::vector<ReportRow>& rows,
                       {"per_m", per_m},
                       {"warnings", r.selection.warnings}});
   }
-  nlohmann::json doc = {{"device",
-                         {{"name", device.name},
-                          {"arch", device.arch},
-                          {"sms", device.sms},
-                          {"is_gpu", device.is_gpu}}},
-                        {"activation", rows.empty() ? "mx" : activation_name(rows.front())},
-                        {"layers", layers}};
+  nlohmann::json doc = {
+      {"device",
+       {{"name", device.name},
+        {"arch", device.arch},
+        {"sms", device.sms},
+        {"is_gpu", device.is_gpu}}},
+      {"activation",
+       describe(rows.empty() ? ActivationOperand::kMx : rows.front().selection.layer.operand)},
+      {"layers", layers}};
   // A layer name from a user's model CSV need not be UTF-8: replace such bytes, never throw.
   return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }

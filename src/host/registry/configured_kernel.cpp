@@ -19,22 +19,6 @@ Verdict needs_16_byte_rows(const LayerDescription& layer) {
                       layer.alignment)};
 }
 
-namespace {
-
-std::string_view operand_words(ActivationOperand operand) {
-  switch (operand) {
-    case ActivationOperand::kMx:
-      return "the MX activation (W8A8)";
-    case ActivationOperand::kBf16:
-      return "a bf16 activation as it is (W8A16)";
-    case ActivationOperand::kF16:
-      return "an fp16 activation as it is (W8A16)";
-  }
-  return "";
-}
-
-}  // namespace
-
 Verdict needs_operand(const LayerDescription& layer,
                       std::initializer_list<ActivationOperand> operands) {
   for (const ActivationOperand o : operands) {
@@ -42,10 +26,9 @@ Verdict needs_operand(const LayerDescription& layer,
   }
   std::string takes;
   for (const ActivationOperand o : operands) {
-    takes += fmt::format("{}{}", takes.empty() ? "" : " or ", operand_words(o));
+    takes += fmt::format("{}{}", takes.empty() ? "" : " or ", describe(o));
   }
-  return {
-      fmt::format("multiplies {}; the call multiplies {}", takes, operand_words(layer.operand))};
+  return {fmt::format("serves {}; the call is {}", takes, describe(layer.operand))};
 }
 
 Verdict needs_16_byte_x_rows(const LayerDescription& layer) {

@@ -16,19 +16,6 @@ std::string m_range(const ReportRow& r) {
   return fmt::format("M = {}..{}", r.per_m.front().first, r.per_m.back().first);
 }
 
-// The mode of a report's calls, in the words of its header.
-std::string_view mode_words(ActivationOperand operand) {
-  switch (operand) {
-    case ActivationOperand::kMx:
-      return "W8A8 (x quantized to MXFP8)";
-    case ActivationOperand::kBf16:
-      return "W8A16 (bf16 x as it is)";
-    case ActivationOperand::kF16:
-      return "W8A16 (fp16 x as it is)";
-  }
-  return "";
-}
-
 }  // namespace
 
 std::vector<std::string> kernels_run(const ReportRow& r) {
@@ -43,7 +30,7 @@ std::vector<std::string> kernels_run(const ReportRow& r) {
 
 std::string format_report(const std::vector<ReportRow>& rows, const DeviceDescription& device) {
   std::string s = fmt::format("mxlinear select on {}", device.to_string());
-  if (!rows.empty()) s += fmt::format(", {}", mode_words(rows.front().selection.layer.operand));
+  if (!rows.empty()) s += fmt::format(", {}", describe(rows.front().selection.layer.operand));
   s += "\n";
   std::vector<std::string> runs;
   std::size_t runs_width = std::string_view("runs").size();
