@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "environment.hpp"
 #include "mxlinear/mxlinear.hpp"
 
 namespace {
@@ -136,9 +137,23 @@ PyObject* select(PyObject*, PyObject* args) {
   }
 }
 
+// _default_activation() -> "mx" or "bf16": the mode MXLINEAR_ACTIVATION makes the default, as the
+// library read it (once per process).
+PyObject* default_activation(PyObject*, PyObject*) {
+  try {
+    return str(
+        std::string(mxlinear::activation_mode_name(mxlinear_torch::default_activation_mode())));
+  } catch (const std::exception& e) {
+    PyErr_Format(PyExc_RuntimeError, "mxlinear.default_activation: %s", e.what());
+    return nullptr;
+  }
+}
+
 PyMethodDef methods[] = {
     {"_select", select, METH_VARARGS,
      "_select(n, k, device, out_dtype) -> dict: the selection report of one layer."},
+    {"_default_activation", default_activation, METH_NOARGS,
+     "_default_activation() -> 'mx' or 'bf16': MXLINEAR_ACTIVATION's mode, read once."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {

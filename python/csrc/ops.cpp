@@ -1,9 +1,9 @@
 // The torch custom ops mxlinear::_quantize, mxlinear::linear and mxlinear::linear_quantized over
 // the mxlinear library, registered through torch's stable ABI. CPU tensors run the library's
-// reference (quantize_rows, reference_linear); CUDA tensors its GPU entry points on torch's
-// current stream, with the workspace from torch's caching allocator, so a call never
-// synchronizes the host and can be captured in a CUDA graph. Every argument is checked before
-// the library is called, so a bad call names the torch argument.
+// reference (quantize_rows, reference_linear, reference_linear_w8a16); CUDA tensors its GPU entry
+// points on torch's current stream, with the workspace from torch's caching allocator, so a call
+// never synchronizes the host and can be captured in a CUDA graph. Every argument is checked
+// before the library is called, so a bad call names the torch argument.
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -96,11 +97,12 @@ struct LayerWeights {
 
 // One linear call on `activation` (a TensorView or a QuantizedActivation of `rows` x `k`) over
 // the device of `like`: the GPU entry point with a workspace from torch's allocator, or the CPU
-// reference.
+// reference. `mode` applies to a 16-bit activation; a quantized one is W8A8 by nature.
 template <typename Activation>
 void run_linear(const char* op, const Tensor& like, const Activation& activation,
                 const LayerWeights& layer, const mxlinear::TensorView& out, std::int64_t rows,
-                std::int64_t k) {
+                std::int64_t k, mxlinear::ActivationMode mode = mxlinear::ActivationMode::kW8A8) {
+  constexpr bool quantized = std::is_same_v<Activation, mxlinear::QuantizedActivation>;
   const mxlinear::MxWeight& w = layer.views;
   const std::optional<mxlinear::TensorView>& bias = layer.bias_view;
   call_library(op, [&] {
@@ -108,8 +110,17 @@ void run_linear(const char* op, const Tensor& like, const Activation& activation
       const torch::stable::accelerator::DeviceGuard guard(like.get_device_index());
       std::size_t bytes = 0;
       const Tensor workspace = workspace_for(like, rows, k, &bytes);
-      mxlinear::linear(activation, w, bias, out, current_stream(like),
-                       mxlinear::Workspace{workspace.data_ptr(), bytes});
+      const mxlinear::Workspace ws{workspace.data_ptr(), bytes};
+      if constexpr (quantized) {
+        mxlinear::linear(activation, w, bias, out, current_stream(like), ws);
+      } else {
+        mxlinear::linear(activation, w, bias, out, current_stream(like), ws,
+                         mxlinear::LinearOptions{mode});
+      }
+    } else if constexpr (quantized) {
+      mxlinear::reference_linear(activation, w, bias, out);
+    } else if (mode == mxlinear::ActivationMode::kW8A16) {
+      mxlinear::reference_linear_w8a16(activation, w, bias, out);
     } else {
       mxlinear::reference_linear(activation, w, bias, out);
     }
@@ -142,10 +153,15 @@ std::tuple<Tensor, Tensor> quantize_op(Tensor x_in, std::int64_t rule_index) {
   return {data, scales};
 }
 
+// The mode arrives as an index (-1 MXLINEAR_ACTIVATION's default, 0 mx, 1 bf16), for the reason
+// quantize_op's rule does: the public function mxlinear.linear (Python) maps the name.
 Tensor linear_op(Tensor x_in, Tensor weight_in, Tensor weight_scale_in,
-                 std::optional<Tensor> bias_in, std::optional<ScalarType> out_dtype_in) {
+                 std::optional<Tensor> bias_in, std::optional<ScalarType> out_dtype_in,
+                 std::int64_t activation_index) {
   constexpr const char* op = "mxlinear.linear";
   const std::int64_t k = check_activation(op, x_in);
+  const mxlinear::ActivationMode mode = activation_from_index(op, activation_index);
+  check_activation_mode(op, x_in, mode);
   const std::int64_t n = check_weight(op, x_in, weight_in, weight_scale_in, k);
   const auto bias = check_bias(op, bias_in, x_in, n);
   const ScalarType out_dtype = check_out_dtype(op, out_dtype_in, x_in.scalar_type());
@@ -156,7 +172,7 @@ Tensor linear_op(Tensor x_in, Tensor weight_in, Tensor weight_scale_in,
   if (rows == 0) return out;
 
   const LayerWeights layer(weight_in, weight_scale_in, bias, n, k);
-  run_linear(op, x, view2d(x, rows, k), layer, view2d(out, rows, n), rows, k);
+  run_linear(op, x, view2d(x, rows, k), layer, view2d(out, rows, n), rows, k, mode);
   return out;
 }
 
@@ -200,12 +216,15 @@ Tensor linear_quantized_op(Tensor x_data_in, Tensor x_scales_in, Tensor weight_i
 }
 
 // For the benchmark: host seconds per call of `iters` back-to-back calls of the library's own
-// linear() on these tensors (no torch dispatch, one workspace), on the current stream. Captured
-// in a CUDA graph it records exactly the kernels those library calls launch.
+// linear() on these tensors (no torch dispatch, one workspace), on the current stream, in the
+// activation mode of that index (as linear_op takes it). Captured in a CUDA graph it records
+// exactly the kernels those library calls launch.
 double library_call_seconds_op(Tensor x, Tensor weight, Tensor weight_scale, Tensor out,
-                               std::int64_t iters) {
+                               std::int64_t iters, std::int64_t activation_index) {
   constexpr const char* op = "mxlinear._library_call_seconds";
   const std::int64_t k = check_activation(op, x);
+  const mxlinear::ActivationMode mode = activation_from_index(op, activation_index);
+  check_activation_mode(op, x, mode);
   const std::int64_t n = check_weight(op, x, weight, weight_scale, k);
   MXLINEAR_TORCH_CHECK(x.is_cuda(), op, ": argument 'x' is on ", device_string(x),
                        "; expected a CUDA tensor");
@@ -227,10 +246,12 @@ double library_call_seconds_op(Tensor x, Tensor weight, Tensor weight_scale, Ten
   const auto ov = view2d(out, rows, n);
   const cudaStream_t stream = current_stream(x);
   const mxlinear::Workspace ws{workspace.data_ptr(), bytes};
+  const mxlinear::LinearOptions options{mode};
   double seconds = 0;
   call_library(op, [&] {
     const auto start = std::chrono::steady_clock::now();
-    for (std::int64_t i = 0; i < iters; ++i) mxlinear::linear(xv, w, std::nullopt, ov, stream, ws);
+    for (std::int64_t i = 0; i < iters; ++i)
+      mxlinear::linear(xv, w, std::nullopt, ov, stream, ws, options);
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   });
   return seconds / static_cast<double>(iters);
@@ -243,13 +264,13 @@ STABLE_TORCH_LIBRARY(mxlinear, m) {
   m.def("_quantize(Tensor x, int rule) -> (Tensor, Tensor)");
   m.def(
       "linear(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None, "
-      "ScalarType? out_dtype=None) -> Tensor");
+      "ScalarType? out_dtype=None, int activation=-1) -> Tensor");
   m.def(
       "linear_quantized(Tensor x_data, Tensor x_scales, Tensor weight, Tensor weight_scale, "
       "Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor");
   m.def(
       "_library_call_seconds(Tensor x, Tensor weight, Tensor weight_scale, Tensor(a!) out, "
-      "int iters) -> float");
+      "int iters, int activation=-1) -> float");
 }
 
 // One implementation serves both dispatch keys: the dispatcher picks CUDA when any tensor

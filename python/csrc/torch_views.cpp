@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 
+#include "environment.hpp"
+
 namespace mxlinear_torch {
 
 std::string shape_string(const Tensor& t) {
@@ -110,6 +112,23 @@ mxlinear::ScaleRule rule_from_index(std::int64_t index) {
   if (index == 1) return mxlinear::ScaleRule::kFloor;
   fail(concat("mxlinear.quantize: argument 'rule' has index ", index,
               "; expected 0 (rceil) or 1 (floor)"));
+}
+
+mxlinear::ActivationMode activation_from_index(const char* op, std::int64_t index) {
+  if (index == -1) return default_activation_mode();
+  if (index == 0) return mxlinear::ActivationMode::kW8A8;
+  if (index == 1) return mxlinear::ActivationMode::kW8A16;
+  fail(concat(op, ": argument 'activation' has index ", index,
+              "; expected -1 (MXLINEAR_ACTIVATION's default), 0 (mx, W8A8) or 1 (bf16, W8A16)"));
+}
+
+void check_activation_mode(const char* op, const Tensor& x, mxlinear::ActivationMode mode) {
+  const ScalarType t = x.scalar_type();
+  const bool sixteen_bit = t == ScalarType::BFloat16 || t == ScalarType::Half;
+  MXLINEAR_TORCH_CHECK(mode != mxlinear::ActivationMode::kW8A16 || sixteen_bit, op,
+                       ": argument 'x' has dtype ", torch::headeronly::toString(t),
+                       "; the activation mode 'bf16' (W8A16) multiplies a BFloat16 or Half x as "
+                       "it is");
 }
 
 std::int64_t check_last_dim(const char* op, const char* name, const Tensor& t) {

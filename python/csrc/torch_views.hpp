@@ -51,6 +51,14 @@ mxlinear::TensorView view1d(const Tensor& t, std::int64_t n);
 // The scale rules by index, as mxlinear::_quantize takes them: 0 "rceil", 1 "floor".
 mxlinear::ScaleRule rule_from_index(std::int64_t index);
 
+// The activation modes by index, as mxlinear::linear takes them: -1 the process default
+// (MXLINEAR_ACTIVATION), 0 "mx" (W8A8), 1 "bf16" (W8A16). The op names the argument 'activation'.
+mxlinear::ActivationMode activation_from_index(const char* op, std::int64_t index);
+
+// Checks that x's dtype suits `mode`: W8A16 multiplies a bf16 or fp16 x as it is, so a float32 x
+// is refused there, naming 'x'.
+void check_activation_mode(const char* op, const Tensor& x, mxlinear::ActivationMode mode);
+
 // Checks that t (the argument `name`) is [..., K] with K a positive multiple of 32, on the CPU or
 // a CUDA device; returns K.
 std::int64_t check_last_dim(const char* op, const char* name, const Tensor& t);

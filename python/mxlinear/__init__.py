@@ -4,6 +4,12 @@
 ``.linear_quantized``: on CPU tensors the library's exact reference, on CUDA tensors its GPU
 kernels on the current stream. The numeric contract is docs/MXFP8.md in the source tree. A bad
 argument raises RuntimeError with a message that names it ("mxlinear.linear: argument 'x' ...").
+
+``linear`` runs in one of two activation modes. ``"mx"`` (W8A8, the default) MX-quantizes the
+activation first, the checkpoint's own semantics. ``"bf16"`` (W8A16) multiplies a bfloat16 or
+float16 activation as it is by the dequantized weights: more accurate, and no activation
+quantization. The environment variable ``MXLINEAR_ACTIVATION=mx|bf16`` sets the process default
+(read once); ``default_activation()`` tells which it is.
 """
 
 import torch
@@ -17,6 +23,8 @@ __version__: str = _C.__version__
 __all__ = [
     "quantize",
     "linear",
+    "ACTIVATIONS",
+    "default_activation",
     "select",
     "__version__",
     "nn",
@@ -30,6 +38,29 @@ __all__ = [
 ]
 
 _DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+
+# The activation modes by name; the op mxlinear::linear takes a mode's index here, or -1 for the
+# default (a str argument does not cross torch's stable ABI safely: see _library.py).
+ACTIVATIONS = ("mx", "bf16")
+_DEFAULT_ACTIVATION_INDEX = -1
+
+
+def _activation_index(where: str, activation: str | None) -> int:
+    if activation is None:
+        return _DEFAULT_ACTIVATION_INDEX
+    if isinstance(activation, str) and activation in ACTIVATIONS:
+        return ACTIVATIONS.index(activation)
+    raise ValueError(
+        f"{where}: argument 'activation' is {activation!r}; expected None (the default, "
+        "MXLINEAR_ACTIVATION), 'mx' (W8A8) or 'bf16' (W8A16)"
+    )
+
+
+def default_activation() -> str:
+    """The activation mode of calls that choose none: ``"bf16"`` (W8A16) where the environment
+    variable ``MXLINEAR_ACTIVATION`` is ``bf16``, else ``"mx"`` (W8A8). The library reads the
+    variable once per process, on first use."""
+    return _C._default_activation()
 
 
 def quantize(x: torch.Tensor, rule: str = "rceil") -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,26 +78,40 @@ def linear(
     weight_scale: torch.Tensor,
     bias: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
+    activation: str | None = None,
 ) -> torch.Tensor:
-    """``deq(quantize(x)) @ deq(weight, weight_scale).T (+ bias)``.
+    """``deq(quantize(x)) @ deq(weight, weight_scale).T (+ bias)`` (W8A8), or
+    ``x @ deq(weight, weight_scale).T (+ bias)`` (W8A16).
 
     ``x`` is [..., K] bfloat16, float16 or float32, or an already quantized ``(data, scales)``
     pair as ``quantize`` returns it (float8_e4m3fn [..., K], uint8 or float8_e8m0fnu
     [..., K/32]). ``weight`` float8_e4m3fn [N, K]; ``weight_scale`` uint8 or float8_e8m0fnu
     [N, K/32]; ``bias`` [N]. The result is [..., N] in ``out_dtype`` (default: ``x.dtype``, or
     bfloat16 for a quantized ``x``).
+
+    ``activation`` is ``"mx"`` (W8A8: x is MX-quantized with the RCEIL rule first), ``"bf16"``
+    (W8A16: a bfloat16 or float16 x is multiplied as it is; a float32 x raises RuntimeError) or
+    None for the process default (``default_activation()``, from ``MXLINEAR_ACTIVATION``). Any
+    other value raises ValueError. A quantized ``x`` is W8A8 by nature: with it, ``activation``
+    may only be None or ``"mx"``.
     """
+    index = _activation_index("mxlinear.linear", activation)
     if isinstance(x, tuple):
         if len(x) != 2:
             raise TypeError(
                 f"mxlinear.linear: argument 'x' is a tuple of {len(x)} items; "
                 "expected a tensor or a (data, scales) pair"
             )
+        if activation == "bf16":
+            raise ValueError(
+                "mxlinear.linear: argument 'activation' is 'bf16' (W8A16) with an already "
+                "quantized x; expected None or 'mx': a (data, scales) pair is MXFP8 (W8A8)"
+            )
         data, scales = x
         return torch.ops.mxlinear.linear_quantized(
             data, scales, weight, weight_scale, bias, out_dtype
         )
-    return torch.ops.mxlinear.linear(x, weight, weight_scale, bias, out_dtype)
+    return torch.ops.mxlinear.linear(x, weight, weight_scale, bias, out_dtype, index)
 
 
 def select(

@@ -4,6 +4,8 @@ errors as eager calls."""
 
 import torch
 
+from . import _C
+
 _BLOCK = 32
 _ACTIVATION_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _SCALE_DTYPES = (torch.uint8, torch.float8_e8m0fnu)
@@ -71,6 +73,22 @@ def _check_bias(op: str, x, bias, n) -> None:
         _fail(f"{op}: argument 'bias' is on {bias.device}; expected x's device {x.device}")
 
 
+def _check_activation_mode(op: str, x: torch.Tensor, index: int) -> None:
+    """The mode index as the C++ op takes it (-1 MXLINEAR_ACTIVATION's default, 0 mx, 1 bf16),
+    and W8A16's refusal of a float32 x."""
+    if index not in (-1, 0, 1):
+        _fail(
+            f"{op}: argument 'activation' has index {index}; expected -1 (MXLINEAR_ACTIVATION's "
+            "default), 0 (mx, W8A8) or 1 (bf16, W8A16)"
+        )
+    w8a16 = index == 1 or (index == -1 and _C._default_activation() == "bf16")
+    if w8a16 and x.dtype not in (torch.bfloat16, torch.float16):
+        _fail(
+            f"{op}: argument 'x' has dtype {x.dtype}; the activation mode 'bf16' (W8A16) "
+            "multiplies a bfloat16 or float16 x as it is"
+        )
+
+
 def _check_out_dtype(op: str, dtype: torch.dtype) -> torch.dtype:
     if dtype not in _ACTIVATION_DTYPES:
         _fail(f"{op}: argument 'out_dtype' is {dtype}; expected bfloat16, float16 or float32")
@@ -88,9 +106,10 @@ def _quantize_fake(x: torch.Tensor, rule: int):
 
 
 @torch.library.register_fake("mxlinear::linear")
-def _linear_fake(x, weight, weight_scale, bias=None, out_dtype=None):
+def _linear_fake(x, weight, weight_scale, bias=None, out_dtype=None, activation=-1):
     op = "mxlinear.linear"
     k = _check_activation(op, x)
+    _check_activation_mode(op, x, activation)
     n = _check_weight(op, x, weight, weight_scale, k)
     _check_bias(op, x, bias, n)
     dtype = _check_out_dtype(op, x.dtype if out_dtype is None else out_dtype)

@@ -3,11 +3,16 @@
 1. Host overhead: median host time per eager call of ``torch.ops.mxlinear.linear`` against the
    bare C++ ``mxlinear::linear`` call on the same tensors (the internal op
    ``torch.ops.mxlinear._library_call_seconds``), at small shapes where the GPU keeps up.
-2. GPU time of the op (bf16 in, quantization included) against ``torch.nn.functional.linear`` in
-   bf16 on the dequantized weights, per layer shape and M: weights rotate through copies worth at
-   least 3x L2, one call per copy is captured into a CUDA graph, replays are timed by events.
+2. GPU time of the op (bf16 in, quantization included in W8A8) against
+   ``torch.nn.functional.linear`` in bf16 on the dequantized weights, per layer shape and M:
+   weights rotate through copies worth at least 3x L2, one call per copy is captured into a CUDA
+   graph, replays are timed by events.
 3. Under a CUDA graph the op adds nothing over the C++ call: R calls of the op in one graph against
    R calls of the library loop in another, time per call of each.
+
+Each figure is taken in each activation mode of --activation: mx (W8A8, the activation
+MX-quantized first) and bf16 (W8A16, the bf16 activation multiplied as it is by the dequantized
+weights).
 
 Needs a Hopper GPU (sm_90); without one it says so and exits with status 2.
 """
@@ -36,6 +41,8 @@ DEFAULT_SHAPES = (
 )
 DEFAULT_M = (1, 32, 128, 512, 2048, 8192)
 PARTS = ("host", "gpu", "graph")
+# The activation modes, as mxlinear.linear names them; the op takes a mode's index.
+ACTIVATIONS = ("mx", "bf16")
 # The C++ bench's correctness guard for a bf16 output: relative Frobenius error against the
 # float64 product of the dequantized operands.
 GUARD_REL_ERROR = 4e-3
@@ -81,6 +88,14 @@ def parse_parts(text: str) -> list[str]:
     return parts
 
 
+def parse_activations(text: str) -> list[str]:
+    modes = [a.strip() for a in text.split(",")]
+    bad = [a for a in modes if a not in ACTIVATIONS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"has {bad}; expected some of {', '.join(ACTIVATIONS)}")
+    return list(dict.fromkeys(modes))
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -97,6 +112,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--parts", type=parse_parts, default=list(PARTS),
                    help="which measurements, of host,gpu,graph (default: all)")
+    p.add_argument("--activation", type=parse_activations, default=list(ACTIVATIONS),
+                   help="activation modes, of mx,bf16: mx (W8A8) quantizes the activation to "
+                        "MXFP8 first, bf16 (W8A16) multiplies it as it is (default: both)")
     p.add_argument("--shapes", type=parse_shapes, default=None,
                    help="layer shapes NxK,... for the gpu and graph parts (default: the C++ "
                         "bench's builtin:minimax-m3.1-flash-tp4 shapes)")
@@ -156,30 +174,38 @@ def host_overhead(args, device, library) -> dict:
     n, k = args.host_shape
     op = torch.ops.mxlinear.linear.default
     rows = []
-    for m in args.host_m:
-        x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
-        w, s = _weights(n, k, device)
-        out = torch.empty(m, n, device=device, dtype=torch.bfloat16)
-        issue = functools.partial(op, x, w, s, None, None)
-        timing.host_seconds_per_call(issue, 10)  # warm: selection, allocator blocks
-        library(x, w, s, out, 10)
-        op_s, lib_s = [], []
-        for _ in range(args.host_trials):  # interleaved, so drift hits both alike
-            op_s.append(timing.host_seconds_per_call(issue, args.host_iters))
-            torch.cuda.synchronize()
-            lib_s.append(float(library(x, w, s, out, args.host_iters)))
-            torch.cuda.synchronize()
-        op_us, lib_us = 1e6 * timing.median(op_s), 1e6 * timing.median(lib_s)
-        rows.append({"m": m, "n": n, "k": k, "op_us": op_us, "library_us": lib_us,
-                     "overhead_us": op_us - lib_us, "op_min_us": 1e6 * min(op_s),
-                     "library_min_us": 1e6 * min(lib_s)})
+    for activation in args.activation:
+        mode = ACTIVATIONS.index(activation)
+        for m in args.host_m:
+            x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+            w, s = _weights(n, k, device)
+            out = torch.empty(m, n, device=device, dtype=torch.bfloat16)
+            issue = functools.partial(op, x, w, s, None, None, mode)
+            timing.host_seconds_per_call(issue, 10)  # warm: selection, allocator blocks
+            library(x, w, s, out, 10, mode)
+            op_s, lib_s = [], []
+            for _ in range(args.host_trials):  # interleaved, so drift hits both alike
+                op_s.append(timing.host_seconds_per_call(issue, args.host_iters))
+                torch.cuda.synchronize()
+                lib_s.append(float(library(x, w, s, out, args.host_iters, mode)))
+                torch.cuda.synchronize()
+            op_us, lib_us = 1e6 * timing.median(op_s), 1e6 * timing.median(lib_s)
+            rows.append({"activation": activation, "m": m, "n": n, "k": k, "op_us": op_us,
+                         "library_us": lib_us, "overhead_us": op_us - lib_us,
+                         "op_min_us": 1e6 * min(op_s), "library_min_us": 1e6 * min(lib_s)})
     return {"iters": args.host_iters, "trials": args.host_trials, "rows": rows}
 
 
-def _guard(x, w, s, y) -> float:
-    """Relative Frobenius error of the op's output against float64 on the dequantized operands."""
-    xq, xs = torch.ops.mxlinear.quantize(x, "rceil")
-    ref = _dequantize(xq, xs, torch.float64) @ _dequantize(w, s, torch.float64).T
+def _guard(x, w, s, y, activation: str) -> float:
+    """Relative Frobenius error of the op's output against float64 on the operands the mode
+    multiplies: the dequantized MX activation (mx) or x itself (bf16), and the dequantized
+    weights."""
+    if activation == "mx":
+        xq, xs = torch.ops.mxlinear.quantize(x, "rceil")
+        a = _dequantize(xq, xs, torch.float64)
+    else:
+        a = x.to(torch.float64)
+    ref = a @ _dequantize(w, s, torch.float64).T
     return float(torch.linalg.norm(y.double() - ref) / torch.linalg.norm(ref).clamp_min(1e-300))
 
 
@@ -196,30 +222,42 @@ def gpu_time(args, device) -> dict:
         bf16 = [w_bf16.clone() for _ in range(bf16_copies)]
         for m in args.m:
             x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
-            error = _guard(x, w, s, op(x, w, s, None, None))
-            row = {"name": name, "n": n, "k": k, "m": m, "guard_rel_error": error}
-            if not error <= GUARD_REL_ERROR:  # NaN fails too
-                row["wrong"] = True
+            ref = None  # the anchor's times, taken once for all modes
+            for activation in args.activation:
+                mode = ACTIVATIONS.index(activation)
+                error = _guard(x, w, s, op(x, w, s, None, None, mode), activation)
+                row = {"name": name, "activation": activation, "n": n, "k": k, "m": m,
+                       "guard_rel_error": error}
+                if not error <= GUARD_REL_ERROR:  # NaN fails too
+                    row["wrong"] = True
+                    rows.append(row)
+                    continue
+                # One call per weight copy, at least 8.
+                mx_calls = [(x, *fp8[i % fp8_copies], None, None, mode)
+                            for i in range(max(8, fp8_copies))]
+                mx = timing.graph_us_per_call(_repeat(op, mx_calls), len(mx_calls), args.replays)
+                if ref is None:
+                    bf16_calls = [(x, bf16[i % bf16_copies]) for i in range(max(8, bf16_copies))]
+                    ref = timing.graph_us_per_call(_repeat(torch.nn.functional.linear, bf16_calls),
+                                                   len(bf16_calls), args.replays)
+                row.update({"mxlinear_us": timing.median(mx),
+                            "bf16_linear_us": timing.median(ref),
+                            "mxlinear_spread": (max(mx) - min(mx)) / timing.median(mx),
+                            "bf16_linear_spread": (max(ref) - min(ref)) / timing.median(ref)})
+                # Anchor time over mxlinear's, as the C++ bench reports it: above 1, mxlinear is
+                # faster.
+                row["speedup"] = row["bf16_linear_us"] / row["mxlinear_us"]
                 rows.append(row)
-                continue
-            # One call per weight copy, at least 8.
-            mx_calls = [(x, *fp8[i % fp8_copies], None, None) for i in range(max(8, fp8_copies))]
-            bf16_calls = [(x, bf16[i % bf16_copies]) for i in range(max(8, bf16_copies))]
-            mx = timing.graph_us_per_call(_repeat(op, mx_calls), len(mx_calls), args.replays)
-            ref = timing.graph_us_per_call(_repeat(torch.nn.functional.linear, bf16_calls),
-                                           len(bf16_calls), args.replays)
-            row.update({"mxlinear_us": timing.median(mx), "bf16_linear_us": timing.median(ref),
-                        "mxlinear_spread": (max(mx) - min(mx)) / timing.median(mx),
-                        "bf16_linear_spread": (max(ref) - min(ref)) / timing.median(ref)})
-            # Anchor time over mxlinear's, as the C++ bench reports it: above 1, mxlinear is faster.
-            row["speedup"] = row["bf16_linear_us"] / row["mxlinear_us"]
-            rows.append(row)
         del fp8, bf16
         torch.cuda.empty_cache()
+    # Per activation mode, then per M.
     geomeans = {}
-    for m in args.m:
-        ratios = [r["speedup"] for r in rows if r["m"] == m and "speedup" in r]
-        geomeans[str(m)] = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+    for activation in args.activation:
+        per_m = geomeans[activation] = {}
+        for m in args.m:
+            ratios = [r["speedup"] for r in rows
+                      if r["m"] == m and r["activation"] == activation and "speedup" in r]
+            per_m[str(m)] = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
     return {"l2_bytes": l2, "replays": args.replays, "rows": rows, "geomean_speedup": geomeans}
 
 
@@ -232,14 +270,16 @@ def graph_overhead(args, device, library) -> dict:
         for m in args.graph_m:
             x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
             out = torch.empty(m, n, device=device, dtype=torch.bfloat16)
-            op_us = timing.graph_us_per_call(_repeat(op, [(x, w, s, None, None)] * calls), calls,
-                                             args.replays)
-            # The library loop queues the same `calls` launches from inside one op call.
-            lib_us = timing.graph_us_per_call(functools.partial(library, x, w, s, out, calls),
-                                              calls, args.replays)
-            rows.append({"name": name, "n": n, "k": k, "m": m, "op_us": timing.median(op_us),
-                         "library_us": timing.median(lib_us),
-                         "ratio": timing.median(op_us) / timing.median(lib_us)})
+            for activation in args.activation:
+                mode = ACTIVATIONS.index(activation)
+                op_us = timing.graph_us_per_call(
+                    _repeat(op, [(x, w, s, None, None, mode)] * calls), calls, args.replays)
+                # The library loop queues the same `calls` launches from inside one op call.
+                lib_us = timing.graph_us_per_call(
+                    functools.partial(library, x, w, s, out, calls, mode), calls, args.replays)
+                rows.append({"name": name, "activation": activation, "n": n, "k": k, "m": m,
+                             "op_us": timing.median(op_us), "library_us": timing.median(lib_us),
+                             "ratio": timing.median(op_us) / timing.median(lib_us)})
         torch.cuda.empty_cache()
     return {"calls_per_graph": calls, "replays": args.replays, "rows": rows}
 
@@ -261,27 +301,30 @@ def render(results: dict) -> str:
         h = results["host"]
         out.append(_table(
             f"Host time per eager call, median of {h['trials']} trials of {h['iters']} calls (us)",
-            ["M", "N", "K", "op", "C++ call", "op - C++"],
-            [[r["m"], r["n"], r["k"], r["op_us"], r["library_us"], r["overhead_us"]]
-             for r in h["rows"]]))
+            ["act", "M", "N", "K", "op", "C++ call", "op - C++"],
+            [[r["activation"], r["m"], r["n"], r["k"], r["op_us"], r["library_us"],
+              r["overhead_us"]] for r in h["rows"]]))
     if "gpu" in results:
         g = results["gpu"]
         out.append(_table(
             "GPU time per call, weights from DRAM, CUDA graph, median of "
             f"{g['replays']} replays (us)",
-            ["layer", "N", "K", "M", "mxlinear", "bf16 F.linear", "x bf16"],
-            [[r["name"], r["n"], r["k"], r["m"], r.get("mxlinear_us", "WRONG"),
+            ["layer", "act", "N", "K", "M", "mxlinear", "bf16 F.linear", "x bf16"],
+            [[r["name"], r["activation"], r["n"], r["k"], r["m"], r.get("mxlinear_us", "WRONG"),
               r.get("bf16_linear_us", "-"), r.get("speedup", "-")] for r in g["rows"]]))
-        out.append("geomean bf16 time / mxlinear time per M (above 1: mxlinear faster): " + ", ".join(
-            f"M={m}: {v:.3f}" if v else f"M={m}: n/a" for m, v in g["geomean_speedup"].items())
-            + "\n")
+        for activation, per_m in g["geomean_speedup"].items():
+            out.append(
+                f"geomean bf16 time / mxlinear time per M, activation {activation} (above 1: "
+                "mxlinear faster): "
+                + ", ".join(f"M={m}: {v:.3f}" if v else f"M={m}: n/a" for m, v in per_m.items())
+                + "\n")
     if "graph" in results:
         g = results["graph"]
         out.append(_table(
             f"Under a CUDA graph ({g['calls_per_graph']} calls a graph), time per call (us)",
-            ["layer", "N", "K", "M", "op", "C++ call", "op / C++"],
-            [[r["name"], r["n"], r["k"], r["m"], r["op_us"], r["library_us"], r["ratio"]]
-             for r in g["rows"]]))
+            ["layer", "act", "N", "K", "M", "op", "C++ call", "op / C++"],
+            [[r["name"], r["activation"], r["n"], r["k"], r["m"], r["op_us"], r["library_us"],
+              r["ratio"]] for r in g["rows"]]))
     return "\n".join(out)
 
 
@@ -324,8 +367,9 @@ def main(argv=None) -> int:
             f.write("\n")
     wrong = [r for r in results.get("gpu", {}).get("rows", []) if r.get("wrong")]
     for r in wrong:
-        print(f"mxlinear.bench: {r['name']} M={r['m']}: WRONG, relative error "
-              f"{r['guard_rel_error']:.3g} > {GUARD_REL_ERROR}; not timed", file=sys.stderr)
+        print(f"mxlinear.bench: {r['name']} M={r['m']} activation {r['activation']}: WRONG, "
+              f"relative error {r['guard_rel_error']:.3g} > {GUARD_REL_ERROR}; not timed",
+              file=sys.stderr)
     return 1 if wrong else 0
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from .nn import BLOCK, MXFP8Linear
+from .nn import BLOCK, MXFP8Linear, _check_activation
 
 Selector = Iterable[str] | Callable[[str, torch.nn.Module], bool] | None
 
@@ -70,6 +70,7 @@ def quantize_model(
     exclude: Selector = None,
     rule: str = "rceil",
     out_dtype: torch.dtype | None = None,
+    activation: str | None = None,
 ) -> QuantizedModules:
     """Replaces the selected ``nn.Linear`` submodules of ``model`` with ``MXFP8Linear.from_linear``
     (weights quantized with ``rule`` on their own device) and returns what it did.
@@ -82,6 +83,8 @@ def quantize_model(
     convertible: otherwise ValueError, as for an exact name that names no ``nn.Linear``. A layer
     registered under several names is converted once, under its first name, and replaced
     everywhere. The model itself must not be an ``nn.Linear`` (use ``MXFP8Linear.from_linear``).
+    ``activation`` is the new layers' mode: None (``MXLINEAR_ACTIVATION``), ``"mx"`` (W8A8) or
+    ``"bf16"`` (W8A16, activations multiplied as they are); see ``MXFP8Linear``.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(
@@ -94,6 +97,7 @@ def quantize_model(
             "place; "
             "use MXFP8Linear.from_linear"
         )
+    _check_activation("quantize_model", activation)
     if include is not None and not callable(include) and not isinstance(include, str):
         include = tuple(include)  # read twice below; a generator would be spent after once
     included = _matcher("include", include)
@@ -131,7 +135,9 @@ def quantize_model(
         if reason is not None:
             skipped[name] = reason
             continue
-        replacements[id(module)] = MXFP8Linear.from_linear(module, rule=rule, out_dtype=out_dtype)
+        replacements[id(module)] = MXFP8Linear.from_linear(
+            module, rule=rule, out_dtype=out_dtype, activation=activation
+        )
         converted.append(name)
 
     # Every parent that holds a converted layer gets the replacement, shared layers included.

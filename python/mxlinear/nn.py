@@ -1,9 +1,11 @@
 """``MXFP8Linear``: an inference-only linear layer over MXFP8 weights.
 
 The weight is stored quantized (E4M3 elements, one E8M0 scale per 32 elements along K) and the
-layer calls ``mxlinear.linear``, which MX-quantizes the activation and runs the exact reference
-on CPU or the GPU kernels on CUDA. Nothing in the layer is trainable: the weight, its scales and
-the bias are buffers, so ``.to(device)``, ``state_dict`` and ``load_state_dict`` carry them.
+layer calls ``mxlinear.linear``, which MX-quantizes the activation (W8A8) or multiplies a bfloat16
+or float16 activation as it is (W8A16), and runs the exact reference on CPU or the GPU kernels on
+CUDA. Nothing in the layer is trainable: the weight, its scales and the bias are buffers, so
+``.to(device)``, ``state_dict`` and ``load_state_dict`` carry them; the activation mode is a
+plain attribute, not part of the state.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ BLOCK = 32
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _SCALE_DTYPES = (torch.uint8, torch.float8_e8m0fnu)
 _RULES = ("rceil", "floor")
+_ACTIVATIONS = ("mx", "bf16")
 
 
 def _dtype_names(dtypes) -> str:
@@ -47,6 +50,14 @@ def _check_rule(where: str, rule) -> None:
         raise ValueError(f"{where}: argument 'rule' is {rule!r}; expected 'rceil' or 'floor'")
 
 
+def _check_activation(where: str, activation) -> None:
+    if activation is not None and not (isinstance(activation, str) and activation in _ACTIVATIONS):
+        raise ValueError(
+            f"{where}: argument 'activation' is {activation!r}; expected None (the default, "
+            "MXLINEAR_ACTIVATION), 'mx' (W8A8) or 'bf16' (W8A16)"
+        )
+
+
 def _check_bias(where: str, bias, n: int, device: torch.device) -> None:
     _check_tensor(where, "bias", bias)
     if bias.dtype not in _FLOAT_DTYPES:
@@ -65,13 +76,20 @@ def _check_bias(where: str, bias, n: int, device: torch.device) -> None:
 
 
 class MXFP8Linear(torch.nn.Module):
-    """``y = mxlinear.linear(x, weight, weight_scale, bias, out_dtype)``, for inference only.
+    """``y = mxlinear.linear(x, weight, weight_scale, bias, out_dtype, activation)``, for
+    inference only.
 
     Buffers: ``weight`` float8_e4m3fn [out_features, in_features], ``weight_scale`` uint8
     [out_features, in_features / 32] (E8M0 bytes, bias 127) and optionally ``bias``
     [out_features] (bfloat16, float16 or float32, kept in the dtype given). ``out_dtype`` None
     means the input's dtype (bfloat16 for a pre-quantized input). ``rule`` records the scale rule
     the weight was quantized with (None when unknown, e.g. loaded from a checkpoint).
+
+    ``activation`` is the mode of the layer's calls: ``"mx"`` (W8A8: the activation is
+    MX-quantized first), ``"bf16"`` (W8A16: a bfloat16 or float16 activation is multiplied as it
+    is by the dequantized weight) or None for the process default (``MXLINEAR_ACTIVATION``). It is
+    an attribute that may be changed at any time, not a buffer: ``state_dict`` and checkpoints do
+    not carry it. A pre-quantized input is W8A8 whatever the attribute says.
 
     ``Module.to(dtype)``, ``.half()`` and ``.float()`` convert the bias but never the quantized
     weight, which follows device moves only.
@@ -94,6 +112,7 @@ class MXFP8Linear(torch.nn.Module):
         bias_dtype: torch.dtype = torch.float32,
         out_dtype: torch.dtype | None = None,
         rule: str | None = None,
+        activation: str | None = None,
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
@@ -118,10 +137,12 @@ class MXFP8Linear(torch.nn.Module):
             )
         _check_out_dtype(where, out_dtype)
         _check_rule(where, rule)
+        _check_activation(where, activation)
         self.in_features = in_features
         self.out_features = out_features
         self.out_dtype = out_dtype
         self.rule = rule
+        self.activation = activation
         self.register_buffer(
             "weight",
             torch.zeros(out_features, in_features, dtype=torch.float8_e4m3fn, device=device),
@@ -144,13 +165,15 @@ class MXFP8Linear(torch.nn.Module):
         bias: torch.Tensor | None = None,
         out_dtype: torch.dtype | None = None,
         rule: str | None = None,
+        activation: str | None = None,
     ) -> "MXFP8Linear":
         """A layer over already quantized tensors (used as they are, not copied).
 
         ``weight`` float8_e4m3fn [N, K] with K a positive multiple of 32; ``weight_scale`` uint8 or
         float8_e8m0fnu [N, K/32] (stored as a uint8 view); ``bias`` [N] bfloat16, float16 or
         float32; all on one device. A wrong type or dtype raises TypeError, a wrong shape or
-        device ValueError, each naming the argument.
+        device ValueError, each naming the argument, as does an ``activation`` other than None,
+        ``"mx"`` or ``"bf16"``.
         """
         where = "MXFP8Linear.from_quantized"
         _check_tensor(where, "weight", weight)
@@ -185,7 +208,10 @@ class MXFP8Linear(torch.nn.Module):
             _check_bias(where, bias, n, weight.device)
         _check_out_dtype(where, out_dtype)
         _check_rule(where, rule)
-        layer = cls(k, n, bias=False, out_dtype=out_dtype, rule=rule, device="meta")
+        _check_activation(where, activation)
+        layer = cls(
+            k, n, bias=False, out_dtype=out_dtype, rule=rule, activation=activation, device="meta"
+        )
         layer.weight = weight
         layer.weight_scale = weight_scale.view(torch.uint8)
         layer.bias = bias
@@ -193,11 +219,16 @@ class MXFP8Linear(torch.nn.Module):
 
     @classmethod
     def from_linear(
-        cls, linear: torch.nn.Linear, rule: str = "rceil", out_dtype: torch.dtype | None = None
+        cls,
+        linear: torch.nn.Linear,
+        rule: str = "rceil",
+        out_dtype: torch.dtype | None = None,
+        activation: str | None = None,
     ) -> "MXFP8Linear":
         """Quantizes ``linear.weight`` with ``mxlinear.quantize(weight, rule)`` on the weight's own
         device (CPU or CUDA) and keeps a copy of its bias. The weight must be bfloat16, float16 or
-        float32 and ``in_features`` a multiple of 32."""
+        float32 and ``in_features`` a multiple of 32. ``activation`` is the layer's mode (see the
+        class)."""
         where = "MXFP8Linear.from_linear"
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(
@@ -218,17 +249,23 @@ class MXFP8Linear(torch.nn.Module):
             )
         if rule not in _RULES:
             raise ValueError(f"{where}: argument 'rule' is {rule!r}; expected 'rceil' or 'floor'")
+        _check_activation(where, activation)
         with torch.no_grad():
             weight, weight_scale = mxlinear.quantize(linear.weight.detach(), rule)
             bias = None if linear.bias is None else linear.bias.detach().clone()
-        return cls.from_quantized(weight, weight_scale, bias, out_dtype=out_dtype, rule=rule)
+        return cls.from_quantized(
+            weight, weight_scale, bias, out_dtype=out_dtype, rule=rule, activation=activation
+        )
 
     # ------------------------------------------------------------------ use
 
     def forward(self, x: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """``x`` [..., in_features] bfloat16/float16/float32, or a pre-quantized ``(data,
-        scales)`` pair as ``mxlinear.quantize`` returns it."""
-        return mxlinear.linear(x, self.weight, self.weight_scale, self.bias, self.out_dtype)
+        """``x`` [..., in_features] bfloat16/float16/float32 (bfloat16/float16 in W8A16), or a
+        pre-quantized ``(data, scales)`` pair as ``mxlinear.quantize`` returns it (W8A8)."""
+        activation = None if isinstance(x, tuple) else self.activation
+        return mxlinear.linear(
+            x, self.weight, self.weight_scale, self.bias, self.out_dtype, activation
+        )
 
     def dequantized_weight(self) -> torch.Tensor:
         """The weight as float32: ``value(q) * 2^(b - 127)`` per element (NaN where the scale byte
@@ -242,10 +279,12 @@ class MXFP8Linear(torch.nn.Module):
     def extra_repr(self) -> str:
         out = "input" if self.out_dtype is None else str(self.out_dtype).removeprefix("torch.")
         bias = "None" if self.bias is None else str(self.bias.dtype).removeprefix("torch.")
-        return (
+        text = (
             f"in_features={self.in_features}, out_features={self.out_features}, bias={bias}, "
             f"rule={self.rule}, out_dtype={out}"
         )
+        # The default mode (MXLINEAR_ACTIVATION's) is left out, so such layers print as before.
+        return text if self.activation is None else f"{text}, activation={self.activation}"
 
     # ------------------------------------------------------------------ nn.Module hooks
 

@@ -61,3 +61,33 @@ def linear(x, weight, weight_scale, bias=None) -> torch.Tensor:
     if bias is not None:
         out = out + bias.double()
     return out
+
+
+def linear_w8a16(x, weight, weight_scale, bias=None) -> torch.Tensor:
+    """The unrounded float64 W8A16 layer: x as it is @ deq(weight).T (+ bias)."""
+    out = x.double() @ dequantize(weight, weight_scale).T
+    if bias is not None:
+        out = out + bias.double()
+    return out
+
+
+# Significant bits, smallest normal exponent and largest exponent of each output format.
+_FORMATS = {
+    torch.bfloat16: (8, -126, 127),
+    torch.float16: (11, -14, 15),
+    torch.float32: (24, -126, 127),
+}
+
+
+def round_once(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Rounds float64 y once to dtype, to nearest with ties to even, overflowing to +-inf.
+
+    torch's own float64 -> bfloat16/float16 conversion goes through float32, rounding twice."""
+    bits, min_exp, max_exp = _FORMATS[dtype]
+    _, exp = torch.frexp(y.abs())  # |y| = m * 2^exp, m in [0.5, 1)
+    e = (exp - 1).clamp(min=min_exp)  # below the smallest normal the step stays 2^(min - bits + 1)
+    ulp = torch.ldexp(torch.ones_like(y), e - (bits - 1))
+    q = torch.round(y / ulp) * ulp  # exact: scaling by powers of 2, half to even
+    largest = (2.0 - 2.0 ** (1 - bits)) * 2.0**max_exp
+    q = torch.where(q.abs() > largest, torch.copysign(torch.full_like(q, float("inf")), q), q)
+    return q.to(dtype)  # exact: q is a value of dtype

@@ -19,7 +19,8 @@ def bench(*args, hide_gpus=False):
 def test_help_lists_the_parts_and_options():
     r = bench("--help")
     assert r.returncode == 0, r.stderr
-    for word in ("Host overhead", "CUDA graph", "--shapes", "--m", "--json", "--parts"):
+    for word in ("Host overhead", "CUDA graph", "--shapes", "--m", "--json", "--parts",
+                 "--activation", "W8A16"):
         assert word in r.stdout
 
 
@@ -42,6 +43,8 @@ def test_without_a_gpu_it_says_so_and_exits_2(tmp_path):
         (("--m", "one"), "argument --m: has 'one'"),
         (("--parts", "host,disk"), "argument --parts: has ['disk']; expected some of host"),
         (("--host-iters", "-3"), "argument --host-iters: is '-3'; expected a positive integer"),
+        (("--activation", "mx,fp4"), "argument --activation: has ['fp4']; expected some of mx, "
+                                     "bf16"),
     ],
 )
 def test_bad_arguments_are_named_with_their_value(args, message, capsys):
@@ -63,6 +66,9 @@ def test_parsers_accept_what_the_help_promises():
     args = b.parse_args([])
     assert [(n, k) for _, n, k in args.shapes] == [(n, k) for _, n, k in b.DEFAULT_SHAPES]
     assert args.m == [1, 32, 128, 512, 2048, 8192]
+    assert args.activation == ["mx", "bf16"]  # both modes by default
+    assert b.parse_args(["--activation", "bf16"]).activation == ["bf16"]
+    assert b.parse_activations("bf16, mx,bf16") == ["bf16", "mx"]
     # The default shapes are distinct layer shapes, K a multiple of 32 as the op requires.
     assert len({(n, k) for _, n, k in b.DEFAULT_SHAPES}) == len(b.DEFAULT_SHAPES)
     assert all(k % 32 == 0 for _, _, k in b.DEFAULT_SHAPES)
@@ -77,3 +83,30 @@ def test_rotation_covers_three_times_l2():
         assert copies >= 2
         assert copies * weight_bytes >= 3 * l2
         assert copies == 2 or (copies - 1) * weight_bytes < 3 * l2  # no more than needed
+
+
+def test_render_shows_each_mode():
+    from mxlinear import bench as b
+
+    results = {
+        "mxlinear": "0.1.0", "torch": "2.11", "device": "H200", "skipped": {},
+        "host": {"iters": 10, "trials": 3, "rows": [
+            {"activation": a, "m": 1, "n": 64, "k": 64, "op_us": 5.0, "library_us": 4.0,
+             "overhead_us": 1.0} for a in b.ACTIVATIONS]},
+        "gpu": {"replays": 3, "rows": [
+            {"name": "l", "activation": "mx", "n": 64, "k": 64, "m": 1, "mxlinear_us": 2.0,
+             "bf16_linear_us": 3.0, "speedup": 1.5},
+            {"name": "l", "activation": "bf16", "n": 64, "k": 64, "m": 1, "wrong": True,
+             "guard_rel_error": 1.0}],
+            "geomean_speedup": {"mx": {"1": 1.5}, "bf16": {"1": None}}},
+        "graph": {"calls_per_graph": 4, "replays": 3, "rows": [
+            {"name": "l", "activation": "bf16", "n": 64, "k": 64, "m": 1, "op_us": 2.0,
+             "library_us": 2.0, "ratio": 1.0}]},
+    }
+    text = b.render(results)
+    assert "activation mx (above 1: mxlinear faster): M=1: 1.500" in text
+    assert "activation bf16 (above 1: mxlinear faster): M=1: n/a" in text
+    assert "WRONG" in text
+    host = text.split("\n\n")[1].splitlines()
+    assert host[1].split()[:2] == ["act", "M"]
+    assert [line.split()[0] for line in host[2:]] == ["mx", "bf16"]

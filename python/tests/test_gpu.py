@@ -1,5 +1,10 @@
 """The ops on a Hopper GPU: parity with the library's own linear(), CUDA graphs, torch.compile,
-several streams and inference mode. Skipped visibly without CUDA."""
+several streams and inference mode, in both activation modes (W8A8 "mx", W8A16 "bf16"). Skipped
+visibly without CUDA."""
+
+import os
+import subprocess
+import sys
 
 import emulation
 import pytest
@@ -20,10 +25,11 @@ def cuda_weight(n, k, g):
     return w.cuda(), ws.cuda()
 
 
-def library_linear(x, w, ws, out_dtype):
-    """The library's own linear() on these tensors (no torch dispatch), into a NaN-poisoned out."""
+def library_linear(x, w, ws, out_dtype, mode=-1):
+    """The library's own linear() on these tensors (no torch dispatch), into a NaN-poisoned out, in
+    the activation mode of that index (-1 the default, 0 mx, 1 bf16)."""
     out = torch.full((*x.shape[:-1], w.shape[0]), float("nan"), dtype=out_dtype, device=x.device)
-    torch.ops.mxlinear._library_call_seconds(x, w, ws, out, 1)
+    torch.ops.mxlinear._library_call_seconds(x, w, ws, out, 1, mode)
     return out
 
 
@@ -51,7 +57,13 @@ def assert_within_contract_gpu(out, x, w, ws):
 def assert_within_fp32_bound(out, x_data, x_scales, w, ws, bias=None):
     """fp32 accumulation in some order: 1 ulp of the rounded fp64 reference plus K * 2^-24 times
     the sum of absolute products (docs/MXFP8.md)."""
-    a = emulation.dequantize(x_data.cpu(), x_scales.cpu())
+    assert_within_fp32_bound_of(out, emulation.dequantize(x_data.cpu(), x_scales.cpu()), w, ws,
+                                bias)
+
+
+def assert_within_fp32_bound_of(out, a, w, ws, bias=None):
+    """The same bound for the float64 activation `a` the layer multiplies (x itself in W8A16)."""
+    a = a.cpu().double()
     b = emulation.dequantize(w.cpu(), ws.cpu())
     ref = a @ b.T
     if bias is not None:
@@ -194,3 +206,102 @@ def test_misaligned_and_mixed_device_inputs_are_served_or_named():
     data, scales = mxlinear.quantize(x.contiguous())
     with pytest.raises(RuntimeError, match="'x_scales'"):
         mxlinear.linear((data, scales.cpu()), w, ws)
+
+
+# --------------------------------------------------------------------------- activation modes
+
+
+@pytest.mark.parametrize("mnk", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_w8a16_op_equals_the_library_call_and_the_cpu_reference(mnk, dtype):
+    m, n, k = mnk
+    g = fresh_gen()
+    x = (torch.randn(m, k, generator=g) * 4).to(dtype).cuda()
+    w, ws = cuda_weight(n, k, g)
+    bias = torch.randn(n, generator=g).cuda()
+    for out_dtype in (dtype, torch.float32):
+        out = mxlinear.linear(x, w, ws, None, out_dtype, activation="bf16")
+        want = library_linear(x, w, ws, out_dtype, mode=1)
+        assert not want.isnan().any()
+        assert torch.equal(out, want)
+        assert_within_fp32_bound_of(out, x, w, ws)
+        # With a bias, against the CPU reference (float64, rounded once): within the bound of
+        # the GPU's fp32 accumulation of it.
+        out = mxlinear.linear(x, w, ws, bias, out_dtype, activation="bf16")
+        cpu = mxlinear.linear(x.cpu(), w.cpu(), ws.cpu(), bias.cpu(), out_dtype, activation="bf16")
+        assert_within_fp32_bound_of(out, x, w, ws, bias)
+        assert_within_fp32_bound_of(cpu, x, w, ws, bias)
+
+
+@pytest.mark.parametrize("activation", ["mx", "bf16"])
+@pytest.mark.parametrize("mnk", [(1, 512, 1024), (64, 1024, 2048), (300, 384, 1024)])
+def test_both_modes_against_the_cpu_reference(activation, mnk):
+    m, n, k = mnk
+    g = fresh_gen()
+    x = torch.randn(m, k, generator=g, dtype=torch.bfloat16).cuda()
+    w, ws = cuda_weight(n, k, g)
+    bias = torch.randn(n, generator=g, dtype=torch.bfloat16).cuda()
+    out = mxlinear.linear(x, w, ws, bias, torch.float32, activation=activation)
+    cpu = mxlinear.linear(x.cpu(), w.cpu(), ws.cpu(), bias.cpu(), torch.float32,
+                          activation=activation)
+    a = x if activation == "bf16" else emulation.dequantize(*emulation.quantize(x.cpu()))
+    assert_within_fp32_bound_of(out, a, w, ws, bias)
+    assert_within_fp32_bound_of(cpu, a, w, ws, bias)
+    # The other mode is a different layer: the GPU result is no copy of it.
+    other = "mx" if activation == "bf16" else "bf16"
+    assert not torch.equal(out, mxlinear.linear(x, w, ws, bias, torch.float32, activation=other))
+
+
+def test_w8a16_refuses_float32_x_on_the_gpu():
+    g = fresh_gen()
+    w, ws = cuda_weight(64, 128, g)
+    x = torch.randn(3, 128, generator=g).cuda()
+    with pytest.raises(RuntimeError, match=r"argument 'x' has dtype Float; .*W8A16"):
+        mxlinear.linear(x, w, ws, activation="bf16")
+    assert mxlinear.linear(x, w, ws, activation="mx").dtype == torch.float32
+
+
+def test_w8a16_graph_capture_and_compile_replay_eagers_bits():
+    torch._dynamo.reset()
+    g = fresh_gen()
+    m, n, k = 48, 512, 1024
+    w, ws = cuda_weight(n, k, g)
+    static_x = torch.randn(m, k, generator=g, dtype=torch.bfloat16).cuda()
+
+    def step(x):
+        return (mxlinear.linear(x, w, ws, activation="bf16"),
+                mxlinear.linear(x, w, ws, None, torch.float32, activation="mx"))
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_a, static_b = step(static_x)
+    compiled = torch.compile(step, fullgraph=True)
+    for _ in range(3):
+        static_x.copy_(torch.randn(m, k, generator=g, dtype=torch.bfloat16))
+        graph.replay()
+        a, b = step(static_x)
+        assert torch.equal(static_a, a) and torch.equal(static_b, b)
+        ca, cb = compiled(static_x)
+        assert torch.equal(ca, a) and torch.equal(cb, b)
+
+
+def test_mxlinear_activation_bf16_makes_gpu_calls_w8a16():
+    code = (
+        "import torch, mxlinear\n"
+        "g = torch.Generator().manual_seed(3)\n"
+        "w, ws = mxlinear.quantize(torch.randn(256, 512, generator=g).cuda())\n"
+        "x = torch.randn(17, 512, generator=g, dtype=torch.bfloat16).cuda()\n"
+        "d = mxlinear.linear(x, w, ws)\n"
+        "print(mxlinear.default_activation(), torch.equal(d, mxlinear.linear(x, w, ws, "
+        "activation='bf16')), torch.equal(d, mxlinear.linear(x, w, ws, activation='mx')))\n"
+    )
+    env = {**os.environ, "MXLINEAR_ACTIVATION": "bf16"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["bf16", "True", "False"]

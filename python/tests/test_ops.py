@@ -197,7 +197,9 @@ def test_opcheck_linear():
     x = torch.randn(2, 5, 64, generator=g, dtype=torch.bfloat16)
     bias = torch.randn(16, generator=g)
     utils = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
-    for args in [(x, w, ws, None, None), (x, w, ws, bias, torch.float32)]:
+    # With and without the activation mode (W8A8's index 0, W8A16's 1).
+    for args in [(x, w, ws, None, None), (x, w, ws, bias, torch.float32),
+                 (x, w, ws, bias, None, 0), (x, w, ws, None, torch.float16, 1)]:
         torch.library.opcheck(torch.ops.mxlinear.linear.default, args, test_utils=utils)
         before = [a.view(torch.uint8).clone() if a.dtype.itemsize == 1 else a.clone()
                   for a in args if isinstance(a, torch.Tensor)]
@@ -232,6 +234,10 @@ def test_fake_implementations_on_meta_tensors():
     ws = torch.empty(24, 2, dtype=torch.uint8, device="meta")
     out = mxlinear.linear(x, w, ws, None, torch.bfloat16)
     assert out.shape == (2, 3, 24) and out.dtype == torch.bfloat16
+    out = mxlinear.linear(x, w, ws, None, torch.float32, activation="bf16")
+    assert out.shape == (2, 3, 24) and out.dtype == torch.float32
+    with pytest.raises(RuntimeError, match=r"'x' has dtype torch.float32; .*\(W8A16\)"):
+        mxlinear.linear(x.float(), w, ws, activation="bf16")
     with pytest.raises(Exception, match="'weight_scale'"):
         mxlinear.linear(x, w, ws[:, :1])
     with pytest.raises(Exception, match="'x'"):
@@ -260,6 +266,8 @@ def test_bad_inputs_name_the_argument():
         (lambda: mxlinear.linear(x, w, ws[:4]), "'weight_scale'"),
         (lambda: mxlinear.linear(x, w, ws, torch.ones(7)), "'bias'"),
         (lambda: mxlinear.linear(x, w, ws, None, torch.int32), "'out_dtype'"),
+        (lambda: mxlinear.linear(x.float(), w, ws, activation="bf16"), "'x'"),
+        (lambda: torch.ops.mxlinear.linear(x, w, ws, None, None, 7), "'activation'"),
     ]
     for call, argument in cases:
         with pytest.raises(RuntimeError, match=argument):

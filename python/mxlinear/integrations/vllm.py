@@ -25,6 +25,10 @@ Switches:
   * ``--linear-backend=<another backend>`` leaves the kernel out as for any other backend.
     ``register()`` also files it under the name ``mxlinear`` in vLLM's backend map, which takes
     effect only where vLLM's configuration accepts that name.
+  * ``MXLINEAR_ACTIVATION=bf16`` (in vLLM's environment, so in every worker): the layers run in
+    W8A16, multiplying the bf16 or fp16 activation as it is by the dequantized weights, instead of
+    MX-quantizing it first (W8A8, ``mx``, the default). The kernel calls the op in the process
+    default mode; vLLM's MXFP8 layer configuration has no field for it.
 
 Messages go to the ``mxlinear.integrations.vllm`` logger.
 """
@@ -83,7 +87,8 @@ def _build_kernel_class() -> type:
     )
 
     class MxlinearMxfp8LinearKernel(Mxfp8LinearKernel):
-        """MXFP8 W8A8 GEMM by mxlinear on sm_90a: activations are quantized inside the op."""
+        """MXFP8 GEMM by mxlinear on sm_90a: W8A8 (activations quantized inside the op), or W8A16
+        (activations as they are) where MXLINEAR_ACTIVATION=bf16."""
 
         # process_weights_after_loading only trims and re-lays parameters in place, so weights
         # that were already processed pass through it unchanged.
