@@ -68,7 +68,11 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
   bool needs_tuned_rows() const override { return true; }
   // Up to 16 tokens; two token tiles only where one would not hold them all (at M <= 8 the
   // second only pads: measured 2.5x slower at M = 1).
+  // W8A16 only up to 8 tokens: its 16-bit rows double the staged bytes, and at M = 16 it ran at
+  // 0.50-0.68x of cuBLAS bf16 on 6 of the seed's 8 shapes where the prefill kernel ran 0.88-1.17x
+  // (H200, same run).
   bool worth_sweeping(std::int64_t m, std::string_view config) const override {
+    if (as_is_ && m > 8) return false;
     return m <= 16 && (m > 8 || find(config).tokens <= 8);
   }
 
