@@ -430,6 +430,50 @@ W8A16Operands w8a16_operands(const Activation16& x, const MxOperand& w) {
           .w_scales = w.scales.data()};
 }
 
+void check_w8a16_nan_propagation(const GemmLauncher& launch, std::mt19937_64& rng) {
+  constexpr std::int64_t kM = 20, kN = 70;
+  for (const DType x_dtype : kActivation16Types) {
+    for (const std::int64_t k : {std::int64_t{256}, std::int64_t{544}}) {
+      Activation16 x = random_activation16_as_is(kM, k, k, x_dtype, rng);
+      MxOperand w = random_operand(kN, k, rng);
+      const std::int64_t blocks = k / kBlockSize;
+      w.scales[static_cast<std::size_t>(17 * blocks + 2)] = 0xFF;  // column 17: a NaN scale
+      w.data[static_cast<std::size_t>(66 * k + k - 5)] = 0xFF;     // column 66: -NaN code
+      x.codes[static_cast<std::size_t>(3 * k + 40)] = x_dtype == DType::kBF16 ? 0x7FC0 : 0x7E00;
+      SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " K=" << k);
+      const auto out = run_w8a16(launch, x, 0, w, DType::kF32);
+      for (std::int64_t m = 0; m < kM; ++m) {
+        for (std::int64_t n = 0; n < kN; ++n) {
+          const bool should_be_nan = m == 3 || n == 17 || n == 66;
+          const double v = output_value(out, DType::kF32, static_cast<std::size_t>(m * kN + n));
+          EXPECT_EQ(std::isnan(v), should_be_nan) << "out[" << m << ", " << n << "] = " << v;
+        }
+      }
+    }
+  }
+}
+
+void check_w8a16_bias(const GemmLauncher& launch, std::int64_t m_large, std::mt19937_64& rng) {
+  for (const DType x_dtype : kActivation16Types) {
+    for (auto [m, n] : {std::pair<std::int64_t, std::int64_t>{9, 21}, {m_large, 257}}) {
+      constexpr std::int64_t kK = 544;
+      const Activation16 x = exact_activation16(m, kK, kK, x_dtype, rng);
+      const MxOperand w = exact_operand(n, kK, rng);
+      const BiasBuffers bias = quarter_bias(n);
+      const std::vector<double> ref = w8a16_reference(w8a16_operands(x, w), bias.values);
+      for (auto [buffer, type] : {std::pair{&bias.f32, device::BiasType::kF32},
+                                  std::pair{&bias.bf16, device::BiasType::kBF16}}) {
+        for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+          SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " M=" << m
+                                            << " N=" << n << " out=" << to_string(dtype) << " bias="
+                                            << (type == device::BiasType::kF32 ? "f32" : "bf16"));
+          expect_bit_exact(run_w8a16(launch, x, 0, w, dtype, buffer, type), ref, n, dtype);
+        }
+      }
+    }
+  }
+}
+
 std::vector<std::uint8_t> run_w8a16(const GemmLauncher& launch, const Activation16& x,
                                     std::int64_t x_offset, const MxOperand& w, DType out_dtype,
                                     const DeviceBuffer* bias, device::BiasType bias_type) {

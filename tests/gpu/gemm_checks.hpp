@@ -150,6 +150,17 @@ std::vector<std::uint8_t> run_w8a16(const GemmLauncher& launch, const Activation
                                     const DeviceBuffer* bias = nullptr,
                                     device::BiasType bias_type = device::BiasType::kNone);
 
+// The activation types W8A16 takes.
+inline constexpr DType kActivation16Types[] = {DType::kBF16, DType::kF16};
+
+// A NaN weight scale, a NaN weight code and a NaN in x make exactly the outputs they feed NaN
+// (fp32 output, M = 20, N = 70, K = 256 and 544, both 16-bit types).
+void check_w8a16_nan_propagation(const GemmLauncher& launch, std::mt19937_64& rng);
+
+// A bf16 and an fp32 bias are added exactly (exact inputs, every output type, K = 544) at
+// 9 x 21 and at m_large x 257.
+void check_w8a16_bias(const GemmLauncher& launch, std::int64_t m_large, std::mt19937_64& rng);
+
 // MXFP8.md's fp32 accumulation bound for one output of a K-long sum: gamma_{K+1} * abs_sum
 // (u = 2^-24), plus the fp64 reference's own summation error (gamma_K, u = 2^-53), plus half an
 // ulp of the output type at the result's binade (half the smallest subnormal below it).

@@ -116,8 +116,6 @@ TEST_P(GemvGemmConfig, EveryNextLaunchPointKeepsAChainInOrder) {
 // --- W8A16: x as it is (bf16 or fp16), MX weights ---------------------------------------------
 // Every instance has W8A16 variants; launch_gemv_gemm picks one by p.x_as_is and p.x_is_f16.
 
-constexpr DType kActivation16Types[] = {DType::kBF16, DType::kF16};
-
 // Every M in {1, 3, 8, 9, 16} meets every N in {1, 16, 40, 130, 1000} once, with K cycling
 // through {32, 96, 544, 4096} (K = kK[(i + j) % 4]), so each K meets several M and N: M = 1 and 3
 // run part of one token tile, 8 a whole 8-token tile, 9 and 16 two tiles of 8 tokens (or part of
@@ -134,17 +132,6 @@ std::vector<GemmShape> w8a16_shapes() {
   return shapes;
 }
 
-W8A16Operands oracle_operands(const Activation16& x, const MxOperand& w) {
-  return {.m = x.rows,
-          .n = w.rows,
-          .k = x.k,
-          .x = x.codes.data(),
-          .ld_x = x.ld_x,
-          .x_format = x.dtype == DType::kBF16 ? kBF16Format : kF16Format,
-          .w = w.data.data(),
-          .w_scales = w.scales.data()};
-}
-
 TEST_P(GemvGemmConfig, W8A16ExactInputsMatchFp64BitForBit) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
@@ -152,7 +139,7 @@ TEST_P(GemvGemmConfig, W8A16ExactInputsMatchFp64BitForBit) {
     for (const GemmShape& c : w8a16_shapes()) {
       const Activation16 x = exact_activation16(c.m, c.k, c.k, x_dtype, rng);
       const MxOperand w = exact_operand(c.n, c.k, rng);
-      const std::vector<double> ref = w8a16_reference(oracle_operands(x, w), {});
+      const std::vector<double> ref = w8a16_reference(w8a16_operands(x, w), {});
       for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
         SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " M=" << c.m << " N="
                                           << c.n << " K=" << c.k << " out=" << to_string(dtype));
@@ -169,7 +156,7 @@ TEST_P(GemvGemmConfig, W8A16RandomInputsWithinFp32AccumulationBound) {
     for (const GemmShape& c : w8a16_shapes()) {
       const Activation16 x = random_activation16_as_is(c.m, c.k, c.k, x_dtype, rng);
       const MxOperand w = random_operand(c.n, c.k, rng);
-      const W8A16Operands op = oracle_operands(x, w);
+      const W8A16Operands op = w8a16_operands(x, w);
       const std::vector<double> ref = w8a16_reference(op, {});
       const std::vector<double> abs_sums = w8a16_abs_product_sums(op);
       for (const DType dtype : {DType::kBF16, DType::kF32}) {
@@ -198,7 +185,7 @@ TEST_P(GemvGemmConfig, W8A16PaddedRowsMatchFp64BitForBit) {
       for (const Layout& layout : kLayouts) {
         const Activation16 x =
             exact_activation16(c.m, c.k, c.k + layout.extra_stride, x_dtype, rng);
-        const std::vector<double> ref = w8a16_reference(oracle_operands(x, w), {});
+        const std::vector<double> ref = w8a16_reference(w8a16_operands(x, w), {});
         SCOPED_TRACE(::testing::Message()
                      << "x=" << to_string(x_dtype) << " M=" << c.m << " N=" << c.n << " K=" << c.k
                      << " ld_x=" << x.ld_x << " base offset=" << layout.offset << " elements");
@@ -215,53 +202,15 @@ TEST_P(GemvGemmConfig, W8A16PaddedRowsMatchFp64BitForBit) {
 TEST_P(GemvGemmConfig, W8A16NaNPropagatesExactly) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  constexpr std::int64_t kM = 20, kN = 70;
-  for (const DType x_dtype : kActivation16Types) {
-    for (const std::int64_t k : {std::int64_t{256}, std::int64_t{544}}) {
-      Activation16 x = random_activation16_as_is(kM, k, k, x_dtype, rng);
-      MxOperand w = random_operand(kN, k, rng);
-      const std::int64_t blocks = k / kBlockSize;
-      w.scales[static_cast<std::size_t>(17 * blocks + 2)] = 0xFF;  // column 17: a NaN scale
-      w.data[static_cast<std::size_t>(66 * k + k - 5)] = 0xFF;     // column 66: -NaN code
-      x.codes[static_cast<std::size_t>(3 * k + 40)] = x_dtype == DType::kBF16 ? 0x7FC0 : 0x7E00;
-      SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " K=" << k);
-      const auto out = run_w8a16(launcher(), x, 0, w, DType::kF32);
-      for (std::int64_t m = 0; m < kM; ++m) {
-        for (std::int64_t n = 0; n < kN; ++n) {
-          const bool should_be_nan = m == 3 || n == 17 || n == 66;
-          const double v = output_value(out, DType::kF32, static_cast<std::size_t>(m * kN + n));
-          EXPECT_EQ(std::isnan(v), should_be_nan) << "out[" << m << ", " << n << "] = " << v;
-        }
-      }
-    }
-  }
+  check_w8a16_nan_propagation(launcher(), rng);
 }
 
 TEST_P(GemvGemmConfig, W8A16BiasIsAddedExactly) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  for (const DType x_dtype : kActivation16Types) {
-    for (auto [m, n] : {std::pair<std::int64_t, std::int64_t>{9, 21}, {16, 257}}) {
-      constexpr std::int64_t kK = 544;
-      const Activation16 x = exact_activation16(m, kK, kK, x_dtype, rng);
-      const MxOperand w = exact_operand(n, kK, rng);
-      const BiasBuffers bias = quarter_bias(n);
-      const std::vector<double> ref = w8a16_reference(oracle_operands(x, w), bias.values);
-      for (auto [buffer, type] : {std::pair{&bias.f32, device::BiasType::kF32},
-                                  std::pair{&bias.bf16, device::BiasType::kBF16}}) {
-        for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
-          SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " M=" << m
-                                            << " N=" << n << " out=" << to_string(dtype) << " bias="
-                                            << (type == device::BiasType::kF32 ? "f32" : "bf16"));
-          expect_bit_exact(run_w8a16(launcher(), x, 0, w, dtype, buffer, type), ref, n, dtype);
-        }
-      }
-    }
-  }
+  check_w8a16_bias(launcher(), 16, rng);
 }
 
-// A seed-sized layer run 8 times: every run equals the first bit for bit (ring races show on
-// layers this long), and the first is within the fp32 accumulation bound.
 TEST_P(GemvGemmConfig, W8A16SeedSizedLayerIsStableAcrossRuns) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
@@ -270,7 +219,7 @@ TEST_P(GemvGemmConfig, W8A16SeedSizedLayerIsStableAcrossRuns) {
     SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype));
     const Activation16 x = random_activation16_as_is(kM, kK, kK, x_dtype, rng);
     const MxOperand w = random_operand(kN, kK, rng);
-    const W8A16Operands op = oracle_operands(x, w);
+    const W8A16Operands op = w8a16_operands(x, w);
     const std::vector<std::uint8_t> first = run_w8a16(launcher(), x, 0, w, DType::kF32);
     expect_within_accumulation_bound(first, w8a16_reference(op, {}), w8a16_abs_product_sums(op), kK,
                                      DType::kF32);

@@ -106,8 +106,6 @@ TEST_P(GenericGemmConfig, NaNBiasAndDeterminism) {
 
 // --- W8A16: x as it is (bf16 or fp16), MX weights ---------------------------------------------
 
-constexpr DType kActivation16Types[] = {DType::kBF16, DType::kF16};
-
 // Every M in {1, 7, 100, 1000} meets every N in {1, 24, 130, 1000} once, each K in
 // {32, 96, 544, 4096} with four (M, N) pairs, one of each M and of each N (K = kK[(i - j) % 4]):
 // K = 4096 meets M = 100 x N = 1000, [1000, 1000] takes K = 32, and the fp64 host reference
@@ -123,18 +121,21 @@ std::vector<GemmShape> w8a16_shapes() {
   return shapes;
 }
 
-std::vector<std::uint8_t> run_w8a16_config(int config, const Activation16& x, std::int64_t x_offset,
-                                           const MxOperand& w, DType out_dtype, ScalePath path,
-                                           const DeviceBuffer* bias = nullptr,
-                                           device::BiasType bias_type = device::BiasType::kNone) {
-  const GemmLauncher launch = [config, path](const device::GemmParams& params,
-                                             cudaStream_t stream) {
+// Config `config`'s launcher, its scales on `path`.
+GemmLauncher config_launcher(int config, ScalePath path) {
+  return [config, path](const device::GemmParams& params, cudaStream_t stream) {
     device::GemmParams p = params;
     p.scales_via_cp_async =
         path == ScalePath::kCpAsyncWhereAligned && device::scales_allow_cp_async(p);
     return device::launch_generic_gemm(p, config, stream);
   };
-  return run_w8a16(launch, x, x_offset, w, out_dtype, bias, bias_type);
+}
+
+std::vector<std::uint8_t> run_w8a16_config(int config, const Activation16& x, std::int64_t x_offset,
+                                           const MxOperand& w, DType out_dtype, ScalePath path,
+                                           const DeviceBuffer* bias = nullptr,
+                                           device::BiasType bias_type = device::BiasType::kNone) {
+  return run_w8a16(config_launcher(config, path), x, x_offset, w, out_dtype, bias, bias_type);
 }
 
 TEST_P(GenericGemmConfig, W8A16ExactInputsMatchFp64BitForBit) {
@@ -214,54 +215,16 @@ TEST_P(GenericGemmConfig, W8A16UnalignedActivationMatchesFp64BitForBit) {
 TEST_P(GenericGemmConfig, W8A16NaNPropagatesExactly) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  constexpr std::int64_t kM = 20, kN = 70;
-  for (const DType x_dtype : kActivation16Types) {
-    for (const std::int64_t k : {std::int64_t{256}, std::int64_t{544}}) {
-      Activation16 x = random_activation16_as_is(kM, k, k, x_dtype, rng);
-      MxOperand w = random_operand(kN, k, rng);
-      const std::int64_t blocks = k / kBlockSize;
-      w.scales[static_cast<std::size_t>(17 * blocks + 2)] = 0xFF;  // column 17: a NaN scale
-      w.data[static_cast<std::size_t>(66 * k + k - 5)] = 0xFF;     // column 66: -NaN code
-      x.codes[static_cast<std::size_t>(3 * k + 40)] = x_dtype == DType::kBF16 ? 0x7FC0 : 0x7E00;
-      for (const ScalePath path : kBothPaths) {
-        SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " K=" << k
-                                          << " scale path=" << static_cast<int>(path));
-        const auto out = run_w8a16_config(GetParam(), x, 0, w, DType::kF32, path);
-        for (std::int64_t m = 0; m < kM; ++m) {
-          for (std::int64_t n = 0; n < kN; ++n) {
-            const bool should_be_nan = m == 3 || n == 17 || n == 66;
-            const double v = output_value(out, DType::kF32, static_cast<std::size_t>(m * kN + n));
-            EXPECT_EQ(std::isnan(v), should_be_nan) << "out[" << m << ", " << n << "] = " << v;
-          }
-        }
-      }
-    }
+  for (const ScalePath path : kBothPaths) {
+    SCOPED_TRACE(::testing::Message() << "scale path=" << static_cast<int>(path));
+    check_w8a16_nan_propagation(config_launcher(GetParam(), path), rng);
   }
 }
 
 TEST_P(GenericGemmConfig, W8A16BiasIsAddedExactly) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  for (const DType x_dtype : kActivation16Types) {
-    for (auto [m, n] : {std::pair<std::int64_t, std::int64_t>{9, 21}, {300, 257}}) {
-      constexpr std::int64_t kK = 544;
-      const Activation16 x = exact_activation16(m, kK, kK, x_dtype, rng);
-      const MxOperand w = exact_operand(n, kK, rng);
-      const BiasBuffers bias = quarter_bias(n);
-      const std::vector<double> ref = w8a16_reference(w8a16_operands(x, w), bias.values);
-      for (auto [buffer, type] : {std::pair{&bias.f32, device::BiasType::kF32},
-                                  std::pair{&bias.bf16, device::BiasType::kBF16}}) {
-        for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
-          SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " M=" << m
-                                            << " N=" << n << " out=" << to_string(dtype) << " bias="
-                                            << (type == device::BiasType::kF32 ? "f32" : "bf16"));
-          expect_bit_exact(run_w8a16_config(GetParam(), x, 0, w, dtype,
-                                            ScalePath::kCpAsyncWhereAligned, buffer, type),
-                           ref, n, dtype);
-        }
-      }
-    }
-  }
+  check_w8a16_bias(config_launcher(GetParam(), ScalePath::kCpAsyncWhereAligned), 300, rng);
 }
 
 // Host-side only: no launch happens, so these run without a GPU too.

@@ -99,6 +99,28 @@ __device__ __forceinline__ RawGroup<kIn> load_group(const QuantizeParams& p, Gro
   return raw;
 }
 
+// Stores a group's bf16 values in the prefill kernel's layout, the block's at `dst`: piece[i]
+// holds this lane's positions 4h .. 4h + 3 of the block's 8-element stripe i (h = upper: the
+// half of the block the group is). The lane pair swaps half of the pieces so that each lane stores
+// stripes h and 2 + h whole (16 bytes; its partner the other 16 of the same 32-byte sector in the
+// same instruction): stored as they are, the pieces put 4 partial writes on every sector, and the
+// L2's write operations, not DRAM, then bound the pass (v8's first version ran 2x slower). Every
+// lane of the warp must call it (shuffles); inactive lanes store nothing.
+__device__ __forceinline__ void store_pieces(std::uint16_t* dst, bool upper, bool active,
+                                             const uint2 (&piece)[4]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    // This lane stores stripe 2r + h and sends its piece of stripe 2r + (1 - h).
+    const uint2 mine = upper ? piece[2 * r + 1] : piece[2 * r];
+    const uint2 send = upper ? piece[2 * r] : piece[2 * r + 1];
+    const uint2 got = make_uint2(__shfl_xor_sync(0xFFFFFFFFu, send.x, 1),
+                                 __shfl_xor_sync(0xFFFFFFFFu, send.y, 1));
+    const uint4 stripe =
+        upper ? make_uint4(got.x, got.y, mine.x, mine.y) : make_uint4(mine.x, mine.y, got.x, got.y);
+    if (active) *reinterpret_cast<uint4*>(dst + 8 * (2 * r + (upper ? 1 : 0))) = stripe;
+  }
+}
+
 // Quantizes one group: the 2 lanes of its MX block share amax and the non-finite flag by one
 // shuffle, then each active lane stores its 16 bytes and the block's first lane its scale; with
 // kDequantize also the group's bf16 dequantized values where the activation pre-pass puts them
@@ -148,10 +170,7 @@ __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g,
   if constexpr (kDequantize) {
     // Bytes 8t..8t+7 of a block become bf16 pairs at positions 2t, 8 + 2t, 16 + 2t, 24 + 2t,
     // so this lane (t = 2h, 2h + 1 for its half h) holds 4 bf16 at 8i + 4h of each 8-element
-    // stripe i = 0..3. The lane pair swaps half of them so that each lane stores stripes h and
-    // 2 + h whole (16 bytes; its partner the other 16 of the same 32-byte sector in the same
-    // instruction): stored as they are, the pieces put 4 partial writes on every sector, and the
-    // L2's write operations, not DRAM, then bound the pass (v8's first version ran 2x slower).
+    // stripe i = 0..3 (store_pieces).
     const float s = mx::scale_from_byte(scale);
     uint2 piece[4];  // piece[i]: stripe i's positions 4h .. 4h + 3
     {
@@ -163,18 +182,8 @@ __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g,
 #pragma unroll
       for (int i = 0; i < 4; ++i) piece[i] = make_uint2(lo[i], hi[i]);
     }
-    auto* dst = static_cast<std::uint16_t*>(p.dequantized) + row * p.ld_dq + kBlockSize * block;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      // This lane stores stripe 2r + h and sends its piece of stripe 2r + (1 - h).
-      const uint2 mine = upper ? piece[2 * r + 1] : piece[2 * r];
-      const uint2 send = upper ? piece[2 * r] : piece[2 * r + 1];
-      const uint2 got = make_uint2(__shfl_xor_sync(0xFFFFFFFFu, send.x, 1),
-                                   __shfl_xor_sync(0xFFFFFFFFu, send.y, 1));
-      const uint4 stripe = upper ? make_uint4(got.x, got.y, mine.x, mine.y)
-                                 : make_uint4(mine.x, mine.y, got.x, got.y);
-      if (active) *reinterpret_cast<uint4*>(dst + 8 * (2 * r + (upper ? 1 : 0))) = stripe;
-    }
+    store_pieces(static_cast<std::uint16_t*>(p.dequantized) + row * p.ld_dq + kBlockSize * block,
+                 upper, active, piece);
   }
 }
 
@@ -186,23 +195,13 @@ __device__ __forceinline__ void quantize_group(const QuantizeParams& p, Group g,
 __device__ __forceinline__ void copy_group_as_is(const QuantizeParams& p, Group g, bool active,
                                                  const RawGroup<InType::kBF16>& raw) {
   const auto* bits = reinterpret_cast<const std::uint32_t*>(raw.words);
-  const auto block = static_cast<unsigned>(g.col) / kBlockSize;
-  const bool upper = (static_cast<unsigned>(g.col) % kBlockSize) != 0;
   uint2 piece[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) piece[i] = make_uint2(bits[i], bits[4 + i]);
-  auto* dst = static_cast<std::uint16_t*>(p.dequantized) +
-              static_cast<std::int64_t>(g.row) * p.ld_dq + kBlockSize * block;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const uint2 mine = upper ? piece[2 * r + 1] : piece[2 * r];
-    const uint2 send = upper ? piece[2 * r] : piece[2 * r + 1];
-    const uint2 got = make_uint2(__shfl_xor_sync(0xFFFFFFFFu, send.x, 1),
-                                 __shfl_xor_sync(0xFFFFFFFFu, send.y, 1));
-    const uint4 stripe =
-        upper ? make_uint4(got.x, got.y, mine.x, mine.y) : make_uint4(mine.x, mine.y, got.x, got.y);
-    if (active) *reinterpret_cast<uint4*>(dst + 8 * (2 * r + (upper ? 1 : 0))) = stripe;
-  }
+  const auto block = static_cast<unsigned>(g.col) / kBlockSize;
+  store_pieces(static_cast<std::uint16_t*>(p.dequantized) +
+                   static_cast<std::int64_t>(g.row) * p.ld_dq + kBlockSize * block,
+               (static_cast<unsigned>(g.col) % kBlockSize) != 0, active, piece);
 }
 
 // A grid of one resident wave walks the groups (2 per MX block) in row-major order: a warp
