@@ -430,6 +430,41 @@ W8A16Operands w8a16_operands(const Activation16& x, const MxOperand& w) {
           .w_scales = w.scales.data()};
 }
 
+void check_w8a16_exact(const GemmLauncher& launch, std::span<const GemmShape> shapes,
+                       std::mt19937_64& rng) {
+  for (const DType x_dtype : kActivation16Types) {
+    for (const GemmShape& c : shapes) {
+      const Activation16 x = exact_activation16(c.m, c.k, c.k, x_dtype, rng);
+      const MxOperand w = exact_operand(c.n, c.k, rng);
+      const std::vector<double> ref = w8a16_reference(w8a16_operands(x, w), {});
+      for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+        SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " M=" << c.m << " N="
+                                          << c.n << " K=" << c.k << " out=" << to_string(dtype));
+        expect_bit_exact(run_w8a16(launch, x, 0, w, dtype), ref, c.n, dtype);
+      }
+    }
+  }
+}
+
+void check_w8a16_random(const GemmLauncher& launch, std::span<const GemmShape> shapes,
+                        std::mt19937_64& rng) {
+  for (const DType x_dtype : kActivation16Types) {
+    for (const GemmShape& c : shapes) {
+      const Activation16 x = random_activation16_as_is(c.m, c.k, c.k, x_dtype, rng);
+      const MxOperand w = random_operand(c.n, c.k, rng);
+      const W8A16Operands op = w8a16_operands(x, w);
+      const std::vector<double> ref = w8a16_reference(op, {});
+      const std::vector<double> abs_sums = w8a16_abs_product_sums(op);
+      for (const DType dtype : {DType::kBF16, DType::kF32}) {
+        SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " M=" << c.m << " N="
+                                          << c.n << " K=" << c.k << " out=" << to_string(dtype));
+        expect_within_accumulation_bound(run_w8a16(launch, x, 0, w, dtype), ref, abs_sums, c.k,
+                                         dtype);
+      }
+    }
+  }
+}
+
 void check_w8a16_nan_propagation(const GemmLauncher& launch, std::mt19937_64& rng) {
   constexpr std::int64_t kM = 20, kN = 70;
   for (const DType x_dtype : kActivation16Types) {

@@ -153,6 +153,16 @@ std::vector<std::uint8_t> run_w8a16(const GemmLauncher& launch, const Activation
 // The activation types W8A16 takes.
 inline constexpr DType kActivation16Types[] = {DType::kBF16, DType::kF16};
 
+// Exact inputs (exact_activation16, exact_operand) give the fp64 reference bit for bit on every
+// shape, both 16-bit types and every output type.
+void check_w8a16_exact(const GemmLauncher& launch, std::span<const GemmShape> shapes,
+                       std::mt19937_64& rng);
+
+// Random inputs stay within the fp32 accumulation bound on every shape, both 16-bit types, bf16
+// and fp32 output.
+void check_w8a16_random(const GemmLauncher& launch, std::span<const GemmShape> shapes,
+                        std::mt19937_64& rng);
+
 // A NaN weight scale, a NaN weight code and a NaN in x make exactly the outputs they feed NaN
 // (fp32 output, M = 20, N = 70, K = 256 and 544, both 16-bit types).
 void check_w8a16_nan_propagation(const GemmLauncher& launch, std::mt19937_64& rng);

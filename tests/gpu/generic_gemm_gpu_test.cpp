@@ -141,42 +141,17 @@ std::vector<std::uint8_t> run_w8a16_config(int config, const Activation16& x, st
 TEST_P(GenericGemmConfig, W8A16ExactInputsMatchFp64BitForBit) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  for (const DType x_dtype : kActivation16Types) {
-    for (const GemmShape& c : w8a16_shapes()) {
-      const Activation16 x = exact_activation16(c.m, c.k, c.k, x_dtype, rng);
-      const MxOperand w = exact_operand(c.n, c.k, rng);
-      const std::vector<double> ref = w8a16_reference(w8a16_operands(x, w), {});
-      for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
-        for (const ScalePath path : kBothPaths) {
-          SCOPED_TRACE(::testing::Message()
-                       << "x=" << to_string(x_dtype) << " M=" << c.m << " N=" << c.n << " K=" << c.k
-                       << " out=" << to_string(dtype) << " scale path=" << static_cast<int>(path));
-          expect_bit_exact(run_w8a16_config(GetParam(), x, 0, w, dtype, path), ref, c.n, dtype);
-        }
-      }
-    }
+  for (const ScalePath path : kBothPaths) {
+    SCOPED_TRACE(::testing::Message() << "scale path=" << static_cast<int>(path));
+    check_w8a16_exact(config_launcher(GetParam(), path), w8a16_shapes(), rng);
   }
 }
 
 TEST_P(GenericGemmConfig, W8A16RandomInputsWithinFp32AccumulationBound) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  for (const DType x_dtype : kActivation16Types) {
-    for (const GemmShape& c : w8a16_shapes()) {
-      const Activation16 x = random_activation16_as_is(c.m, c.k, c.k, x_dtype, rng);
-      const MxOperand w = random_operand(c.n, c.k, rng);
-      const W8A16Operands op = w8a16_operands(x, w);
-      const std::vector<double> ref = w8a16_reference(op, {});
-      const std::vector<double> abs_sums = w8a16_abs_product_sums(op);
-      for (const DType dtype : {DType::kBF16, DType::kF32}) {
-        SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " M=" << c.m << " N="
-                                          << c.n << " K=" << c.k << " out=" << to_string(dtype));
-        expect_within_accumulation_bound(
-            run_w8a16_config(GetParam(), x, 0, w, dtype, ScalePath::kCpAsyncWhereAligned), ref,
-            abs_sums, c.k, dtype);
-      }
-    }
-  }
+  check_w8a16_random(config_launcher(GetParam(), ScalePath::kCpAsyncWhereAligned), w8a16_shapes(),
+                     rng);
 }
 
 // Rows whose base or stride is not a multiple of 16 bytes take the element-wise path; a padded
