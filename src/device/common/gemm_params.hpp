@@ -31,9 +31,10 @@ struct GemmParams {
   // Both scale matrices have 4-byte aligned rows (base and stride), so the pipeline can copy a
   // stage's 4 scale bytes per row with cp.async; otherwise they are read from global memory.
   bool scales_via_cp_async = false;
-  // For a kernel that quantizes the activation itself (the GEMV): when x is set, it reads this
-  // [M, K] bf16 or fp16 activation (16-byte aligned rows, stride ld_x elements) and quantizes it
-  // with RCEIL exactly as the quantize kernel would, instead of reading a and a_scales.
+  // The caller's [M, K] bf16 or fp16 activation (stride ld_x elements), read instead of a and
+  // a_scales when set: the GEMV quantizes it with RCEIL exactly as the quantize kernel would, or
+  // with x_as_is multiplies it as it is. The GEMV needs 16-byte aligned rows; the generic
+  // kernel (x_as_is) takes rows of any 2-byte alignment.
   const void* x = nullptr;
   std::int64_t ld_x = 0;
   bool x_is_f16 = false;
