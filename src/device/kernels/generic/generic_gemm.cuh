@@ -147,27 +147,15 @@ __device__ __forceinline__ void st_shared_u32x4(std::uint32_t addr, const std::u
                : "memory");
 }
 
-// f16x2 -> bf16x2 (low half to low half) through fp32, for f16 values widened from e4m3: each
-// has at most 4 significant bits and a magnitude in [2^-9, 448], a normal bf16 number, so the
-// rounding conversion is exact; NaN stays NaN.
-__device__ __forceinline__ std::uint32_t e4m3_f16x2_to_bf16x2(std::uint32_t x) {
-  std::uint32_t r;
-  asm("{\n.reg .b16 l, h;\n.reg .f32 fl, fh;\nmov.b32 {l, h}, %1;\ncvt.f32.f16 fl, l;\n"
-      "cvt.f32.f16 fh, h;\ncvt.rn.bf16x2.f32 %0, fh, fl;\n}\n"
-      : "=r"(r)
-      : "r"(x));
-  return r;
-}
-
 // Four e4m3 bytes -> two 16-bit pairs of the activation's type, exactly (bytes 0,1 -> lo; 2,3 ->
 // hi; the lower byte in the lower half).
 template <GenericActivation kAct>
 __device__ __forceinline__ void widen_weights(std::uint32_t x, std::uint32_t& lo,
                                               std::uint32_t& hi) {
-  ptx::e4m3x4_to_f16x2x2(x, lo, hi);
   if constexpr (kAct == GenericActivation::kBF16AsIs) {
-    lo = e4m3_f16x2_to_bf16x2(lo);
-    hi = e4m3_f16x2_to_bf16x2(hi);
+    ptx::e4m3x4_to_bf16x2x2(x, lo, hi);
+  } else {
+    ptx::e4m3x4_to_f16x2x2(x, lo, hi);
   }
 }
 
@@ -176,10 +164,7 @@ template <GenericActivation kAct>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a)[4],
                                           std::uint32_t b0, std::uint32_t b1) {
   if constexpr (kAct == GenericActivation::kBF16AsIs) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    ptx::mma_bf16_16816(d, a, b0, b1, d);
   } else {
     ptx::mma_f16_16816(d, a, b0, b1, d);
   }
@@ -285,6 +270,37 @@ __device__ __forceinline__ void widen_scales(const GemmParams& p, const std::uin
   }
 }
 
+// Block j's B fragments of this warp's weight rows, widened exactly to the mma's 16-bit type
+// (f16 for W8A8 and fp16 x, bf16 for bf16 x). Logical k 2t+e of an m16n8k16 takes physical byte
+// 4t+e and 2t+8+e takes 4t+2+e; the A fragments use the same map.
+template <class Tile>
+__device__ __forceinline__ void weight_fragments(std::uint32_t w_base, int j, int warp_n, int lane,
+                                                 std::uint32_t (&bf)[Tile::kNF][2][2]) {
+#pragma unroll
+  for (int np = 0; np < Tile::kNF / 2; ++np) {
+    const int row = warp_n * Tile::kWN + np * 16 + (lane & 7) + ((lane >> 4) & 1) * 8;
+    std::uint32_t q[4];
+    ptx::ldmatrix_x4(q, w_base + chunk_offset(row, 2 * j + ((lane >> 3) & 1)));
+    widen_weights<Tile::kAct>(q[0], bf[2 * np][0][0], bf[2 * np][0][1]);
+    widen_weights<Tile::kAct>(q[1], bf[2 * np][1][0], bf[2 * np][1][1]);
+    widen_weights<Tile::kAct>(q[2], bf[2 * np + 1][0][0], bf[2 * np + 1][0][1]);
+    widen_weights<Tile::kAct>(q[3], bf[2 * np + 1][1][0], bf[2 * np + 1][1][1]);
+  }
+}
+
+// Block j's weight scales of this lane's two columns of each n8 fragment.
+template <class Tile>
+__device__ __forceinline__ void weight_scales(const float* w_scales, int j, int warp_n, int t,
+                                              float (&sb)[Tile::kNF][2]) {
+#pragma unroll
+  for (int nf = 0; nf < Tile::kNF; ++nf) {
+    const float2 s = *reinterpret_cast<const float2*>(
+        &w_scales[j * Tile::kBN + warp_n * Tile::kWN + nf * 8 + 2 * t]);
+    sb[nf][0] = s.x;
+    sb[nf][1] = s.y;
+  }
+}
+
 template <class Tile>
 __device__ __forceinline__ void compute_stage(const std::uint8_t* stage, const float* a_scales,
                                               int blocks_left, int warp_k, int warp_m, int warp_n,
@@ -306,23 +322,14 @@ __device__ __forceinline__ void compute_stage(const std::uint8_t* stage, const f
       std::uint32_t r[4];
       ptx::ldmatrix_x4(r, a_base + chunk_offset(row, 2 * j + (lane >> 4)));
       // Logical k 2t+e of an m16n8k16 takes physical byte 4t+e, and 2t+8+e takes 4t+2+e; the B
-      // fragments below use the same map, so the dot product is unchanged.
+      // fragments (weight_fragments) use the same map, so the dot product is unchanged.
       ptx::e4m3x4_to_f16x2x2(r[0], af[mf][0][0], af[mf][0][2]);
       ptx::e4m3x4_to_f16x2x2(r[1], af[mf][0][1], af[mf][0][3]);
       ptx::e4m3x4_to_f16x2x2(r[2], af[mf][1][0], af[mf][1][2]);
       ptx::e4m3x4_to_f16x2x2(r[3], af[mf][1][1], af[mf][1][3]);
     }
     std::uint32_t bf[Tile::kNF][2][2];
-#pragma unroll
-    for (int np = 0; np < Tile::kNF / 2; ++np) {
-      const int row = warp_n * Tile::kWN + np * 16 + (lane & 7) + ((lane >> 4) & 1) * 8;
-      std::uint32_t q[4];
-      ptx::ldmatrix_x4(q, w_base + chunk_offset(row, 2 * j + ((lane >> 3) & 1)));
-      ptx::e4m3x4_to_f16x2x2(q[0], bf[2 * np][0][0], bf[2 * np][0][1]);
-      ptx::e4m3x4_to_f16x2x2(q[1], bf[2 * np][1][0], bf[2 * np][1][1]);
-      ptx::e4m3x4_to_f16x2x2(q[2], bf[2 * np + 1][0][0], bf[2 * np + 1][0][1]);
-      ptx::e4m3x4_to_f16x2x2(q[3], bf[2 * np + 1][1][0], bf[2 * np + 1][1][1]);
-    }
+    weight_fragments<Tile>(w_base, j, warp_n, lane, bf);
     float sa[Tile::kMF][2];
 #pragma unroll
     for (int mf = 0; mf < Tile::kMF; ++mf) {
@@ -331,13 +338,7 @@ __device__ __forceinline__ void compute_stage(const std::uint8_t* stage, const f
       sa[mf][1] = a_scales[j * Tile::kBM + row + 8];
     }
     float sb[Tile::kNF][2];
-#pragma unroll
-    for (int nf = 0; nf < Tile::kNF; ++nf) {
-      const float2 s = *reinterpret_cast<const float2*>(
-          &w_scales[j * Tile::kBN + warp_n * Tile::kWN + nf * 8 + 2 * t]);
-      sb[nf][0] = s.x;
-      sb[nf][1] = s.y;
-    }
+    weight_scales<Tile>(w_scales, j, warp_n, t, sb);
 #pragma unroll
     for (int mf = 0; mf < Tile::kMF; ++mf) {
 #pragma unroll
@@ -371,10 +372,10 @@ __device__ __forceinline__ void compute_stage_as_is(const std::uint8_t* stage,
   for (int step = 0; step < Tile::kBlocksPerStage / Tile::kWarpsK; ++step) {
     const int j = step * Tile::kWarpsK + warp_k;
     if (j >= blocks_left) break;  // the K tail: uniform across the warp
-    // The e4m3 B fragments below give lane (g, t), in k16 half h of the block, the weights at
-    // physical k 16h + 4t + e as logical k 2t + e, and 16h + 4t + 2 + e as 2t + 8 + e (e = 0, 1).
-    // The A fragment takes x at the same physical k: one 8-byte read of elements 16h + 4t ..
-    // 16h + 4t + 3 per row, the low word to a0/a1 (logical 2t, 2t + 1), the high one to a2/a3
+    // The e4m3 B fragments (weight_fragments) give lane (g, t), in k16 half h of the block, the
+    // weights at physical k 16h + 4t + e as logical k 2t + e, and 16h + 4t + 2 + e as 2t + 8 + e (e
+    // = 0, 1). The A fragment takes x at the same physical k: one 8-byte read of elements 16h + 4t
+    // .. 16h + 4t + 3 per row, the low word to a0/a1 (logical 2t, 2t + 1), the high one to a2/a3
     // (logical 2t + 8, 2t + 9). So the dot product is the block's, in another order.
     std::uint32_t af[Tile::kMF][2][4];
 #pragma unroll
@@ -389,24 +390,9 @@ __device__ __forceinline__ void compute_stage_as_is(const std::uint8_t* stage,
       }
     }
     std::uint32_t bf[Tile::kNF][2][2];
-#pragma unroll
-    for (int np = 0; np < Tile::kNF / 2; ++np) {
-      const int row = warp_n * Tile::kWN + np * 16 + (lane & 7) + ((lane >> 4) & 1) * 8;
-      std::uint32_t q[4];
-      ptx::ldmatrix_x4(q, w_base + chunk_offset(row, 2 * j + ((lane >> 3) & 1)));
-      widen_weights<Tile::kAct>(q[0], bf[2 * np][0][0], bf[2 * np][0][1]);
-      widen_weights<Tile::kAct>(q[1], bf[2 * np][1][0], bf[2 * np][1][1]);
-      widen_weights<Tile::kAct>(q[2], bf[2 * np + 1][0][0], bf[2 * np + 1][0][1]);
-      widen_weights<Tile::kAct>(q[3], bf[2 * np + 1][1][0], bf[2 * np + 1][1][1]);
-    }
+    weight_fragments<Tile>(w_base, j, warp_n, lane, bf);
     float sb[Tile::kNF][2];
-#pragma unroll
-    for (int nf = 0; nf < Tile::kNF; ++nf) {
-      const float2 s = *reinterpret_cast<const float2*>(
-          &w_scales[j * Tile::kBN + warp_n * Tile::kWN + nf * 8 + 2 * t]);
-      sb[nf][0] = s.x;
-      sb[nf][1] = s.y;
-    }
+    weight_scales<Tile>(w_scales, j, warp_n, t, sb);
 #pragma unroll
     for (int mf = 0; mf < Tile::kMF; ++mf) {
 #pragma unroll
