@@ -35,6 +35,20 @@ def library_linear(x, w, ws, out_dtype, mode=-1):
 
 @pytest.mark.parametrize("mnk", SHAPES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+
+def capture(step, *args):
+    """Runs `step(*args)` once on a side stream (allocations and first-call setup happen outside
+    capture), then captures it in a CUDA graph; returns the graph and the captured call's outputs."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = step(*args)
+    return graph, outputs
+
 def test_op_equals_the_library_call_bit_for_bit(mnk, dtype):
     m, n, k = mnk
     g = fresh_gen()
@@ -98,14 +112,7 @@ def test_graph_of_quantize_and_both_linear_forms_replays_eagers_bits():
         b = mxlinear.linear(mxlinear.quantize(x), w, ws, None, torch.float32)
         return a, b
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step(static_x)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_a, static_b = step(static_x)
+    graph, (static_a, static_b) = capture(step, static_x)
     for _ in range(3):
         static_x.copy_(torch.randn(m, k, generator=g, dtype=torch.bfloat16))
         graph.replay()
@@ -272,14 +279,7 @@ def test_w8a16_graph_capture_and_compile_replay_eagers_bits():
         return (mxlinear.linear(x, w, ws, activation="bf16"),
                 mxlinear.linear(x, w, ws, None, torch.float32, activation="mx"))
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step(static_x)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_a, static_b = step(static_x)
+    graph, (static_a, static_b) = capture(step, static_x)
     compiled = torch.compile(step, fullgraph=True)
     for _ in range(3):
         static_x.copy_(torch.randn(m, k, generator=g, dtype=torch.bfloat16))

@@ -12,25 +12,36 @@
 
 namespace mxlinear::test {
 
-device::GemmParams gemm_params(const DeviceMx& a, const DeviceMx& w, const DeviceBuffer& out,
-                               DType out_dtype) {
+namespace {
+
+// The weight, output and shape fields of a launch of `m` activation rows times w (dense rows).
+device::GemmParams weight_params(const DeviceMx& w, const DeviceBuffer& out, std::int64_t m,
+                                 DType out_dtype) {
   device::GemmParams p;
-  p.a = a.data.bytes();
-  p.a_scales = a.scales.bytes();
   p.w = w.data.bytes();
   p.w_scales = w.scales.bytes();
-  p.ld_a = a.k;
-  p.ld_a_scales = a.k / kBlockSize;
   p.ld_w = w.k;
   p.ld_w_scales = w.k / kBlockSize;
   p.out = out.get();
   p.ld_out = w.rows;
-  p.m = static_cast<int>(a.rows);
+  p.m = static_cast<int>(m);
   p.n = static_cast<int>(w.rows);
-  p.k = static_cast<int>(a.k);
+  p.k = static_cast<int>(w.k);
   p.out_type = out_dtype == DType::kBF16
                    ? device::OutType::kBF16
                    : (out_dtype == DType::kF16 ? device::OutType::kF16 : device::OutType::kF32);
+  return p;
+}
+
+}  // namespace
+
+device::GemmParams gemm_params(const DeviceMx& a, const DeviceMx& w, const DeviceBuffer& out,
+                               DType out_dtype) {
+  device::GemmParams p = weight_params(w, out, a.rows, out_dtype);
+  p.a = a.data.bytes();
+  p.a_scales = a.scales.bytes();
+  p.ld_a = a.k;
+  p.ld_a_scales = a.k / kBlockSize;
   return p;
 }
 
@@ -519,23 +530,11 @@ std::vector<std::uint8_t> run_w8a16(const GemmLauncher& launch, const Activation
   const std::size_t bytes = static_cast<std::size_t>(x.rows * w.rows) * element_size(out_dtype);
   DeviceBuffer out(bytes);
   out.poison();
-  device::GemmParams p;
+  device::GemmParams p = weight_params(dw, out, x.rows, out_dtype);
   p.x = static_cast<const std::uint16_t*>(dx.get()) + x_offset;
   p.ld_x = x.ld_x;
   p.x_is_f16 = x.dtype == DType::kF16;
   p.x_as_is = true;
-  p.w = dw.data.bytes();
-  p.w_scales = dw.scales.bytes();
-  p.ld_w = w.k;
-  p.ld_w_scales = w.k / kBlockSize;
-  p.out = out.get();
-  p.ld_out = w.rows;
-  p.m = static_cast<int>(x.rows);
-  p.n = static_cast<int>(w.rows);
-  p.k = static_cast<int>(x.k);
-  p.out_type = out_dtype == DType::kBF16
-                   ? device::OutType::kBF16
-                   : (out_dtype == DType::kF16 ? device::OutType::kF16 : device::OutType::kF32);
   if (bias) {
     p.bias = bias->get();
     p.bias_type = bias_type;

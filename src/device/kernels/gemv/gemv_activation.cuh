@@ -11,14 +11,9 @@
 #include "device/common/mx_convert.cuh"
 #include "device/ptx/ptx.cuh"
 #include "mxlinear/format.hpp"
+#include "mxlinear/linear_types.hpp"
 
-namespace mxlinear::device {
-
-// What a GEMV's activation operand is: e4m3 codes with their scales (W8A8), or the caller's bf16
-// or fp16 x as it is (W8A16, GemmParams::x_as_is), which the weights are widened to exactly.
-enum class GemvOperand : std::uint8_t { kMx, kBf16, kF16 };
-
-}  // namespace mxlinear::device
+namespace mxlinear::device {}  // namespace mxlinear::device
 
 namespace mxlinear::device::gemv_detail {
 
@@ -164,7 +159,7 @@ __device__ __forceinline__ void copy_x_rows(const GemmParams& p, int t0,
 // of the tile) and the scale rows of tokens 2t and 2t + 1. Tokens past the staged rows read the
 // last staged one: the mma keeps each token's column apart, and those columns are never stored.
 struct ActivationReader {
-  static constexpr GemvOperand kOperand = GemvOperand::kMx;
+  static constexpr ActivationOperand kOperand = ActivationOperand::kMx;
   const std::uint8_t* values;
   const float* scale0;
   const float* scale1;
@@ -187,10 +182,11 @@ struct ActivationReader {
 // and 8t + 2i + 1 (high half), as e4m3x4_to_f16x2x2 places them in frag[i] for W8A8, so it is the
 // fragment as it is and both sides of each k16 step pair the same k. No scales: x is used as it
 // is.
-template <GemvOperand kX>
+template <ActivationOperand kX>
 struct X16Reader {
-  static_assert(kX == GemvOperand::kBf16 || kX == GemvOperand::kF16, "a 16-bit activation");
-  static constexpr GemvOperand kOperand = kX;
+  static_assert(kX == ActivationOperand::kBf16 || kX == ActivationOperand::kF16,
+                "a 16-bit activation");
+  static constexpr ActivationOperand kOperand = kX;
   const std::uint8_t* values;
 
   __device__ __forceinline__ X16Reader(const StagedActivation& s, int tile, int g, int t)

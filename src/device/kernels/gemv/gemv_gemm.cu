@@ -45,7 +45,7 @@ using W48T8Kw4St3 = GemvTile<GemvShape{.kwarps = 4, .stages = 3, .row_tiles = 3}
 using W48T8Kw4St4 = GemvTile<GemvShape{.kwarps = 4, .stages = 4, .row_tiles = 3}>;
 
 // The W8A16 instance of a W8A8 tile: the same shape on a bf16 or fp16 activation used as it is.
-template <class Tile, GemvOperand kOperand>
+template <class Tile, ActivationOperand kOperand>
 using AsIs = GemvTile<Tile::kShape, kOperand>;
 
 template <class Tile>
@@ -73,8 +73,8 @@ template <class Tile>
 cudaError_t launch_operand(const GemmParams& p, cudaStream_t stream) {
   if (!p.x_as_is) return launch<Tile>(p, stream);
   if (p.x == nullptr) return cudaErrorInvalidValue;
-  return p.x_is_f16 ? launch<AsIs<Tile, GemvOperand::kF16>>(p, stream)
-                    : launch<AsIs<Tile, GemvOperand::kBf16>>(p, stream);
+  return p.x_is_f16 ? launch<AsIs<Tile, ActivationOperand::kF16>>(p, stream)
+                    : launch<AsIs<Tile, ActivationOperand::kBf16>>(p, stream);
 }
 
 template <class Tile>
@@ -92,11 +92,11 @@ struct Instances {
   static constexpr std::array<int (*)(std::int64_t, int), sizeof...(Tiles)> kSizers = {
       smem_bytes<Tiles>...};
   static constexpr std::array<int (*)(std::int64_t, int), sizeof...(Tiles)> kSizersAsIs = {
-      smem_bytes<AsIs<Tiles, GemvOperand::kBf16>>...};
+      smem_bytes<AsIs<Tiles, ActivationOperand::kBf16>>...};
   static constexpr std::array<cudaError_t (*)(const GemmParams&, cudaStream_t), sizeof...(Tiles)>
       kLaunchers = {launch_operand<Tiles>...};
-  static_assert(((AsIs<Tiles, GemvOperand::kBf16>::smem_bytes(4096, 8) ==
-                  AsIs<Tiles, GemvOperand::kF16>::smem_bytes(4096, 8)) &&
+  static_assert(((AsIs<Tiles, ActivationOperand::kBf16>::smem_bytes(4096, 8) ==
+                  AsIs<Tiles, ActivationOperand::kF16>::smem_bytes(4096, 8)) &&
                  ...),
                 "one W8A16 size for both 16-bit types");
 };

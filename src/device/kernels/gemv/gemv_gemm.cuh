@@ -58,12 +58,12 @@ struct GemvShape {
   int row_tiles = 1;    // 16-row tiles per CTA
 };
 
-// kOperandParam: the activation operand (GemvOperand), e4m3 with scales by default.
-template <GemvShape kShapeParam, GemvOperand kOperandParam = GemvOperand::kMx>
+// kOperandParam: the activation operand (ActivationOperand), e4m3 with scales by default.
+template <GemvShape kShapeParam, ActivationOperand kOperandParam = ActivationOperand::kMx>
 struct GemvTile {
   static constexpr GemvShape kShape = kShapeParam;
-  static constexpr GemvOperand kOperand = kOperandParam;
-  static constexpr bool kXAsIs = kOperand != GemvOperand::kMx;  // W8A16
+  static constexpr ActivationOperand kOperand = kOperandParam;
+  static constexpr bool kXAsIs = kOperand != ActivationOperand::kMx;  // W8A16
   using Reader =
       std::conditional_t<kXAsIs, gemv_detail::X16Reader<kOperand>, gemv_detail::ActivationReader>;
   static constexpr int kTokenTiles = kShape.token_tiles;  // n8 mma tiles of tokens per CTA

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "device/common/gemm_params.hpp"
+#include "device/common/mma_16bit.cuh"
 #include "device/common/mx_convert.cuh"
 #include "device/kernels/gemv/gemv_activation.cuh"
 #include "device/kernels/gemv/gemv_ring_layout.hpp"
@@ -15,29 +16,6 @@
 #include "mxlinear/format.hpp"
 
 namespace mxlinear::device::gemv_detail {
-
-// Four e4m3 weight bytes -> two 16-bit pairs of the activation's type, exactly, in
-// e4m3x4_to_f16x2x2's layout: f16 for e4m3 and fp16 activations, bf16 for bf16 ones.
-template <GemvOperand kOperand>
-__device__ __forceinline__ void widen_weights(std::uint32_t x, std::uint32_t& lo,
-                                              std::uint32_t& hi) {
-  if constexpr (kOperand == GemvOperand::kBf16) {
-    ptx::e4m3x4_to_bf16x2x2(x, lo, hi);
-  } else {
-    ptx::e4m3x4_to_f16x2x2(x, lo, hi);
-  }
-}
-
-// m16n8k16 with fp32 accumulators on 16-bit inputs of the activation's type.
-template <GemvOperand kOperand>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a)[4],
-                                          std::uint32_t b0, std::uint32_t b1, const float (&c)[4]) {
-  if constexpr (kOperand == GemvOperand::kBf16) {
-    ptx::mma_bf16_16816(d, a, b0, b1, c);
-  } else {
-    ptx::mma_f16_16816(d, a, b0, b1, c);
-  }
-}
 
 // One MX block for lane (g, t): w_lo / w_hi are bytes 8t..8t+7 of the block in rows g and g + 8;
 // the two m16n8k16 mma take bytes 0-3 (step 0) and 4-7 (step 1) as the pairs (k = 2t, 2t+1)
@@ -51,7 +29,7 @@ __device__ __forceinline__ void accumulate_block(float (&acc)[kTokenTiles][4], u
                                                  uint2 w_hi, float sw_lo, float sw_hi, int b,
                                                  const Reader& first_tile,
                                                  const Reader& last_tile) {
-  constexpr GemvOperand kOperand = Reader::kOperand;
+  constexpr ActivationOperand kOperand = Reader::kOperand;
   std::uint32_t a0[4], a1[4];  // k16 steps 0 and 1: {row g lo, row g+8 lo, g hi, g+8 hi}
   widen_weights<kOperand>(w_lo.x, a0[0], a0[2]);
   widen_weights<kOperand>(w_hi.x, a0[1], a0[3]);
@@ -66,7 +44,7 @@ __device__ __forceinline__ void accumulate_block(float (&acc)[kTokenTiles][4], u
     float partial[4];
     mma_16816<kOperand>(partial, a0, bf[0], bf[1], zero);
     mma_16816<kOperand>(partial, a1, bf[2], bf[3], partial);
-    if constexpr (kOperand == GemvOperand::kMx) {
+    if constexpr (kOperand == ActivationOperand::kMx) {
       const float sa0 = reader.scale0[b], sa1 = reader.scale1[b];
       acc[j][0] = fmaf(partial[0] * sa0, sw_lo, acc[j][0]);
       acc[j][1] = fmaf(partial[1] * sa1, sw_lo, acc[j][1]);

@@ -27,8 +27,8 @@ constexpr GenericShape as_is_shape(GenericShape shape) {
 template <GenericShape kShape>
 struct Instances {
   using W8A8 = GenericTile<kShape>;
-  using W8A16BF16 = GenericTile<as_is_shape(kShape), GenericActivation::kBF16AsIs>;
-  using W8A16F16 = GenericTile<as_is_shape(kShape), GenericActivation::kF16AsIs>;
+  using W8A16BF16 = GenericTile<as_is_shape(kShape), ActivationOperand::kBf16>;
+  using W8A16F16 = GenericTile<as_is_shape(kShape), ActivationOperand::kF16>;
 };
 
 template <GenericShape kShape>

@@ -20,6 +20,7 @@
 
 #include "device/common/epilogue.cuh"
 #include "device/common/gemm_params.hpp"
+#include "device/common/mma_16bit.cuh"
 #include "device/common/mx_format.hpp"
 #include "device/common/sm90.hpp"
 #include "device/common/swizzle.cuh"
@@ -41,10 +42,6 @@ struct GenericShape {
   int min_blocks_per_sm = 1;  // __launch_bounds__
 };
 
-// What the activation tile holds: e4m3 codes with their scales (W8A8), or the caller's 16-bit x
-// as it is (W8A16), bf16 or fp16, which the weights are widened to for the mma.
-enum class GenericActivation { kE4M3, kBF16AsIs, kF16AsIs };
-
 // Shared memory of a tile of `shape` (GenericTile::kSmemBytes), for the host to fit W8A16
 // instances: a stage holds the activation (1 byte per K for e4m3, 2 for x as it is), the weights
 // and the raw scale bytes (none for an activation used as it is); after the stages, the float
@@ -58,10 +55,10 @@ constexpr int generic_smem_bytes(const GenericShape& shape, bool x_as_is) {
   return shape.stages * stage_bytes + scale_entries * 4;
 }
 
-template <GenericShape kShape, GenericActivation kActivation = GenericActivation::kE4M3>
+template <GenericShape kShape, ActivationOperand kActivation = ActivationOperand::kMx>
 struct GenericTile {
-  static constexpr GenericActivation kAct = kActivation;
-  static constexpr bool kXAsIs = kActivation != GenericActivation::kE4M3;
+  static constexpr ActivationOperand kAct = kActivation;
+  static constexpr bool kXAsIs = kActivation != ActivationOperand::kMx;
   static constexpr int kBM = kShape.bm, kBN = kShape.bn, kWM = kShape.wm, kWN = kShape.wn,
                        kStages = kShape.stages;
   static constexpr int kWarpsK = kShape.warps_k;
@@ -145,29 +142,6 @@ __device__ __forceinline__ void st_shared_u32x4(std::uint32_t addr, const std::u
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v[0]), "r"(v[1]),
                "r"(v[2]), "r"(v[3])
                : "memory");
-}
-
-// Four e4m3 bytes -> two 16-bit pairs of the activation's type, exactly (bytes 0,1 -> lo; 2,3 ->
-// hi; the lower byte in the lower half).
-template <GenericActivation kAct>
-__device__ __forceinline__ void widen_weights(std::uint32_t x, std::uint32_t& lo,
-                                              std::uint32_t& hi) {
-  if constexpr (kAct == GenericActivation::kBF16AsIs) {
-    ptx::e4m3x4_to_bf16x2x2(x, lo, hi);
-  } else {
-    ptx::e4m3x4_to_f16x2x2(x, lo, hi);
-  }
-}
-
-// D = A * B + C, m16n8k16, 16-bit inputs of the activation's type, fp32 accumulators.
-template <GenericActivation kAct>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a)[4],
-                                          std::uint32_t b0, std::uint32_t b1) {
-  if constexpr (kAct == GenericActivation::kBF16AsIs) {
-    ptx::mma_bf16_16816(d, a, b0, b1, d);
-  } else {
-    ptx::mma_f16_16816(d, a, b0, b1, d);
-  }
 }
 
 // The weights of a W8A16 stage, as load_data_stage copies them.
@@ -398,8 +372,8 @@ __device__ __forceinline__ void compute_stage_as_is(const std::uint8_t* stage,
 #pragma unroll
       for (int nf = 0; nf < Tile::kNF; ++nf) {
         float partial[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma_16816<Tile::kAct>(partial, af[mf][0], bf[nf][0][0], bf[nf][0][1]);
-        mma_16816<Tile::kAct>(partial, af[mf][1], bf[nf][1][0], bf[nf][1][1]);
+        mma_16816<Tile::kAct>(partial, af[mf][0], bf[nf][0][0], bf[nf][0][1], partial);
+        mma_16816<Tile::kAct>(partial, af[mf][1], bf[nf][1][0], bf[nf][1][1], partial);
         acc[mf][nf][0] = fmaf(partial[0], sb[nf][0], acc[mf][nf][0]);
         acc[mf][nf][1] = fmaf(partial[1], sb[nf][1], acc[mf][nf][1]);
         acc[mf][nf][2] = fmaf(partial[2], sb[nf][0], acc[mf][nf][2]);
