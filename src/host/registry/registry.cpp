@@ -164,37 +164,31 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
   if (!d.kernel) return d;
   const bool forced = env_.backend != "auto";
   const LayerDescription& layer = selection.layer;
-  if (const auto row = table_.lookup(device.arch, device.sms, layer.n, layer.k, m,
-                                     layer.operand != ActivationOperand::kMx)) {
+  const bool w8a16 = layer.operand != ActivationOperand::kMx;
+  // A row may hand this M to another kernel (a tuned row for the generic kernel where it is
+  // faster), but never to one that is disabled, unsupported or unable, nor to a config that
+  // cannot run this K and M, and never against a forced backend.
+  const auto take_row = [&](const std::optional<TunedValue>& row, std::string_view note) {
+    if (!row) return false;
     const Kernel* k = find(row->kernel);
-    // A row may hand this M to another kernel (a tuned row for the generic kernel where it is
-    // faster), but never to one that is disabled, unsupported or unable, nor to a config that
-    // cannot run this K and M, and never against a forced backend.
-    const bool usable = k && !contains(env_.disabled, k->name()) &&
-                        (!forced || k == selection.kernel) &&
-                        runnable(*k, row->config, layer, m, device).ok();
-    if (usable) {
-      d.kernel = k;
-      d.config = row->config;
-      d.why = fmt::format("tuned row {}", row->source);
-      return d;
+    if (!k || contains(env_.disabled, k->name()) || (forced && k != selection.kernel) ||
+        !runnable(*k, row->config, layer, m, device).ok()) {
+      return false;
     }
-  }
+    d.kernel = k;
+    d.config = row->config;
+    d.why = fmt::format("tuned row {}{}", row->source, note);
+    return true;
+  };
+  if (take_row(table_.lookup(device.arch, device.sms, layer.n, layer.k, m, w8a16), "")) return d;
   // No usable row for this M: the cost model's choice (docs/TUNED_TABLES.md); with the model
   // off or no modelled config, the row of the nearest bucket, else the default config.
   if (env_.cost_model) {
     if (std::optional<Dispatch> chosen = modelled(selection, device, m)) return *chosen;
   }
-  if (const auto row = table_.nearest(device.arch, device.sms, layer.n, layer.k, m,
-                                      layer.operand != ActivationOperand::kMx)) {
-    const Kernel* k = find(row->kernel);
-    if (k && !contains(env_.disabled, k->name()) && (!forced || k == selection.kernel) &&
-        runnable(*k, row->config, layer, m, device).ok()) {
-      d.kernel = k;
-      d.config = row->config;
-      d.why = fmt::format("tuned row {} (nearest bucket)", row->source);
-      return d;
-    }
+  if (take_row(table_.nearest(device.arch, device.sms, layer.n, layer.k, m, w8a16),
+               " (nearest bucket)")) {
+    return d;
   }
   d.config = d.kernel->default_config(m);
   d.why = "default config";
