@@ -33,9 +33,6 @@ def library_linear(x, w, ws, out_dtype, mode=-1):
     return out
 
 
-@pytest.mark.parametrize("mnk", SHAPES)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-
 def capture(step, *args):
     """Runs `step(*args)` once on a side stream (allocations and first-call setup happen outside
     capture), then captures it in a CUDA graph; returns the graph and the captured call's outputs."""
@@ -49,6 +46,9 @@ def capture(step, *args):
         outputs = step(*args)
     return graph, outputs
 
+
+@pytest.mark.parametrize("mnk", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_op_equals_the_library_call_bit_for_bit(mnk, dtype):
     m, n, k = mnk
     g = fresh_gen()
