@@ -81,6 +81,17 @@ TEST(TunePlan, ResumeCountsOnlyTheRowsOfTheModeBeingTuned) {
             (std::set<FigureKey>{{2560, 6144, "64"}}));
 }
 
+// --timings: one line per config under its header, M as the call's token count, a failed
+// config's time left empty.
+TEST(TunePlan, TimingLinesMatchTheirHeader) {
+  const TuneFigure f{"qkv", 3000, 4096, 1000};
+  EXPECT_EQ(timings_header(), "layer,n,k,m,kernel,config,us,error_ratio\n");
+  EXPECT_EQ(timing_line(f, "prefill", "w128_t128_st4", 19.126, 0.4204, true),
+            "qkv,3000,4096,1000,prefill,w128_t128_st4,19.13,0.420\n");
+  EXPECT_EQ(timing_line(f, "gemv", "w16_t8_kwarps8", 0, 3.5, false),
+            "qkv,3000,4096,1000,gemv,w16_t8_kwarps8,,3.500\n");
+}
+
 TEST(TunePlan, EtaIsTheMeanSoFarTimesWhatIsLeft) {
   EXPECT_DOUBLE_EQ(eta_seconds(10, 5, 20), 30);
   EXPECT_DOUBLE_EQ(eta_seconds(10, 20, 20), 0);

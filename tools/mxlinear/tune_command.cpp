@@ -36,9 +36,11 @@ constexpr double kGuard = 4e-3;
 
 struct TuneOptions {
   std::string model = "builtin:minimax-m3.1-flash-tp4";
-  std::vector<std::int64_t> ms = {1, 2, 8, 32, 128, 512, 2048, 8192};
+  // Every M bucket to 8192: a bucket without a row takes the cost model's choice.
+  std::vector<std::int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
   std::vector<std::string> kernels;  // empty: every GPU kernel
   std::string out;
+  std::string timings;  // also every config's time, appended to this CSV
   int replays = 5;
   bool restart = false;
   std::string activation = "mx";  // the mode whose kernels are tuned: mx (W8A8) or bf16 (W8A16)
@@ -76,15 +78,15 @@ std::vector<Candidate> candidates(const TuneOptions& o, const DeviceDescription&
   return out;
 }
 
-// Appends `text` to the table; an error names --out.
-void append(const std::string& path, const std::string& text) {
+// Appends `text` to the file `option` names.
+void append(const char* option, const std::string& path, const std::string& text) {
   std::ofstream file(path, std::ios::binary | std::ios::app);
   file << text;
   file.close();
   if (!file) {
-    throw Error(
-        ErrorCode::kInvalidArgument, "--out",
-        fmt::format("tune: --out is '{}', which could not be written", detail::for_display(path)));
+    throw Error(ErrorCode::kInvalidArgument, option,
+                fmt::format("tune: {} is '{}', which could not be written", option,
+                            detail::for_display(path)));
   }
 }
 
@@ -115,10 +117,19 @@ int run_tune(const TuneOptions& o) {
     done = figures_in_table(existing.text, device.arch, device.sms, o.w8a16(), context);
   } else {
     std::ofstream(o.out, std::ios::binary | std::ios::trunc).close();
-    append(o.out, tuned_table_header(fmt::format(
-                      "mxlinear tune --model {} --activation {} on one {} ({} SMs), "
-                      "mxlinear {}",
-                      o.model, o.activation, device.name, device.sms, mxlinear::version())));
+    append("--out", o.out,
+           tuned_table_header(
+               fmt::format("mxlinear tune --model {} --activation {} on one {} ({} SMs), "
+                           "mxlinear {}",
+                           o.model, o.activation, device.name, device.sms, mxlinear::version())));
+  }
+  if (!o.timings.empty()) {
+    require_writable_path("--timings", o.timings);
+    const detail::UserFile old = detail::read_user_file(o.timings, TunedTable::kMaxFileBytes);
+    if (o.restart || !old.problem.empty() || old.text.empty()) {
+      std::ofstream(o.timings, std::ios::binary | std::ios::trunc).close();
+      append("--timings", o.timings, timings_header());
+    }
   }
   // Each figure still to time, with the configs it times.
   std::vector<std::pair<TuneFigure, std::vector<Candidate>>> todo;
@@ -175,12 +186,20 @@ int run_tune(const TuneOptions& o) {
       if (!(err <= kGuard)) {
         fmt::print(stderr, "mxlinear tune: {}/{} failed the check at {} x {} x {} ({:.2e})\n",
                    kernel.name(), config, m, n, k, err);
+        if (!o.timings.empty()) {
+          append("--timings", o.timings,
+                 timing_line(f, std::string(kernel.name()), config, 0, err / kGuard, false));
+        }
         return std::nullopt;
       }
-      return std::make_pair(
+      const double us =
           bench::summarize(bench::time_graph(call, std::max(w->copies, 8), 2, timing, stream))
-              .median,
-          err);
+              .median;
+      if (!o.timings.empty()) {
+        append("--timings", o.timings,
+               timing_line(f, std::string(kernel.name()), config, us, err / kGuard, true));
+      }
+      return std::make_pair(us, err);
     };
     LayerDescription layer;
     layer.n = n;
@@ -201,11 +220,12 @@ int run_tune(const TuneOptions& o) {
     }
     // The untuned choice is one of the candidates, timed twice: its faster time counts, so
     // clock drift between the two never makes the row slower than the choice it replaces.
-    if (untuned_time && (!best || untuned_time->first < best_us) &&
-        std::any_of(cs.begin(), cs.end(), [&](const Candidate& c) {
-          return c.kernel == untuned.kernel && c.config == untuned.config;
-        })) {
-      best = Candidate{untuned.kernel, untuned.config};
+    // Matched by name: the untuned registry holds its own instances of the kernels.
+    const auto untuned_candidate = std::find_if(cs.begin(), cs.end(), [&](const Candidate& c) {
+      return c.kernel->name() == untuned.kernel->name() && c.config == untuned.config;
+    });
+    if (untuned_time && untuned_candidate != cs.end() && (!best || untuned_time->first < best_us)) {
+      best = *untuned_candidate;
       best_us = untuned_time->first;
       best_err = untuned_time->second;
     }
@@ -215,8 +235,9 @@ int run_tune(const TuneOptions& o) {
       fmt::print(stderr, "mxlinear tune: {} x {} M = {}: no config passed the check\n", n, k, m);
       continue;
     }
-    append(o.out, tuned_row(device.arch, device.sms, f, std::string(best->kernel->name()),
-                            best->config, best_us, best_err / kGuard, context));
+    append("--out", o.out,
+           tuned_row(device.arch, device.sms, f, std::string(best->kernel->name()), best->config,
+                     best_us, best_err / kGuard, context));
     const std::string best_name = fmt::format("{}/{}", best->kernel->name(), best->config);
     const std::string untuned_name = fmt::format("{}/{}", untuned.kernel->name(), untuned.config);
     if (untuned_time)
@@ -253,6 +274,9 @@ void add_tune_command(CLI::App& app, int& exit_code) {
                   "only these kernels' configs (default: every GPU kernel)")
       ->delimiter(',');
   cmd->add_option("--out", o->out, "the tuned table (CSV) to write, or to resume")->required();
+  cmd->add_option("--timings", o->timings,
+                  "also append every config's time to this CSV (layer,n,k,m,kernel,config,us,"
+                  "error_ratio; us empty for a config that failed the check)");
   cmd->add_option("--replays", o->replays, "timed graph replays per config")
       ->check(CLI::Range(3, 1000));
   cmd->add_flag("--restart", o->restart, "start --out afresh instead of resuming it");

@@ -51,6 +51,14 @@ std::string tuned_row(const std::string& arch, int sms, const TuneFigure& f,
                      context.cuda_version);
 }
 
+std::string timings_header() { return "layer,n,k,m,kernel,config,us,error_ratio\n"; }
+
+std::string timing_line(const TuneFigure& f, const std::string& kernel, const std::string& config,
+                        double us, double error_ratio, bool passed) {
+  return fmt::format("{},{},{},{},{},{},{},{:.3f}\n", f.layer, f.n, f.k, f.m, kernel, config,
+                     passed ? fmt::format("{:.2f}", us) : std::string(), error_ratio);
+}
+
 double eta_seconds(double elapsed, std::int64_t done, std::int64_t total) {
   if (done >= total) return 0;
   if (done <= 0) return -1;

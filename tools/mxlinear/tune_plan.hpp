@@ -39,6 +39,12 @@ std::string tuned_row(const std::string& arch, int sms, const TuneFigure& f,
                       const std::string& kernel, const std::string& config, double us,
                       double error_ratio, const TableContext& context);
 
+// Every config's time, as `--timings` writes it: a header, then one line per config timed
+// (M as the call's token count; us empty where the config failed the correctness check).
+std::string timings_header();
+std::string timing_line(const TuneFigure& f, const std::string& kernel, const std::string& config,
+                        double us, double error_ratio, bool passed);
+
 // Seconds left when `done` of `total` configs took `elapsed` seconds (the mean so far); 0 when
 // nothing is left, -1 while nothing has been timed.
 double eta_seconds(double elapsed, std::int64_t done, std::int64_t total);
