@@ -13,14 +13,14 @@ double ceil_div(double a, double b) { return std::ceil(a / b); }
 
 // The fraction of an SM's bf16 rate a CTA's main loop reaches. Folded tiles widen each weight
 // fragment once per `tokens` tokens, so the widening's share falls as the tile widens (measured:
-// ~90% of the peak at 128 x 256, ~81% at 64 x 128 with one consumer warpgroup); promoted engines
-// pay a per-weight cost apart (promoted_weights_per_warp_s) and run their MMAs at a fraction of
-// the rate.
-double tensor_efficiency(const WorkShape& w, const DeviceRates& r) {
+// ~90% of the peak at 128 x 256, ~81% at 64 x 128 with one consumer warpgroup on the SM); promoted
+// engines pay a per-weight cost apart (promoted_weights_per_warp_s) and run their MMAs at a
+// fraction of the rate.
+double tensor_efficiency(const WorkShape& w, double resident_groups, const DeviceRates& r) {
   switch (w.engine) {
     case WorkShape::Engine::kWgmmaFolded:
       return w.tokens / (w.tokens + r.folded_tokens_offset) *
-             (w.consumer_groups >= 2 ? 1.0 : r.single_group_share);
+             (resident_groups >= 2 ? 1.0 : r.single_group_share);
     case WorkShape::Engine::kWgmmaPromoted:
       return r.wgmma_promoted_share;
     case WorkShape::Engine::kMmaPromoted:
@@ -30,10 +30,11 @@ double tensor_efficiency(const WorkShape& w, const DeviceRates& r) {
 }
 
 // Seconds of one CTA's tensor work (and quantization of its `m` tokens where it quantizes them)
-// for a piece of `rows` x `tokens` x `k`.
-double tensor_seconds(const WorkShape& w, double k, double m, const DeviceRates& r) {
+// for a piece of `rows` x `tokens` x `k`, with `resident_groups` consumer warpgroups on its SM.
+double tensor_seconds(const WorkShape& w, double k, double m, double resident_groups,
+                      const DeviceRates& r) {
   const double flops = 2.0 * w.rows * w.tokens * k;
-  double s = flops / (r.bf16_flops_per_sm_s * tensor_efficiency(w, r));
+  double s = flops / (r.bf16_flops_per_sm_s * tensor_efficiency(w, resident_groups, r));
   if (w.engine != WorkShape::Engine::kWgmmaFolded) {
     s += w.rows * k / (r.promoted_weights_per_warp_s * std::max(1, w.consumer_warps));
   }
@@ -41,9 +42,11 @@ double tensor_seconds(const WorkShape& w, double k, double m, const DeviceRates&
   return s;
 }
 
-// Bytes one CTA streams for a piece of `rows` x `tokens` x `k`: its weights and its tokens.
-double cta_bytes(const WorkShape& w, double k) {
-  return w.rows * k * kScaleBytesPerWeight + w.tokens * k * w.activation_bytes_per_element;
+// Bytes one CTA streams for a piece of `rows` x `tokens` x `k`: its weights and its tokens (no
+// more than the call's `m`: rows past M are not read).
+double cta_bytes(const WorkShape& w, double k, double m) {
+  return w.rows * k * kScaleBytesPerWeight +
+         std::min<double>(w.tokens, m) * k * w.activation_bytes_per_element;
 }
 
 double pass_seconds(ActivationPass pass, const LinearShape& s, const DeviceRates& r) {
@@ -98,6 +101,7 @@ double estimated_seconds(const WorkShape& w, ActivationPass pass, const LinearSh
       (n * k * kScaleBytesPerWeight + m * k * w.activation_bytes_per_element + m * n * 2) /
       r.read_bytes_per_s;
   const double sms = r.sms;
+  double streamed = 0;  // bytes all CTAs stream (from L2 where they repeat)
   double busiest = 0;  // the busiest SM's seconds of tensor work or of streaming, whichever is more
   double fill_drain = 0;
   switch (w.walk) {
@@ -112,8 +116,12 @@ double estimated_seconds(const WorkShape& w, ActivationPass pass, const LinearSh
       const double side_by_side = w.engine == WorkShape::Engine::kWgmmaFolded
                                       ? 1.0
                                       : std::min<double>(w.ctas_per_sm, per_sm);
-      busiest = std::max(per_sm * tensor_seconds(w, k_cta, m, r) / side_by_side,
-                         per_sm * cta_bytes(w, k_cta) / r.sm_bytes_per_s);
+      // The warpgroups an SM holds at once: with two or more, one widens while another's wgmma
+      // runs; a lone warpgroup does both in turn.
+      const double resident = w.consumer_groups * std::min<double>(w.ctas_per_sm, per_sm);
+      busiest = std::max(per_sm * tensor_seconds(w, k_cta, m, resident, r) / side_by_side,
+                         per_sm * cta_bytes(w, k_cta, m) / r.sm_bytes_per_s);
+      streamed = ctas * cta_bytes(w, k_cta, m);
       const double waves = ceil_div(ctas, slots * w.ctas_per_sm);
       fill_drain = waves * r.tile_latency_s;
       if (splits > 1) {
@@ -124,7 +132,9 @@ double estimated_seconds(const WorkShape& w, ActivationPass pass, const LinearSh
     }
     case WorkShape::Walk::kPersistent: {
       const double per_sm = ceil_div(tiles, sms);
-      busiest = per_sm * std::max(tensor_seconds(w, k, m, r), cta_bytes(w, k) / r.sm_bytes_per_s);
+      busiest = per_sm * std::max(tensor_seconds(w, k, m, w.consumer_groups, r),
+                                  cta_bytes(w, k, m) / r.sm_bytes_per_s);
+      streamed = tiles * cta_bytes(w, k, m);
       // The next tile's copies overlap this one's epilogue.
       fill_drain = r.tile_latency_s + per_sm * r.walk_tile_s;
       break;
@@ -132,15 +142,17 @@ double estimated_seconds(const WorkShape& w, ActivationPass pass, const LinearSh
     case WorkShape::Walk::kStreamK: {
       const double units = tiles * chunks;
       const double per_sm = ceil_div(units, sms);
-      busiest = per_sm * std::max(tensor_seconds(w, kChunkK, m, r),
-                                  cta_bytes(w, kChunkK) / r.sm_bytes_per_s);
+      busiest = per_sm * std::max(tensor_seconds(w, kChunkK, m, w.consumer_groups, r),
+                                  cta_bytes(w, kChunkK, m) / r.sm_bytes_per_s);
+      streamed = units * cta_bytes(w, kChunkK, m);
       // A cut tile's partials meet through the workspace, after its owner's own run.
       fill_drain = 2 * r.tile_latency_s + ceil_div(tiles, sms) * r.walk_tile_s +
                    w.rows * w.tokens * 4.0 / r.meeting_bytes_per_s;
       break;
     }
   }
-  return r.launch_s + std::max(busiest, dram) + fill_drain + pass_seconds(pass, shape, r);
+  return r.launch_s + std::max({busiest, dram, streamed / r.l2_bytes_per_s}) + fill_drain +
+         pass_seconds(pass, shape, r);
 }
 
 }  // namespace mxlinear::detail

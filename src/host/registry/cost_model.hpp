@@ -49,10 +49,13 @@ enum class ActivationPass : std::uint8_t {
 // The rates of a device the model prices on, with the SM count of the device described. The
 // defaults are sm_90a figures fitted to an H200 sweep of every config on shapes no table has
 // rows for (bench/models/untuned-shapes.csv, M = 1 to 4096): the fit minimises the mean log of
-// (time of the config chosen / time of the fastest config), plus 0.3 x its worst.
+// (time of the config chosen / time of the fastest config), plus 0.3 x its worst. The L2 rate
+// and the lone warpgroup's share were then set against `mxlinear tune --timings` of every
+// config on the reference model's shapes (M = 1 to 8192, both modes) and those shapes.
 struct DeviceRates {
   int sms = 132;
   double read_bytes_per_s = 4.4e12;           // DRAM read ceiling
+  double l2_bytes_per_s = 9e12;               // what all SMs together stream from L2
   double sm_bytes_per_s = 130e9;              // what one SM's loads in flight sustain (L2 or DRAM)
   double bf16_flops_per_sm_s = 800e12 / 132;  // the dense bf16 wgmma rate of one SM
   // e4m3 weights one warp widens exactly and promotes per MX block per second (the promoted
@@ -60,10 +63,11 @@ struct DeviceRates {
   // holds at once do it side by side.
   double promoted_weights_per_warp_s = 4e9;
   // The share of the bf16 rate a folded main loop reaches: tokens / (tokens + folded_tokens_offset)
-  // (the widening of each weight is shared by the tile's tokens), times single_group_share with
-  // one consumer warpgroup; the promoted engines' MMAs run at a fixed share.
+  // (the widening of each weight is shared by the tile's tokens), times single_group_share where
+  // an SM holds one consumer warpgroup (it widens and waits for its wgmma in turn); the promoted
+  // engines' MMAs run at a fixed share.
   double folded_tokens_offset = 31;
-  double single_group_share = 0.91;
+  double single_group_share = 0.6;
   double wgmma_promoted_share = 0.2;
   double mma_promoted_share = 0.31;
   // Activation elements a CTA that quantizes its own tokens quantizes per second.
