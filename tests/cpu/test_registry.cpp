@@ -19,15 +19,17 @@ using ::testing::HasSubstr;
 const DeviceDescription kH200 = DeviceDescription::parse("sm_90a:132");
 
 std::vector<std::shared_ptr<const Kernel>> kernels() {
-  return {std::make_shared<FakeKernel>("tuned", true, std::vector<std::string>{"t64", "t128"}),
-          std::make_shared<FakeKernel>("general", false, std::vector<std::string>{"g1", "g2"}),
-          std::make_shared<FakeKernel>("cpu", false, std::vector<std::string>{"fp64"}, "cpu")};
+  return {
+      std::make_shared<FakeKernel>("tuned", true, std::vector<std::string>{"t64", "t128"}),
+      std::make_shared<FakeKernel>("general", false, std::vector<std::string>{"g1", "g2"}),
+      std::make_shared<FakeKernel>("reference", false, std::vector<std::string>{"fp64"}, "cpu")};
 }
 
-// Makes the fake "cpu" kernel accept any device, like the real reference kernel.
+// Makes the fake "reference" kernel accept any device, like the real one.
 std::vector<std::shared_ptr<const Kernel>> kernels_with_fallback() {
   auto k = kernels();
-  k.back() = std::make_shared<FakeKernel>("cpu", false, std::vector<std::string>{"fp64"}, "sm_90a");
+  k.back() =
+      std::make_shared<FakeKernel>("reference", false, std::vector<std::string>{"fp64"}, "sm_90a");
   return k;
 }
 
@@ -94,7 +96,7 @@ TEST(Registry, UnknownKernelNamesInTheEnvironmentWarnWithTheValidNames) {
       make("", {{"MXLINEAR_DISABLED_KERNELS", "tuned, nope"}, {"MXLINEAR_BACKEND", "fast"}});
   ASSERT_EQ(r.warnings().size(), 2u);
   EXPECT_THAT(r.warnings()[0], HasSubstr("'nope'"));
-  EXPECT_THAT(r.warnings()[0], HasSubstr("tuned, general, cpu"));
+  EXPECT_THAT(r.warnings()[0], HasSubstr("tuned, general, reference"));
   EXPECT_THAT(r.warnings()[1], HasSubstr("'fast'"));
   EXPECT_EQ(r.environment().backend, "auto");
 }
@@ -122,7 +124,7 @@ TEST(Registry, ForcedBackendThatCannotImplementFallsBackWithAWarning) {
 }
 
 TEST(Registry, EveryKernelRefusingLeavesNoKernelAndAllReasons) {
-  const Registry r = make("", {{"MXLINEAR_DISABLED_KERNELS", "general,cpu"}});
+  const Registry r = make("", {{"MXLINEAR_DISABLED_KERNELS", "general,reference"}});
   const LayerSelection s = r.select(layer(6144, 768), kH200);
   EXPECT_EQ(s.kernel, nullptr);
   EXPECT_EQ(s.rejected.size(), 3u);
@@ -363,22 +365,53 @@ TEST(Registry, TunedKernelClaimsOnlyShapesWithItsOwnRows) {
   EXPECT_EQ(r.select(odd_scales, kH200).kernel->name(), "decode");
 }
 
-// The shipped table (configs/, from H200 sweeps ranked as full linears from bf16) hands every
-// seed layer on a 132-SM H200 to the kernel that measured fastest, and every row of it is
-// accepted: the gemv (which quantizes the activation itself) at M = 1, gemv or decode at M = 2,
-// decode at M = 8 (but shared down, on the gemv), prefill from M = 32.
+// The shipped table (configs/, `mxlinear tune` on an H200, ranked as full linears from bf16)
+// hands every seed layer on a 132-SM H200 to the kernel that measured fastest, and every row of
+// it is accepted: W8A8 runs the gemv (which quantizes the activation itself) at M = 1, the gemv,
+// decode or prefill kernel up to 8 tokens and prefill from 16; W8A16 runs the W8A16 gemv at
+// M = 1 and prefill_a16 from 16.
 TEST(Registry, ShippedTableHandsSeedLayersToGemvDecodeThenPrefill) {
   const Registry& r = Registry::global();
   EXPECT_TRUE(r.warnings().empty()) << ::testing::PrintToString(r.warnings());
-  for (const auto& row_ : r.report(builtin_model("minimax-m3.1-flash-tp4"), kH200, DType::kBF16)) {
+  const auto model = builtin_model("minimax-m3.1-flash-tp4");
+  for (const auto& row_ : r.report(model, kH200, DType::kBF16)) {
     SCOPED_TRACE(row_.layer.name);
     EXPECT_EQ(r.dispatch(row_.selection, kH200, 1).kernel->name(), "gemv");
-    EXPECT_THAT(std::string(r.dispatch(row_.selection, kH200, 2).kernel->name()),
-                ::testing::AnyOf("gemv", "decode"));
-    EXPECT_EQ(r.dispatch(row_.selection, kH200, 8).kernel->name(),
-              row_.layer.name == "shared_experts.down_proj" ? "gemv" : "decode");
-    for (std::int64_t m : {32, 64, 128, 512, 700, 2048, 8192}) {
+    for (std::int64_t m : {2, 3, 4, 5, 8}) {
+      EXPECT_THAT(std::string(r.dispatch(row_.selection, kH200, m).kernel->name()),
+                  ::testing::AnyOf("gemv", "decode", "prefill"))
+          << "M=" << m;
+    }
+    for (std::int64_t m : {16, 32, 64, 128, 256, 512, 700, 1024, 2048, 4096, 8192}) {
       EXPECT_EQ(r.dispatch(row_.selection, kH200, m).kernel->name(), "prefill") << "M=" << m;
+    }
+  }
+  for (const auto& row_ : r.report(model, kH200, DType::kBF16, ActivationOperand::kBf16)) {
+    SCOPED_TRACE(row_.layer.name + " W8A16");
+    EXPECT_EQ(r.dispatch(row_.selection, kH200, 1).kernel->name(), "gemv_a16");
+    for (std::int64_t m : {16, 64, 256, 1000, 4096, 8192}) {
+      EXPECT_EQ(r.dispatch(row_.selection, kH200, m).kernel->name(), "prefill_a16") << "M=" << m;
+    }
+  }
+}
+
+// fp16 x in W8A16: the W8A16 gemv claims the layer by its rows of up to 8 tokens, and nothing
+// modelled runs fp16 x beyond them (prefill_a16 takes bf16 only). Those calls run on the generic
+// kernel, never on the gemv's rows or default config far outside the M it serves.
+TEST(Registry, Fp16TokensBeyondTheGemvRunOnTheGenericKernel) {
+  const Registry& r = Registry::global();
+  for (const bool model_on : {true, false}) {
+    const Registry reg(builtin_kernels(), r.table(),
+                       Environment::from({{"MXLINEAR_COST_MODEL", model_on ? "1" : "0"}}));
+    for (const auto& row_ : reg.report(builtin_model("minimax-m3.1-flash-tp4"), kH200, DType::kBF16,
+                                       ActivationOperand::kF16)) {
+      SCOPED_TRACE(row_.layer.name);
+      EXPECT_EQ(row_.selection.kernel->name(), "gemv_a16");
+      EXPECT_EQ(reg.dispatch(row_.selection, kH200, 1).kernel->name(), "gemv_a16");
+      for (std::int64_t m : {16, 100, 1024, 8192}) {
+        const Dispatch d = reg.dispatch(row_.selection, kH200, m);
+        EXPECT_EQ(d.kernel->name(), "generic_a16") << "M=" << m << ": " << d.why;
+      }
     }
   }
 }

@@ -168,31 +168,60 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
   // A row may hand this M to another kernel (a tuned row for the generic kernel where it is
   // faster), but never to one that is disabled, unsupported or unable, nor to a config that
   // cannot run this K and M, and never against a forced backend.
-  const auto take_row = [&](const std::optional<TunedValue>& row, std::string_view note) {
+  const auto take_row = [&](const std::optional<TunedValue>& row, bool borrowed) {
     if (!row) return false;
     const Kernel* k = find(row->kernel);
     if (!k || contains(env_.disabled, k->name()) || (forced && k != selection.kernel) ||
-        !runnable(*k, row->config, layer, m, device).ok()) {
+        !runnable(*k, row->config, layer, m, device).ok() ||
+        (borrowed && !k->worth_sweeping(m, row->config))) {
       return false;
     }
     d.kernel = k;
     d.config = row->config;
-    d.why = fmt::format("tuned row {}{}", row->source, note);
+    d.why = fmt::format("tuned row {}{}", row->source, borrowed ? " (nearest bucket)" : "");
     return true;
   };
-  if (take_row(table_.lookup(device.arch, device.sms, layer.n, layer.k, m, w8a16), "")) return d;
+  if (take_row(table_.lookup(device.arch, device.sms, layer.n, layer.k, m, w8a16), false)) {
+    return d;
+  }
   // No usable row for this M: the cost model's choice (docs/TUNED_TABLES.md); with the model
-  // off or no modelled config, the row of the nearest bucket, else the default config.
+  // off or no modelled config, the row of the nearest bucket, else the default config. Neither
+  // may be a config its kernel does not serve at this M (the W8A16 GEMV claims fp16 layers by
+  // its rows of up to 8 tokens, and nothing modelled runs fp16 x beyond them): the generic
+  // kernel runs such calls.
   if (env_.cost_model) {
     if (std::optional<Dispatch> chosen = modelled(selection, device, m)) return *chosen;
   }
-  if (take_row(table_.nearest(device.arch, device.sms, layer.n, layer.k, m, w8a16),
-               " (nearest bucket)")) {
+  if (take_row(table_.nearest(device.arch, device.sms, layer.n, layer.k, m, w8a16), true)) {
     return d;
   }
   d.config = d.kernel->default_config(m);
   d.why = "default config";
+  if (!d.kernel->worth_sweeping(m, d.config)) {
+    if (const Kernel* fallback = untuned_fallback(selection, device)) {
+      d.why = fmt::format("{} does not serve M = {}; {}'s default config", d.kernel->name(), m,
+                          fallback->name());
+      d.kernel = fallback;
+      d.config = fallback->default_config(m);
+    }
+  }
   return d;
+}
+
+const Kernel* Registry::untuned_fallback(const LayerSelection& selection,
+                                         const DeviceDescription& device) const {
+  const bool forced = env_.backend != "auto";
+  const bool w8a16 = selection.layer.operand != ActivationOperand::kMx;
+  for (const auto& k : kernels_) {
+    if (k->needs_tuned_rows() || is_cpu_reference(*k) ||
+        (k->activation_mode() == ActivationMode::kW8A16) != w8a16 ||
+        (forced && k.get() != selection.kernel) || contains(env_.disabled, k->name()) ||
+        !k->is_supported(device).ok() || !k->can_implement(selection.layer).ok()) {
+      continue;
+    }
+    return k.get();
+  }
+  return nullptr;
 }
 
 std::optional<Dispatch> Registry::modelled(const LayerSelection& selection,

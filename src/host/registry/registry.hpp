@@ -113,6 +113,10 @@ class Registry {
   // modelled config can run.
   std::optional<Dispatch> modelled(const LayerSelection& selection, const DeviceDescription& device,
                                    std::int64_t m) const;
+  // The first kernel of the layer's mode that needs no tuned rows (the generic kernel) and may
+  // serve it: not disabled, supported, able, and the forced backend where one is; or nullptr.
+  const Kernel* untuned_fallback(const LayerSelection& selection,
+                                 const DeviceDescription& device) const;
   // The cost model's choices, made once per layer, device and M: pricing every config takes
   // ~0.1 ms of host time, far more than a call may spend. Shared by copies of the registry.
   struct ModelCache;
