@@ -16,6 +16,7 @@
 #include "device/kernels/decode/decode_gemm.hpp"
 #include "device/kernels/gemv/gemv_ring_layout.hpp"
 #include "device/kernels/prefill/activation_bf16.hpp"
+#include "device/kernels/prefill/prefill_gemm.hpp"
 #include "host/registry/registry.hpp"
 #include "mxlinear/error.hpp"
 #include "mxlinear/linear.hpp"
@@ -231,8 +232,18 @@ TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
   EXPECT_TRUE(k.can_run(2048, 6144 + 32, "w128_t128_st4_split8").ok());
   layer.k = 6144 + 16;
   EXPECT_THAT(k.can_implement(layer).reason, HasSubstr("K % 32"));
-  layer.k = 1 << 20;  // its weight scales would not fit in shared memory
-  EXPECT_THAT(k.can_implement(layer).reason, HasSubstr("shared memory"));
+  // Any K: a CTA keeps at most two windows of its weight scales in shared memory (56 chunks),
+  // so every unsplit config runs K = 2^20 in the shared memory of K = 7168.
+  layer.k = 1 << 20;
+  EXPECT_TRUE(k.can_implement(layer).ok());
+  const auto& instances = device::prefill_gemm_instances();
+  for (std::size_t i = 0; i < instances.size(); ++i) {
+    const int at_7168 = device::prefill_gemm_smem_bytes(static_cast<int>(i), 7168, 1);
+    EXPECT_EQ(device::prefill_gemm_smem_bytes(static_cast<int>(i), 1 << 20, 1), at_7168);
+    EXPECT_LE(at_7168, device::kSm90MaxSmemPerCta) << "instance " << i;
+    EXPECT_GT(at_7168, device::prefill_gemm_smem_bytes(static_cast<int>(i), 4096, 1));
+  }
+  EXPECT_TRUE(k.can_run(4096, 1 << 20, "w128_t256_st4_bk64_overlap_persistent").ok());
   layer.k = 6144;
   layer.scale_alignment = 1;  // copied bytewise where not 4-byte aligned
   EXPECT_TRUE(k.can_implement(layer).ok());
@@ -311,12 +322,11 @@ TEST(PrefillKernel, MoreSplitsThanKChunksIsRejected) {
   const Error e = error_of("w64_t32_st4_overlap_split8", f, prefill_kernel());
   EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
   EXPECT_THAT(e.what(), HasSubstr("K = 768 has only 6 chunks"));
-  // A CTA keeps the scale bytes of its whole K range in shared memory: at K = 12288 those of
-  // the 128 x 192 tile no longer fit beside its ring; split 2 ways they do.
-  EXPECT_THAT(prefill_kernel().can_run(2048, 12288, "w128_t192_st3").reason,
-              HasSubstr("bytes of shared memory"));
+  // A CTA keeps the scale words of at most two windows of 32 chunks: the 128 x 192 tile runs
+  // any K, unsplit or split.
+  EXPECT_TRUE(prefill_kernel().can_run(2048, 12288, "w128_t192_st3").ok());
+  EXPECT_TRUE(prefill_kernel().can_run(2048, 28672, "w128_t192_st3").ok());
   EXPECT_TRUE(prefill_kernel().can_run(2048, 12288, "w128_t192_st3_split2").ok());
-  EXPECT_TRUE(prefill_kernel().can_run(2048, 6144, "w128_t192_st3").ok());
 }
 
 TEST(PrefillKernel, CallWithoutScratchOrWithUnknownConfigIsRejected) {

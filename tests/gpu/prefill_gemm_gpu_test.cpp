@@ -310,6 +310,19 @@ TEST_P(PrefillGemmInstance, SeedSizedLayerIsStableAcrossRuns) {
   check_stable_across_runs(runner(), {300, 640, 6144}, 4, 2, rng);
 }
 
+// A CTA's K range beyond kPrefillScaleSlots chunks keeps its scales in two windows that the
+// main loop refills: 100 chunks (windows 0-27, 28-55, 56-83, 84-99: three refills, two of them
+// after waiting for the one before) unsplit, in whole chunks (cp.async words) and ending in a
+// part chunk (bytewise words). Split configs run the same shapes with fewer chunks a CTA.
+TEST_P(PrefillGemmInstance, LongKScaleWindowsMatchFp64) {
+  MXL_REQUIRE_GPU();
+  static_assert(device::kPrefillScaleSlots == 56 && device::kPrefillScaleWindow == 28);
+  auto rng = make_rng();
+  const GemmShape long_k[] = {{20, 72, 100 * 128}, {9, 40, 100 * 128 - 32}};
+  check_exact_on_shapes(runner(), long_k, rng);
+  check_random_on_shapes(runner(), long_k, 2, rng);
+}
+
 // The registry entry runs the pre-pass into the call's scratch, then the GEMM, for every config.
 TEST(PrefillRegistryEntry, RunsThePrePassAndTheGemmInTheCallsScratch) {
   MXL_REQUIRE_GPU();

@@ -53,15 +53,8 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
         !v.ok()) {
       return v;
     }
-    if (const Verdict v = detail::needs_whole_blocks_in_16_byte_rows(layer); !v.ok()) return v;
-    for (std::size_t i = 0; i < device::prefill_gemm_instances().size(); ++i) {
-      if (device::prefill_gemm_smem_bytes(static_cast<int>(i), static_cast<int>(layer.k), 1) <=
-          device::kSm90MaxSmemPerCta) {
-        return {};
-      }
-    }
-    return {fmt::format("K = {} needs more shared memory for its weight scales than a CTA has",
-                        layer.k)};
+    // Any K: a CTA keeps at most two windows of its weight scales in shared memory.
+    return detail::needs_whole_blocks_in_16_byte_rows(layer);
   }
 
   bool needs_tuned_rows() const override { return true; }

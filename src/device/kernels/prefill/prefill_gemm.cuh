@@ -117,7 +117,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       stage_scales<Tile>(p, smem + Tile::kScaleOffset, n0, c_begin, chunks, warpgroup,
                          scale_row_bytes);
       stamps.mark(timeline::kPrologue);
-      consume<Tile>(acc, smem, smem_ptr, full, empty, chunks, warpgroup, scale_row_bytes);
+      consume<Tile>(acc, smem, smem_ptr, full, empty, chunks, warpgroup, scale_row_bytes, p, n0,
+                    c_begin);
       stamps.mark(timeline::kMainLoop);
       // The next kernel may launch now (CUTLASS's sm90 point). Measured against it (the
       // GEMM alone at M = 32 and 128): at entry, as before, 1-6% slower at M = 32 and level at

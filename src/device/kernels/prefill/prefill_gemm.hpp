@@ -26,6 +26,18 @@ struct PrefillInstanceInfo {
   bool stream_k;     // persistent, each CTA an equal run of (tile, 128-K chunk) units
 };
 
+// A CTA's weight scales sit in shared memory as one 4-byte word per row and 128-K chunk. Up to
+// kPrefillScaleSlots chunks they all do; a longer K range (K > 7168 a CTA) keeps two windows of
+// kPrefillScaleWindow chunks, chunk c in slot c % kPrefillScaleSlots: each warp refills the
+// window it has left with the one after next as it enters a window, so the area no longer
+// grows with K (at K = 25600 it took 103 KB of a 128-row tile, and the large tiles did not fit).
+// 28 is the largest window with which every instance fits at any K (the persistent 128 x 256
+// tile's ring leaves it 31 KB), a multiple of 4 so that a window starts on a chunk of each
+// lane's parity (copy_scale_chunks).
+inline constexpr int kPrefillScaleWindow = 28;
+inline constexpr int kPrefillScaleSlots = 2 * kPrefillScaleWindow;
+static_assert(kPrefillScaleWindow % 4 == 0, "windows start at a multiple of 2 * kStageStep");
+
 // K splits run as a thread-block cluster of this many CTAs at most.
 inline constexpr int kPrefillMaxSplits = 8;
 

@@ -10,6 +10,7 @@
 #include "device/common/gemm_params.hpp"
 #include "device/common/mx_convert.cuh"
 #include "device/common/swizzle.cuh"
+#include "device/kernels/prefill/prefill_gemm.hpp"
 #include "device/kernels/prefill/share_tile.cuh"
 #include "device/kernels/prefill/tile_store_16bit.cuh"
 #include "device/ptx/hopper_ptx.cuh"
@@ -30,11 +31,14 @@ namespace mxlinear::device {
 // as fast, so at M = 32 a layer runs with fewer K splits, and less cluster reduction, than with
 // one warpgroup (7 of 8 seed shapes 4-16% faster on the H200). It was meant to
 // shorten each stage with a second consumer chain, which it did not.
-// Bytes per weight row of the scale area in shared memory for `chunks` 128-K chunks (a 4-byte
-// word each): an odd number of words, so the 8 rows of a warp's fragment loads fall in 8
-// different banks. With an even count, rows g and g + 2 shared a bank: the scale loads took 4
-// wavefronts each (ncu at M = 8192: 23% of the kernel's shared wavefronts were excess).
-constexpr int prefill_scale_row_bytes(int chunks) { return 4 * (chunks | 1); }
+// Bytes per weight row of the scale area in shared memory for `chunks` 128-K chunks, at most
+// kPrefillScaleSlots of them (prefill_gemm.hpp): an odd number of words, so the 8 rows of a
+// warp's fragment loads fall in 8 different banks. With an even count, rows g and g + 2 shared
+// a bank: the scale loads took 4 wavefronts each (ncu at M = 8192: 23% of the kernel's shared
+// wavefronts were excess).
+constexpr int prefill_scale_row_bytes(int chunks) {
+  return 4 * ((chunks < kPrefillScaleSlots ? chunks : kPrefillScaleSlots) | 1);
+}
 
 // A tile's shape, the template argument of PrefillTile:
 // PrefillTile<PrefillShape{.stages = 4, .overlap = true, ...}>. The members below say what each
@@ -228,47 +232,58 @@ __device__ __forceinline__ bool scale_words_copyable(const GemmParams& p) {
 }
 
 // The weight scale bytes of the CTA's rows and K range go to shared memory ([row][row_bytes],
-// row_bytes >= 4 * chunks; prefill_scale_row_bytes) by cp.async, each warp fetching the words of
-// the 16 rows it reads, so no CTA barrier: the warpgroup's first two chunks in a first group that
-// its first stage waits for, the rest in a second group that its third chunk waits for, in flight
-// while the first two compute. Copying them all before the main loop cost every CTA 3-4 us at K =
-// 6144 (timeline); loading each thread's words into registers two chunks ahead of use
+// row_bytes from prefill_scale_row_bytes, chunk c in slot c % kPrefillScaleSlots) by cp.async,
+// each warp fetching the words of the 16 rows it reads, so no CTA barrier: the warpgroup's first
+// two chunks in a first group that its first stage waits for, the rest of the first two windows
+// in a second group that its third chunk waits for, in flight while the first two compute;
+// consume() refills later windows. Copying them all before the main loop cost every CTA 3-4 us
+// at K = 6144 (timeline); loading each thread's words into registers two chunks ahead of use
 // left the 64-row tiles waiting on them. Where K % 128 != 0 or the scale rows are not 4-byte
-// aligned, the words are assembled byte by byte with plain loads instead (0, a finite 2^-127, for
-// blocks past K, whose data TMA zero-filled): the same layout, only slower to copy.
+// aligned, the words are assembled byte by byte with plain loads instead (0, a finite 2^-127,
+// for blocks past K, whose data TMA zero-filled): the same layout, only slower to copy.
+//
+// copy_scale_chunks: this warp's share of chunks [from, to) of the CTA's range (from a multiple
+// of 2 * kStageStep, so each lane keeps its parity of chunks), as one cp.async group.
 template <class Tile>
-__device__ __forceinline__ void stage_scales(const GemmParams& p, std::uint32_t scale_smem, int n0,
-                                             int c_begin, int chunks, int group, int row_bytes) {
+__device__ __forceinline__ void copy_scale_chunks(const GemmParams& p, std::uint32_t scale_smem,
+                                                  int n0, int c_begin, int from, int to, int group,
+                                                  int row_bytes) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int row_group = Tile::kAlternating ? 0 : group;
   const int row = 64 * row_group + 16 * ((static_cast<int>(threadIdx.x) % 128) >> 5) + (lane & 15);
   const bool valid = n0 + row < p.n;  // rows past N get 0 (a finite scale for TMA's zero rows)
-  const std::uint8_t* src = p.w_scales + (valid ? (n0 + row) * p.ld_w_scales : 0) +
-                            4 * static_cast<std::int64_t>(c_begin);
   const std::uint32_t dst = scale_smem + static_cast<std::uint32_t>(row * row_bytes);
-  const int src_bytes = valid ? 4 : 0;
-  // This warpgroup's chunks (kBK = 128 when alternating: one stage per chunk).
-  const int first = Tile::kAlternating ? group : 0;
   constexpr int kStep = Tile::kStageStep;
+  // This warpgroup's chunks (kBK = 128 when alternating: one stage per chunk).
+  const int first = from + (Tile::kAlternating ? group : 0) + kStep * (lane >> 4);
+  auto slot = [](int chunk) { return 4 * (chunk % kPrefillScaleSlots); };
   if (!scale_words_copyable(p)) {
     const int blocks = p.k / kBlockSize;  // of a whole row; the chunk's blocks past it get 0
-    for (int chunk = first + kStep * (lane >> 4); chunk < chunks; chunk += 2 * kStep) {
-      ptx::st_shared_u32(dst + 4 * chunk,
+    for (int chunk = first; chunk < to; chunk += 2 * kStep) {
+      ptx::st_shared_u32(dst + slot(chunk),
                          mx::scale_word_bytewise(p.w_scales, p.ld_w_scales, n0 + row, p.n,
                                                  c_begin + chunk, blocks));
     }
-    ptx::cp_async_commit();  // the two (empty) groups consume() waits for
-    ptx::cp_async_commit();
-    __syncwarp();
-    return;
-  }
-  int chunk = first + kStep * (lane >> 4);
-  if (chunk < chunks) ptx::cp_async_4(dst + 4 * chunk, src + 4 * chunk, src_bytes);
-  ptx::cp_async_commit();
-  for (chunk += 2 * kStep; chunk < chunks; chunk += 2 * kStep) {
-    ptx::cp_async_4(dst + 4 * chunk, src + 4 * chunk, src_bytes);
+  } else {
+    const std::uint8_t* src = p.w_scales + (valid ? (n0 + row) * p.ld_w_scales : 0) +
+                              4 * static_cast<std::int64_t>(c_begin);
+    const int src_bytes = valid ? 4 : 0;
+    for (int chunk = first; chunk < to; chunk += 2 * kStep) {
+      ptx::cp_async_4(dst + slot(chunk), src + 4 * chunk, src_bytes);
+    }
   }
   ptx::cp_async_commit();
+}
+
+template <class Tile>
+__device__ __forceinline__ void stage_scales(const GemmParams& p, std::uint32_t scale_smem, int n0,
+                                             int c_begin, int chunks, int group, int row_bytes) {
+  constexpr int kFirst = 2 * Tile::kStageStep;  // the warpgroup's first two chunks
+  const int staged = chunks < kPrefillScaleSlots ? chunks : kPrefillScaleSlots;
+  copy_scale_chunks<Tile>(p, scale_smem, n0, c_begin, 0, staged < kFirst ? staged : kFirst, group,
+                          row_bytes);
+  copy_scale_chunks<Tile>(p, scale_smem, n0, c_begin, kFirst, staged, group, row_bytes);
+  __syncwarp();  // the bytewise path's plain stores
 }
 
 // One consumer warpgroup: rows 64g..64g+63 of the CTA's weight tile (rows 0..63 when
@@ -276,11 +291,14 @@ __device__ __forceinline__ void stage_scales(const GemmParams& p, std::uint32_t 
 // 128-K chunks in stages of kBK; scale bytes [row][scale_row_bytes] from stage_scales). Stage c
 // uses ring slot (ring_base + c) % kStages, as the producer fills them. In a persistent walk
 // every stage goes back to the producer before it returns.
+// `p`, `n0` and `c_begin` (the CTA's rows and first chunk) say where later scale windows come
+// from.
 template <class Tile>
 __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint32_t smem,
                                         const std::uint8_t* smem_ptr, std::uint32_t full,
                                         std::uint32_t empty, int chunks, int group,
-                                        int scale_row_bytes, int ring_base = 0) {
+                                        int scale_row_bytes, const GemmParams& p, int n0,
+                                        int c_begin, int ring_base = 0) {
   using Mma = hopper::WgmmaBF16RS<Tile::kTokens>;
   const int tid = static_cast<int>(threadIdx.x) % 128;
   const int warp = tid >> 5, lane = tid & 31, t = lane & 3;
@@ -309,9 +327,26 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
   // untouched until a wait covers the group.
   auto issue_stage = [&](int i, std::uint32_t(&a)[Tile::kBlocksPerStage][2][4]) {
     const int c = stage_of(i);
-    if (i == 2 * Tile::kStagesPerChunk) {  // the rest of this warp's scales
+    if (i == 2 * Tile::kStagesPerChunk) {  // the rest of this warp's first two windows
       ptx::cp_async_wait<0>();
       __syncwarp();
+    }
+    // Entering window w >= 1 (this warpgroup's first chunk in it): window w - 1 is read, so its
+    // slots take window w + 1. Window w itself came in the group issued on entering w - 1.
+    if (chunks > kPrefillScaleSlots && c % Tile::kStagesPerChunk == 0) {
+      const int chunk = c / Tile::kStagesPerChunk;
+      if (chunk >= kPrefillScaleWindow && chunk % kPrefillScaleWindow < Tile::kStageStep) {
+        const int window = chunk / kPrefillScaleWindow;
+        if (window >= 2) ptx::cp_async_wait<0>();
+        __syncwarp();  // every lane's reads of window w - 1 done; window w visible to all
+        const int from = (window + 1) * kPrefillScaleWindow;
+        const int to = from + kPrefillScaleWindow < chunks ? from + kPrefillScaleWindow : chunks;
+        if (from < to) {
+          copy_scale_chunks<Tile>(p, smem + Tile::kScaleOffset, n0, c_begin, from, to, group,
+                                  scale_row_bytes);
+          __syncwarp();
+        }
+      }
     }
     const int g = ring_base + c;
     const int s = g % Tile::kStages;
@@ -320,8 +355,9 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
     const std::uint8_t* w_tile = smem_ptr + Tile::kWTileOffset + s * Tile::kWTileBytes;
     // One word load per row and stage: the stage's blocks lie in one chunk's word.
     const int b0 = Tile::kBlocksPerStage * c;
-    const std::uint32_t words0 = *reinterpret_cast<const std::uint32_t*>(scales0 + 4 * (b0 >> 2));
-    const std::uint32_t words8 = *reinterpret_cast<const std::uint32_t*>(scales8 + 4 * (b0 >> 2));
+    const int slot = 4 * ((b0 >> 2) % kPrefillScaleSlots);
+    const std::uint32_t words0 = *reinterpret_cast<const std::uint32_t*>(scales0 + slot);
+    const std::uint32_t words8 = *reinterpret_cast<const std::uint32_t*>(scales8 + slot);
 #pragma unroll
     for (int block = 0; block < Tile::kBlocksPerStage; ++block) {
       const int shift = 8 * ((b0 + block) & 3);

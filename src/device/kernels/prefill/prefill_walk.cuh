@@ -196,7 +196,8 @@ __device__ __forceinline__ void walk_tiles(const CUtensorMap* w_map, const CUten
   const int row_tiles = (p.n + Tile::kRows - 1) / Tile::kRows;
   const int tiles = row_tiles * ((p.m + Tile::kTokens - 1) / Tile::kTokens);
   const int chunks = (p.k + 127) / 128;  // the last one zero-filled past K
-  // One scale row stride for every stretch (the launch sized the area for all of K's chunks):
+  // One scale row stride for every stretch (the launch sized the area for all of K's chunks, or
+  // for two windows of them):
   // a stretch-sized stride would move a row's bytes onto another warp's between stretches of
   // different lengths (stream-K), while that warp may still read its previous stretch's.
   const int scale_row_bytes = prefill_scale_row_bytes(chunks);
@@ -234,7 +235,7 @@ __device__ __forceinline__ void walk_tiles(const CUtensorMap* w_map, const CUten
         // stretches walked is the time per stretch.
         if (!more) stamps.mark(timeline::kPrologue);
         consume<Tile>(acc, smem, smem_ptr, full, empty, now.c_hi - now.c_lo, warpgroup,
-                      scale_row_bytes, ring_base);
+                      scale_row_bytes, p, n0, now.c_lo, ring_base);
         if (!more) stamps.mark(timeline::kMainLoop);
         // The next stretch's scales, in flight while this one's epilogue runs (each warp copies
         // and reads only its own rows, and its reads of this stretch's are done).
