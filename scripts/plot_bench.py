@@ -2,9 +2,9 @@
 """Plots an `mxlinear bench --json` result: per shape and M, GEMM time of mxlinear and of the
 anchors measured in the same run (cuBLAS bf16, cuBLASLt FP8 per-tensor) and the Triton
 dot_scaled figure of the anchor table (bench/anchors/), as speed relative to cuBLAS bf16 (higher
-is faster).
+is faster). Several reports of the same model (say, one per range of M) plot as one.
 
-Usage: plot_bench.py bench.json out.png
+Usage: plot_bench.py bench.json [more.json ...] out.png
 """
 import json
 import sys
@@ -15,13 +15,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 SERIES = [("gemm_us", "mxlinear (GEMM only)"), ("linear_us", "mxlinear (with quantization)"),
+          ("w8a16_us", "mxlinear W8A16 (x as it is)"),
           ("cublaslt_fp8_tensor_us", "cuBLASLt FP8 per-tensor"),
           ("tri_mx_us", "Triton dot_scaled (anchor table)")]
 
 
 def main():
-    doc = json.load(open(sys.argv[1]))
-    rows = doc["rows"]
+    docs = [json.load(open(path)) for path in sys.argv[1:-1]]
+    doc = docs[0]
+    rows = [r for d in docs for r in d["rows"]]
     shapes = []
     for r in rows:
         key = (r["layer"], r["n"], r["k"])
@@ -48,7 +50,7 @@ def main():
     axes.flat[0].legend(fontsize=7)
     fig.suptitle(f"mxlinear bench on {doc['gpu']}: higher is faster; 1.0 = cuBLAS bf16", fontsize=11)
     fig.tight_layout()
-    fig.savefig(sys.argv[2], dpi=110)
+    fig.savefig(sys.argv[-1], dpi=110)
 
 
 if __name__ == "__main__":
