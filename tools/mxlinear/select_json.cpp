@@ -7,6 +7,7 @@
 #include "host/registry/registry.hpp"
 
 namespace mxlinear::cli {
+
 std::string select_report_json(const std::vector<ReportRow>& rows,
                                const DeviceDescription& device) {
   nlohmann::json layers = nlohmann::json::array();

@@ -33,17 +33,11 @@ const detail::ConfigTable<GenericConfig>& compiled_configs() {
 class GenericKernel final : public detail::ConfiguredKernel<GenericConfig> {
  public:
   explicit GenericKernel(bool as_is)
-      : ConfiguredKernel(as_is ? "generic_a16" : "generic", compiled_configs()), as_is_(as_is) {}
-
-  ActivationMode activation_mode() const override {
-    return as_is_ ? ActivationMode::kW8A16 : ActivationMode::kW8A8;
-  }
+      : ConfiguredKernel(as_is ? "generic_a16" : "generic", compiled_configs(),
+                         as_is ? ActivationMode::kW8A16 : ActivationMode::kW8A8) {}
 
   Verdict can_implement(const LayerDescription& layer) const override {
-    const Verdict v =
-        as_is_ ? detail::needs_operand(layer, {ActivationOperand::kBf16, ActivationOperand::kF16})
-               : detail::needs_operand(layer, {ActivationOperand::kMx});
-    if (!v.ok()) return v;
+    if (const Verdict v = needs_mode_operand(layer); !v.ok()) return v;
     return detail::needs_16_byte_rows(layer);
   }
 
@@ -57,7 +51,7 @@ class GenericKernel final : public detail::ConfiguredKernel<GenericConfig> {
   // The e4m3 activation (W8A8) or the caller's x (W8A16); no scratch.
   CallPlan plan(const Problem& problem, std::string_view) const override {
     CallPlan p;
-    if (as_is_ && problem.operand != ActivationOperand::kMx) p.activation = ActivationForm::kAsIs;
+    if (as_is() && problem.operand != ActivationOperand::kMx) p.activation = ActivationForm::kAsIs;
     return p;
   }
   std::size_t max_scratch_bytes(std::int64_t, std::int64_t,
@@ -68,17 +62,11 @@ class GenericKernel final : public detail::ConfiguredKernel<GenericConfig> {
   void run(const KernelCall& call, const std::string& config) const override {
     const auto c = known(config);
     require_token_tiles(call.shape, c.tokens, config);
-    if (as_is_ != (call.activation == ActivationForm::kAsIs)) {
-      detail::fail(ErrorCode::kInternal, name(), "x",
-                   as_is_ ? "is not the caller's 16-bit x (W8A16)" : "is not an MX activation");
-    }
+    require_mode_activation(call);
     device::GemmParams p = detail::gemm_params(call);
     p.scales_via_cp_async = device::scales_allow_cp_async(p);
     require_launched(device::launch_generic_gemm(p, c.instance, call.stream), config);
   }
-
- private:
-  bool as_is_;
 };
 
 // Host copy of a view's rows, compacted to row-major.

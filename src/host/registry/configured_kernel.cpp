@@ -73,6 +73,18 @@ Verdict Sm90Kernel::smem_exceeded(std::string_view config, int smem, std::string
                       where, smem, device::kSm90MaxSmemPerCta)};
 }
 
+Verdict Sm90Kernel::needs_mode_operand(const LayerDescription& layer) const {
+  return as_is() ? needs_operand(layer, {ActivationOperand::kBf16, ActivationOperand::kF16})
+                 : needs_operand(layer, {ActivationOperand::kMx});
+}
+
+void Sm90Kernel::require_mode_activation(const KernelCall& call) const {
+  if (as_is() != (call.activation == ActivationForm::kAsIs)) {
+    fail(ErrorCode::kInternal, name(), "x",
+         as_is() ? "is not the caller's 16-bit x (W8A16)" : "is not an MX activation");
+  }
+}
+
 void Sm90Kernel::require_known(bool known, std::string_view config) const {
   if (known) return;
   fail(ErrorCode::kInvalidArgument, fmt::format("{} kernel", name_), "config",

@@ -89,7 +89,7 @@ Verdict needs_whole_blocks(const LayerDescription& layer);
 Verdict needs_whole_blocks_in_16_byte_rows(const LayerDescription& layer);
 
 // Whether a kernel multiplying `operands` (kMx: W8A8; or W8A16's kBf16 and/or kF16) implements
-// the layer's operand: "multiplies ..." with the layer's mode otherwise.
+// the layer's operand: "serves ...; the call is ..." otherwise.
 Verdict needs_operand(const LayerDescription& layer,
                       std::initializer_list<ActivationOperand> operands);
 // "needs 16-byte aligned rows of x" unless W8A16's x has them (a kernel reading x directly).
@@ -100,12 +100,22 @@ Verdict needs_16_byte_x_rows(const LayerDescription& layer);
 class Sm90Kernel : public Kernel {
  public:
   std::string_view name() const final { return name_; }
+  ActivationMode activation_mode() const final { return mode_; }
   Verdict is_supported(const DeviceDescription& device) const final;
   void prepare_weights(const MxWeight& in, const MxWeight& out, cudaStream_t stream) const final;
   bool prepared_weights_cacheable() const final { return true; }
 
  protected:
-  explicit Sm90Kernel(std::string_view name) : name_(name) {}
+  Sm90Kernel(std::string_view name, ActivationMode mode) : name_(name), mode_(mode) {}
+
+  // A W8A16 kernel: it multiplies the caller's 16-bit x as it is.
+  bool as_is() const { return mode_ == ActivationMode::kW8A16; }
+  // For a kernel taking both 16-bit dtypes in W8A16: whether it implements the layer's operand
+  // (needs_operand of the MX activation, or of bf16 and fp16 x).
+  Verdict needs_mode_operand(const LayerDescription& layer) const;
+  // For a kernel that reads the activation itself (the MX one, quantizing it or not, or W8A16's
+  // x as it is): the call's activation form is its mode's (kInternal otherwise).
+  void require_mode_activation(const KernelCall& call) const;
 
   // can_run's verdicts: on a name that is none of configs(); on K split `splits` ways (each
   // split needs a 128-K chunk); on a CTA needing `smem` bytes of shared memory at `where`.
@@ -134,6 +144,7 @@ class Sm90Kernel : public Kernel {
   static Verdict smem_exceeded(std::string_view config, int smem, std::string_view where);
 
   std::string_view name_;
+  ActivationMode mode_;
 };
 
 // An Sm90Kernel whose configs are the rows of a ConfigTable.
@@ -143,8 +154,9 @@ class ConfiguredKernel : public Sm90Kernel {
   std::vector<std::string> configs() const final { return table_.names(); }
 
  protected:
-  ConfiguredKernel(std::string_view name, const ConfigTable<Config>& table)
-      : Sm90Kernel(name), table_(table) {}
+  ConfiguredKernel(std::string_view name, const ConfigTable<Config>& table,
+                   ActivationMode mode = ActivationMode::kW8A8)
+      : Sm90Kernel(name, mode), table_(table) {}
 
   // The compiled config `config` names (instance < 0 where none does).
   Resolved<Config> find(std::string_view config) const { return table_.find(config); }

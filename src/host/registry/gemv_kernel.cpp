@@ -43,22 +43,16 @@ const detail::ConfigTable<GemvConfig>& compiled_configs() {
 class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
  public:
   explicit GemvKernel(bool as_is)
-      : ConfiguredKernel(as_is ? "gemv_a16" : "gemv", compiled_configs()), as_is_(as_is) {}
-
-  ActivationMode activation_mode() const override {
-    return as_is_ ? ActivationMode::kW8A16 : ActivationMode::kW8A8;
-  }
+      : ConfiguredKernel(as_is ? "gemv_a16" : "gemv", compiled_configs(),
+                         as_is ? ActivationMode::kW8A16 : ActivationMode::kW8A8) {}
 
   Verdict can_implement(const LayerDescription& layer) const override {
-    const Verdict operand =
-        as_is_ ? detail::needs_operand(layer, {ActivationOperand::kBf16, ActivationOperand::kF16})
-               : detail::needs_operand(layer, {ActivationOperand::kMx});
-    if (!operand.ok()) return operand;
+    if (const Verdict v = needs_mode_operand(layer); !v.ok()) return v;
     if (const Verdict v = detail::needs_16_byte_rows(layer); !v.ok()) return v;
-    if (as_is_) {
+    if (as_is()) {
       if (const Verdict v = detail::needs_16_byte_x_rows(layer); !v.ok()) return v;
     }
-    if (device::gemv_gemm_smem_bytes(0, 1, static_cast<int>(layer.k), as_is_) >
+    if (device::gemv_gemm_smem_bytes(0, 1, static_cast<int>(layer.k), as_is()) >
         device::kSm90MaxSmemPerCta) {
       return {fmt::format("K = {} does not fit one token's activation in shared memory", layer.k)};
     }
@@ -72,7 +66,7 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
   // 0.50-0.68x of cuBLAS bf16 on 6 of the seed's 8 shapes where the prefill kernel ran 0.88-1.17x
   // (H200, same run).
   bool worth_sweeping(std::int64_t m, std::string_view config) const override {
-    if (as_is_ && m > 8) return false;
+    if (as_is() && m > 8) return false;
     return m <= 16 && (m > 8 || find(config).tokens <= 8);
   }
 
@@ -85,7 +79,7 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
   // them as they are. No scratch.
   CallPlan plan(const Problem& problem, std::string_view) const override {
     CallPlan p;
-    if (as_is_ && problem.operand != ActivationOperand::kMx) {
+    if (as_is() && problem.operand != ActivationOperand::kMx) {
       p.activation = ActivationForm::kAsIs;
     } else if (problem.x_self_quantizable) {
       p.activation = ActivationForm::kUnquantized;
@@ -100,7 +94,8 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
   Verdict can_run(std::int64_t m, std::int64_t k, std::string_view config) const override {
     const int instance = find(config).instance;
     if (instance < 0) return not_a_config(config);
-    return smem_fits(config, device::gemv_gemm_smem_bytes(instance, m, static_cast<int>(k), as_is_),
+    return smem_fits(config,
+                     device::gemv_gemm_smem_bytes(instance, m, static_cast<int>(k), as_is()),
                      "M = {}, K = {}", m, k);
   }
 
@@ -114,7 +109,7 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
     const device::GemvInstanceInfo& info = device::gemv_gemm_instances()[c.instance];
     const int warps = c.rows / 16 * info.warps;
     const int smem =
-        device::gemv_gemm_smem_bytes(c.instance, shape.m, static_cast<int>(shape.k), as_is_);
+        device::gemv_gemm_smem_bytes(c.instance, shape.m, static_cast<int>(shape.k), as_is());
     return detail::WorkShape{
         .engine = detail::WorkShape::Engine::kMmaPromoted,
         .rows = c.rows,
@@ -124,7 +119,7 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
                                             device::ctas_per_sm_by_smem(smem))),
         .consumer_warps = warps,
         .activation_bytes_per_element = 2,
-        .quantizes_tokens = !as_is_};
+        .quantizes_tokens = !as_is()};
   }
 
   void run(const KernelCall& call, const std::string& config) const override {
@@ -132,18 +127,12 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
     const LinearShape& shape = call.shape;
     require(can_run(shape.m, shape.k, config));
     require_token_tiles(shape, c.tokens, config);
-    if (as_is_ != (call.activation == ActivationForm::kAsIs)) {
-      detail::fail(ErrorCode::kInternal, name(), "x",
-                   as_is_ ? "is not the caller's 16-bit x (W8A16)" : "is not an MX activation");
-    }
+    require_mode_activation(call);
     device::GemmParams p = detail::gemm_params(call);
     p.next_launch = c.next_launch;
     require_layer(device::gemv_gemm_unsupported(p), shape);
     require_launched(device::launch_gemv_gemm(p, c.instance, call.stream), config);
   }
-
- private:
-  bool as_is_;
 };
 
 }  // namespace

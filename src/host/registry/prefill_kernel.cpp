@@ -41,15 +41,12 @@ const detail::ConfigTable<detail::PrefillConfig>& compiled_configs() {
 class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfig> {
  public:
   explicit PrefillKernel(bool as_is)
-      : ConfiguredKernel(as_is ? "prefill_a16" : "prefill", compiled_configs()), as_is_(as_is) {}
-
-  ActivationMode activation_mode() const override {
-    return as_is_ ? ActivationMode::kW8A16 : ActivationMode::kW8A8;
-  }
+      : ConfiguredKernel(as_is ? "prefill_a16" : "prefill", compiled_configs(),
+                         as_is ? ActivationMode::kW8A16 : ActivationMode::kW8A8) {}
 
   Verdict can_implement(const LayerDescription& layer) const override {
     if (const Verdict v = detail::needs_operand(
-            layer, {as_is_ ? ActivationOperand::kBf16 : ActivationOperand::kMx});
+            layer, {as_is() ? ActivationOperand::kBf16 : ActivationOperand::kMx});
         !v.ok()) {
       return v;
     }
@@ -169,7 +166,7 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
       p.stream_k_ctas = layout.stream_k_ctas;
     }
     require_layer(device::prefill_gemm_unsupported(p), shape);
-    if (as_is_ && call.activation != ActivationForm::kDequantized) {
+    if (as_is() && call.activation != ActivationForm::kDequantized) {
       detail::fail(ErrorCode::kInternal, "prefill kernel", "x",
                    "is not laid out in the scratch (linear() lays out W8A16's x)");
     }
@@ -218,8 +215,6 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
     const auto bytes = static_cast<std::size_t>(shape.m * shape.k) * 2;
     return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
   }
-
-  bool as_is_;
 };
 
 }  // namespace

@@ -17,6 +17,11 @@
 namespace mxlinear {
 namespace {
 
+// The mode of a layer's calls: W8A8 for the MX operand, W8A16 for a 16-bit one.
+ActivationMode mode_of(const LayerDescription& layer) {
+  return layer.operand == ActivationOperand::kMx ? ActivationMode::kW8A8 : ActivationMode::kW8A16;
+}
+
 bool contains(const std::vector<std::string>& v, std::string_view s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
@@ -124,10 +129,9 @@ LayerSelection Registry::select(const LayerDescription& layer,
   for (const auto& k : kernels_) {
     if (std::find(order.begin(), order.end(), k.get()) == order.end()) order.push_back(k.get());
   }
-  const bool w8a16 = layer.operand != ActivationOperand::kMx;
   for (const Kernel* k : order) {
     // The other mode's kernels are not candidates (the CPU reference serves both).
-    if (!is_cpu_reference(*k) && (k->activation_mode() == ActivationMode::kW8A16) != w8a16) {
+    if (!is_cpu_reference(*k) && k->activation_mode() != mode_of(layer)) {
       continue;
     }
     std::string reason;
@@ -164,7 +168,7 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
   if (!d.kernel) return d;
   const bool forced = env_.backend != "auto";
   const LayerDescription& layer = selection.layer;
-  const bool w8a16 = layer.operand != ActivationOperand::kMx;
+  const bool w8a16 = mode_of(layer) == ActivationMode::kW8A16;
   // A row may hand this M to another kernel (a tuned row for the generic kernel where it is
   // faster), but never to one that is disabled, unsupported or unable, nor to a config that
   // cannot run this K and M, and never against a forced backend.
@@ -211,10 +215,9 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
 const Kernel* Registry::untuned_fallback(const LayerSelection& selection,
                                          const DeviceDescription& device) const {
   const bool forced = env_.backend != "auto";
-  const bool w8a16 = selection.layer.operand != ActivationOperand::kMx;
   for (const auto& k : kernels_) {
     if (k->needs_tuned_rows() || is_cpu_reference(*k) ||
-        (k->activation_mode() == ActivationMode::kW8A16) != w8a16 ||
+        k->activation_mode() != mode_of(selection.layer) ||
         (forced && k.get() != selection.kernel) || contains(env_.disabled, k->name()) ||
         !k->is_supported(device).ok() || !k->can_implement(selection.layer).ok()) {
       continue;
