@@ -151,8 +151,10 @@ int run_tune(const TuneOptions& o) {
   cudaStream_t stream;
   cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   const bench::Timing timing{o.replays, 0.0};
-  // The choice without any table: what the tuned row is measured against.
-  const Registry untuned_registry(builtin_kernels(), TunedTable{}, Environment::from_process());
+  // The choice without any table, made among the same kernel instances as the candidates: what
+  // the tuned row is measured against.
+  const Registry untuned_registry(Registry::global().kernels(), TunedTable{},
+                                  Environment::from_process());
   const auto start = std::chrono::steady_clock::now();
   std::int64_t timed = 0;
   std::vector<TuneOutcome> outcomes;
@@ -220,9 +222,8 @@ int run_tune(const TuneOptions& o) {
     }
     // The untuned choice is one of the candidates, timed twice: its faster time counts, so
     // clock drift between the two never makes the row slower than the choice it replaces.
-    // Matched by name: the untuned registry holds its own instances of the kernels.
     const auto untuned_candidate = std::find_if(cs.begin(), cs.end(), [&](const Candidate& c) {
-      return c.kernel->name() == untuned.kernel->name() && c.config == untuned.config;
+      return c.kernel == untuned.kernel && c.config == untuned.config;
     });
     if (untuned_time && untuned_candidate != cs.end() && (!best || untuned_time->first < best_us)) {
       best = *untuned_candidate;
