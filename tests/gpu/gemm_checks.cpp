@@ -446,20 +446,33 @@ W8A16Operands w8a16_operands(const Activation16& x, const MxOperand& w) {
           .w_scales = w.scales.data()};
 }
 
-void check_w8a16_exact(const GemmLauncher& launch, std::span<const GemmShape> shapes,
-                       std::mt19937_64& rng) {
+void check_w8a16_layouts(const GemmLauncher& launch, std::span<const GemmShape> shapes,
+                         std::span<const XLayout> layouts, std::span<const DType> out_dtypes,
+                         std::mt19937_64& rng) {
   for (const DType x_dtype : kActivation16Types) {
     for (const GemmShape& c : shapes) {
-      const Activation16 x = exact_activation16(c.m, c.k, c.k, x_dtype, rng);
       const MxOperand w = exact_operand(c.n, c.k, rng);
-      const std::vector<double> ref = w8a16_reference(w8a16_operands(x, w), {});
-      for (const DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
-        SCOPED_TRACE(::testing::Message() << "x=" << to_string(x_dtype) << " M=" << c.m << " N="
-                                          << c.n << " K=" << c.k << " out=" << to_string(dtype));
-        expect_bit_exact(run_w8a16(launch, x, 0, w, dtype), ref, c.n, dtype);
+      for (const XLayout& layout : layouts) {
+        const Activation16 x =
+            exact_activation16(c.m, c.k, c.k + layout.extra_stride, x_dtype, rng);
+        const std::vector<double> ref = w8a16_reference(w8a16_operands(x, w), {});
+        for (const DType dtype : out_dtypes) {
+          SCOPED_TRACE(::testing::Message()
+                       << "x=" << to_string(x_dtype) << " M=" << c.m << " N=" << c.n << " K=" << c.k
+                       << " ld_x=" << x.ld_x << " base offset=" << layout.offset
+                       << " elements, out=" << to_string(dtype));
+          expect_bit_exact(run_w8a16(launch, x, layout.offset, w, dtype), ref, c.n, dtype);
+        }
       }
     }
   }
+}
+
+void check_w8a16_exact(const GemmLauncher& launch, std::span<const GemmShape> shapes,
+                       std::mt19937_64& rng) {
+  constexpr XLayout kPacked[] = {XLayout{}};
+  constexpr DType kOutputs[] = {DType::kBF16, DType::kF16, DType::kF32};
+  check_w8a16_layouts(launch, shapes, kPacked, kOutputs, rng);
 }
 
 void check_w8a16_random(const GemmLauncher& launch, std::span<const GemmShape> shapes,

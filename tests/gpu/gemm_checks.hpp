@@ -153,8 +153,20 @@ std::vector<std::uint8_t> run_w8a16(const GemmLauncher& launch, const Activation
 // The activation types W8A16 takes.
 inline constexpr DType kActivation16Types[] = {DType::kBF16, DType::kF16};
 
+// Where x's rows lie: `extra_stride` elements past K apart, starting `offset` elements into
+// their buffer (the padding and the elements before are NaN: run_w8a16).
+struct XLayout {
+  std::int64_t extra_stride = 0, offset = 0;
+};
+
 // Exact inputs (exact_activation16, exact_operand) give the fp64 reference bit for bit on every
-// shape, both 16-bit types and every output type.
+// shape, x layout, 16-bit type and output type listed: the kernel reads x's [M, K] view and
+// nothing else.
+void check_w8a16_layouts(const GemmLauncher& launch, std::span<const GemmShape> shapes,
+                         std::span<const XLayout> layouts, std::span<const DType> out_dtypes,
+                         std::mt19937_64& rng);
+
+// The same with x's rows packed (XLayout{}) and every output type.
 void check_w8a16_exact(const GemmLauncher& launch, std::span<const GemmShape> shapes,
                        std::mt19937_64& rng);
 

@@ -149,26 +149,10 @@ TEST_P(GemvGemmConfig, W8A16RandomInputsWithinFp32AccumulationBound) {
 TEST_P(GemvGemmConfig, W8A16PaddedRowsMatchFp64BitForBit) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  struct Layout {
-    std::int64_t extra_stride, offset;  // elements
-  };
-  constexpr Layout kLayouts[] = {{8, 0}, {0, 8}, {64, 8}};
+  constexpr XLayout kLayouts[] = {{8, 0}, {0, 8}, {64, 8}};
   constexpr GemmShape kPaddedShapes[] = {{3, 40, 544}, {16, 130, 96}, {9, 33, 2048}};
-  for (const DType x_dtype : kActivation16Types) {
-    for (const GemmShape& c : kPaddedShapes) {
-      const MxOperand w = exact_operand(c.n, c.k, rng);
-      for (const Layout& layout : kLayouts) {
-        const Activation16 x =
-            exact_activation16(c.m, c.k, c.k + layout.extra_stride, x_dtype, rng);
-        const std::vector<double> ref = w8a16_reference(w8a16_operands(x, w), {});
-        SCOPED_TRACE(::testing::Message()
-                     << "x=" << to_string(x_dtype) << " M=" << c.m << " N=" << c.n << " K=" << c.k
-                     << " ld_x=" << x.ld_x << " base offset=" << layout.offset << " elements");
-        expect_bit_exact(run_w8a16(launcher(), x, layout.offset, w, DType::kF32), ref, c.n,
-                         DType::kF32);
-      }
-    }
-  }
+  constexpr DType kOutputs[] = {DType::kF32};
+  check_w8a16_layouts(launcher(), kPaddedShapes, kLayouts, kOutputs, rng);
 }
 
 // A NaN scale of one weight block, a NaN weight code and a NaN in x make exactly the outputs

@@ -28,23 +28,26 @@ struct GemmRun {
   std::vector<std::uint8_t> out;  // raw bytes [m, n] (row stride n)
 };
 
-// Runs config `config` on the operands; out is poisoned first.
 // Which way the kernel reads scales: by cp.async where the rows allow it, or from global memory.
 enum class ScalePath { kCpAsyncWhereAligned, kGlobalLoads };
 constexpr ScalePath kBothPaths[] = {ScalePath::kCpAsyncWhereAligned, ScalePath::kGlobalLoads};
 
-GemmRun run_config(int config, const MxOperand& a, const MxOperand& w, DType out_dtype,
-                   const DeviceBuffer* bias = nullptr,
-                   device::BiasType bias_type = device::BiasType::kNone,
-                   ScalePath path = ScalePath::kCpAsyncWhereAligned) {
-  const GemmLauncher launch = [config, path](const device::GemmParams& params,
-                                             cudaStream_t stream) {
+// Config `config`'s launcher, its scales on `path`.
+GemmLauncher config_launcher(int config, ScalePath path) {
+  return [config, path](const device::GemmParams& params, cudaStream_t stream) {
     device::GemmParams p = params;
     p.scales_via_cp_async =
         path == ScalePath::kCpAsyncWhereAligned && device::scales_allow_cp_async(p);
     return device::launch_generic_gemm(p, config, stream);
   };
-  return GemmRun{run_launcher(launch, a, w, out_dtype, bias, bias_type)};
+}
+
+// Runs config `config` on the operands; out is poisoned first.
+GemmRun run_config(int config, const MxOperand& a, const MxOperand& w, DType out_dtype,
+                   const DeviceBuffer* bias = nullptr,
+                   device::BiasType bias_type = device::BiasType::kNone,
+                   ScalePath path = ScalePath::kCpAsyncWhereAligned) {
+  return GemmRun{run_launcher(config_launcher(config, path), a, w, out_dtype, bias, bias_type)};
 }
 
 class GenericGemmConfig : public ::testing::TestWithParam<int> {
@@ -121,23 +124,6 @@ std::vector<GemmShape> w8a16_shapes() {
   return shapes;
 }
 
-// Config `config`'s launcher, its scales on `path`.
-GemmLauncher config_launcher(int config, ScalePath path) {
-  return [config, path](const device::GemmParams& params, cudaStream_t stream) {
-    device::GemmParams p = params;
-    p.scales_via_cp_async =
-        path == ScalePath::kCpAsyncWhereAligned && device::scales_allow_cp_async(p);
-    return device::launch_generic_gemm(p, config, stream);
-  };
-}
-
-std::vector<std::uint8_t> run_w8a16_config(int config, const Activation16& x, std::int64_t x_offset,
-                                           const MxOperand& w, DType out_dtype, ScalePath path,
-                                           const DeviceBuffer* bias = nullptr,
-                                           device::BiasType bias_type = device::BiasType::kNone) {
-  return run_w8a16(config_launcher(config, path), x, x_offset, w, out_dtype, bias, bias_type);
-}
-
 TEST_P(GenericGemmConfig, W8A16ExactInputsMatchFp64BitForBit) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
@@ -159,30 +145,11 @@ TEST_P(GenericGemmConfig, W8A16RandomInputsWithinFp32AccumulationBound) {
 TEST_P(GenericGemmConfig, W8A16UnalignedActivationMatchesFp64BitForBit) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
-  struct Layout {
-    std::int64_t extra_stride, offset;  // elements
-  };
-  constexpr Layout kLayouts[] = {{1, 0}, {0, 1}, {3, 1}, {4, 4}, {8, 0}};
+  constexpr XLayout kLayouts[] = {{1, 0}, {0, 1}, {3, 1}, {4, 4}, {8, 0}};
   constexpr GemmShape kUnalignedShapes[] = {{7, 130, 544}, {100, 24, 96}, {300, 33, 1024}};
-  for (const DType x_dtype : kActivation16Types) {
-    for (const GemmShape& c : kUnalignedShapes) {
-      const MxOperand w = exact_operand(c.n, c.k, rng);
-      for (const Layout& layout : kLayouts) {
-        const Activation16 x =
-            exact_activation16(c.m, c.k, c.k + layout.extra_stride, x_dtype, rng);
-        const std::vector<double> ref = w8a16_reference(w8a16_operands(x, w), {});
-        for (const DType dtype : {DType::kBF16, DType::kF32}) {
-          SCOPED_TRACE(::testing::Message()
-                       << "x=" << to_string(x_dtype) << " M=" << c.m << " N=" << c.n << " K=" << c.k
-                       << " ld_x=" << x.ld_x << " base offset=" << layout.offset
-                       << " elements, out=" << to_string(dtype));
-          expect_bit_exact(run_w8a16_config(GetParam(), x, layout.offset, w, dtype,
-                                            ScalePath::kCpAsyncWhereAligned),
-                           ref, c.n, dtype);
-        }
-      }
-    }
-  }
+  constexpr DType kOutputs[] = {DType::kBF16, DType::kF32};
+  check_w8a16_layouts(config_launcher(GetParam(), ScalePath::kCpAsyncWhereAligned),
+                      kUnalignedShapes, kLayouts, kOutputs, rng);
 }
 
 // A NaN scale of one weight block, a NaN weight code and a NaN in x make exactly the outputs
