@@ -13,14 +13,15 @@ double ceil_div(double a, double b) { return std::ceil(a / b); }
 
 // The fraction of an SM's bf16 rate a CTA's main loop reaches. Folded tiles widen each weight
 // fragment once per `tokens` tokens, so the widening's share falls as the tile widens (measured:
-// ~90% of the peak at 128 x 256, ~81% at 64 x 128 with one consumer warpgroup on the SM); promoted
-// engines pay a per-weight cost apart (promoted_weights_per_warp_s) and run their MMAs at a
-// fraction of the rate.
-double tensor_efficiency(const WorkShape& w, double resident_groups, const DeviceRates& r) {
+// ~90% of the peak at 128 x 256, ~81% at 64 x 128 with one consumer warpgroup); a CTA with one
+// consumer warpgroup widens and waits for its wgmma in turn, whatever else shares its SM.
+// Promoted engines pay a per-weight cost apart (promoted_weights_per_warp_s) and run their MMAs
+// at a fraction of the rate.
+double tensor_efficiency(const WorkShape& w, const DeviceRates& r) {
   switch (w.engine) {
     case WorkShape::Engine::kWgmmaFolded:
       return w.tokens / (w.tokens + r.folded_tokens_offset) *
-             (resident_groups >= 2 ? 1.0 : r.single_group_share);
+             (w.consumer_groups >= 2 ? 1.0 : r.single_group_share);
     case WorkShape::Engine::kWgmmaPromoted:
       return r.wgmma_promoted_share;
     case WorkShape::Engine::kMmaPromoted:
@@ -30,11 +31,10 @@ double tensor_efficiency(const WorkShape& w, double resident_groups, const Devic
 }
 
 // Seconds of one CTA's tensor work (and quantization of its `m` tokens where it quantizes them)
-// for a piece of `rows` x `tokens` x `k`, with `resident_groups` consumer warpgroups on its SM.
-double tensor_seconds(const WorkShape& w, double k, double m, double resident_groups,
-                      const DeviceRates& r) {
+// for a piece of `rows` x `tokens` x `k`.
+double tensor_seconds(const WorkShape& w, double k, double m, const DeviceRates& r) {
   const double flops = 2.0 * w.rows * w.tokens * k;
-  double s = flops / (r.bf16_flops_per_sm_s * tensor_efficiency(w, resident_groups, r));
+  double s = flops / (r.bf16_flops_per_sm_s * tensor_efficiency(w, r));
   if (w.engine != WorkShape::Engine::kWgmmaFolded) {
     s += w.rows * k / (r.promoted_weights_per_warp_s * std::max(1, w.consumer_warps));
   }
@@ -116,10 +116,7 @@ double estimated_seconds(const WorkShape& w, ActivationPass pass, const LinearSh
       const double side_by_side = w.engine == WorkShape::Engine::kWgmmaFolded
                                       ? 1.0
                                       : std::min<double>(w.ctas_per_sm, per_sm);
-      // The warpgroups an SM holds at once: with two or more, one widens while another's wgmma
-      // runs; a lone warpgroup does both in turn.
-      const double resident = w.consumer_groups * std::min<double>(w.ctas_per_sm, per_sm);
-      busiest = std::max(per_sm * tensor_seconds(w, k_cta, m, resident, r) / side_by_side,
+      busiest = std::max(per_sm * tensor_seconds(w, k_cta, m, r) / side_by_side,
                          per_sm * cta_bytes(w, k_cta, m) / r.sm_bytes_per_s);
       streamed = ctas * cta_bytes(w, k_cta, m);
       const double waves = ceil_div(ctas, slots * w.ctas_per_sm);
@@ -132,8 +129,8 @@ double estimated_seconds(const WorkShape& w, ActivationPass pass, const LinearSh
     }
     case WorkShape::Walk::kPersistent: {
       const double per_sm = ceil_div(tiles, sms);
-      busiest = per_sm * std::max(tensor_seconds(w, k, m, w.consumer_groups, r),
-                                  cta_bytes(w, k, m) / r.sm_bytes_per_s);
+      busiest =
+          per_sm * std::max(tensor_seconds(w, k, m, r), cta_bytes(w, k, m) / r.sm_bytes_per_s);
       streamed = tiles * cta_bytes(w, k, m);
       // The next tile's copies overlap this one's epilogue.
       fill_drain = r.tile_latency_s + per_sm * r.walk_tile_s;
@@ -142,7 +139,7 @@ double estimated_seconds(const WorkShape& w, ActivationPass pass, const LinearSh
     case WorkShape::Walk::kStreamK: {
       const double units = tiles * chunks;
       const double per_sm = ceil_div(units, sms);
-      busiest = per_sm * std::max(tensor_seconds(w, kChunkK, m, w.consumer_groups, r),
+      busiest = per_sm * std::max(tensor_seconds(w, kChunkK, m, r),
                                   cta_bytes(w, kChunkK, m) / r.sm_bytes_per_s);
       streamed = units * cta_bytes(w, kChunkK, m);
       // A cut tile's partials meet through the workspace, after its owner's own run.

@@ -50,7 +50,7 @@ enum class ActivationPass : std::uint8_t {
 // defaults are sm_90a figures fitted to an H200 sweep of every config on shapes no table has
 // rows for (bench/models/untuned-shapes.csv, M = 1 to 4096): the fit minimises the mean log of
 // (time of the config chosen / time of the fastest config), plus 0.3 x its worst. The L2 rate
-// and the lone warpgroup's share were then set against `mxlinear tune --timings` of every
+// was then set against `mxlinear tune --timings` of every
 // config on the reference model's shapes (M = 1 to 8192, both modes) and those shapes.
 struct DeviceRates {
   int sms = 132;
@@ -64,7 +64,8 @@ struct DeviceRates {
   double promoted_weights_per_warp_s = 4e9;
   // The share of the bf16 rate a folded main loop reaches: tokens / (tokens + folded_tokens_offset)
   // (the widening of each weight is shared by the tile's tokens), times single_group_share where
-  // an SM holds one consumer warpgroup (it widens and waits for its wgmma in turn); the promoted
+  // a CTA has one consumer warpgroup (it widens and waits for its wgmma in turn, and a second CTA
+  // on its SM did not make up for that in `mxlinear tune --timings`); the promoted
   // engines' MMAs run at a fixed share.
   double folded_tokens_offset = 31;
   double single_group_share = 0.6;
