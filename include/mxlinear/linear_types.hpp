@@ -53,10 +53,18 @@ std::optional<ActivationOperand> activation_operand(ActivationMode mode, DType x
 // "W8A16 (bf16 x as it is)" or "W8A16 (fp16 x as it is)".
 std::string_view describe(ActivationOperand operand);
 
-// Per-call choices of the 16-bit entry point of linear().
+// Per-call choices of linear().
 struct LinearOptions {
-  // W8A8 or W8A16; nullopt: MXLINEAR_ACTIVATION (mx or bf16), W8A8 where it is unset.
-  std::optional<ActivationMode> activation;
+  // W8A8 or W8A16 (the 16-bit entry point; a pre-quantized activation is W8A8); nullopt:
+  // MXLINEAR_ACTIVATION (mx or bf16), W8A8 where it is unset.
+  std::optional<ActivationMode> activation = std::nullopt;
+  // Batch-invariant mode (docs/MXFP8.md): each output row's bits depend on that row of x, the
+  // weights and the mode alone, never on M or on the row's place in the batch. Only kernels and
+  // configs that sum every output's K products in one order fixed by K serve the call. nullopt:
+  // MXLINEAR_BATCH_INVARIANT (1 or 0), off where it is unset. (Default member initializers keep
+  // LinearOptions{mode} and LinearOptions{.batch_invariant = true} free of missing-field
+  // warnings.)
+  std::optional<bool> batch_invariant = std::nullopt;
 };
 
 // Device scratch memory for one linear() call (the quantized activation, a kernel's scratch). An

@@ -53,6 +53,9 @@ struct LayerDescription {
   // W8A16: bytes, the largest power of two dividing the 16-bit x's address and row stride, which
   // a kernel that reads x directly needs to be 16.
   int x_alignment = 256;
+  // The batch-invariant mode: the calls run only on configs that keep a fixed K order
+  // (Kernel::keeps_k_order), all of one kernel, whatever M.
+  bool batch_invariant = false;
 };
 
 struct Rejection {
@@ -88,10 +91,12 @@ struct ReportRow {
 // The selection for every layer on `device` with `out_dtype` output and `operand`, and its dispatch
 // at M = 1, 32, ..., 8192: the built-in kernels, the shipped tuned tables and the process
 // environment (docs/TUNED_TABLES.md), as linear() uses them.
+// `batch_invariant`: the selection of the batch-invariant mode.
 std::vector<ReportRow> selection_report(const std::vector<ModelLayer>& layers,
                                         const DeviceDescription& device,
                                         DType out_dtype = DType::kBF16,
-                                        ActivationOperand operand = ActivationOperand::kMx);
+                                        ActivationOperand operand = ActivationOperand::kMx,
+                                        bool batch_invariant = false);
 
 // The kernels a layer's calls run on, in the order its per-M dispatch first uses them. It can
 // leave out the selected kernel: a tuned row may hand every M of the layer to another kernel.

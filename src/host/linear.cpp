@@ -68,8 +68,10 @@ struct SelectionKey {
   int scale_alignment;
   ActivationOperand operand;
   int x_alignment;
+  bool batch_invariant;
   auto tie() const {
-    return std::tie(device, n, k, out, bias, alignment, scale_alignment, operand, x_alignment);
+    return std::tie(device, n, k, out, bias, alignment, scale_alignment, operand, x_alignment,
+                    batch_invariant);
   }
   bool operator<(const SelectionKey& o) const { return tie() < o.tie(); }
 };
@@ -85,7 +87,8 @@ const LayerSelection& selection_for(const LayerDescription& layer, const Current
                          layer.alignment,
                          layer.scale_alignment,
                          layer.operand,
-                         layer.x_alignment};
+                         layer.x_alignment,
+                         layer.batch_invariant};
   const std::lock_guard<std::mutex> lock(mutex);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   LayerSelection s = Registry::global().select(layer, device.description);
@@ -105,9 +108,10 @@ const LayerSelection& selection_for(const LayerDescription& layer, const Current
   return cache.emplace(key, std::move(s)).first->second;
 }
 
-// What the registry selects on: the call's layer.
-LayerDescription describe(const KernelCall& call) {
+// What the registry selects on: the call's layer, in the batch-invariant mode or not.
+LayerDescription describe(const KernelCall& call, bool batch_invariant) {
   LayerDescription layer;
+  layer.batch_invariant = batch_invariant;
   layer.n = call.shape.n;
   layer.k = call.shape.k;
   layer.out_dtype = call.out.dtype;
@@ -122,10 +126,11 @@ LayerDescription describe(const KernelCall& call) {
 
 // The kernel and config the registry hands this call to. Fails where linear() may not use the
 // device, or no kernel can run the layer.
-Dispatch dispatch_call(std::string_view op, const KernelCall& call, const CurrentDevice& device) {
+Dispatch dispatch_call(std::string_view op, const KernelCall& call, const CurrentDevice& device,
+                       bool batch_invariant) {
   const Registry& registry = Registry::global();
   if (!device.usable.ok()) detail::fail(ErrorCode::kUnsupported, op, "x", device.usable.reason);
-  const LayerDescription layer = describe(call);
+  const LayerDescription layer = describe(call, batch_invariant);
   const LayerSelection& selection = selection_for(layer, device);
   if (!selection.kernel) {
     std::string reasons;
@@ -146,9 +151,10 @@ Dispatch dispatch_call(std::string_view op, const KernelCall& call, const Curren
 // The kernel and config given to linear_with, once the registry has checked that they can serve
 // the call on this device.
 Dispatch checked_forced(std::string_view op, const Dispatch& forced, const KernelCall& call,
-                        const CurrentDevice& device) {
-  const CallVerdict v = Registry::global().runnable(*forced.kernel, forced.config, describe(call),
-                                                    call.shape.m, device.description);
+                        const CurrentDevice& device, bool batch_invariant) {
+  const CallVerdict v =
+      Registry::global().runnable(*forced.kernel, forced.config, describe(call, batch_invariant),
+                                  call.shape.m, device.description);
   if (!v.ok()) detail::fail(v.code, op, v.argument, v.reason);
   return forced;
 }
@@ -247,6 +253,11 @@ ActivationOperand operand_of(std::string_view op, const TensorView& x,
   return *operand;
 }
 
+// Whether a call runs in the batch-invariant mode: `options`', else MXLINEAR_BATCH_INVARIANT's.
+bool batch_invariant_of(const LinearOptions& options) {
+  return options.batch_invariant.value_or(Registry::global().environment().batch_invariant);
+}
+
 // The bf16/fp16 entry point with the kernel either dispatched (forced == nullptr) or given.
 void linear_from_16bit(std::string_view op, const TensorView& x, const MxWeight& weight,
                        const std::optional<TensorView>& bias, const TensorView& out,
@@ -269,8 +280,9 @@ void linear_from_16bit(std::string_view op, const TensorView& x, const MxWeight&
   call.sms = device.description.sms;
   call.operand = operand;
   if (operand != ActivationOperand::kMx) call.x_unquantized = x;
-  const Dispatch d =
-      forced ? checked_forced(op, *forced, call, device) : dispatch_call(op, call, device);
+  const bool invariant = batch_invariant_of(options);
+  const Dispatch d = forced ? checked_forced(op, *forced, call, device, invariant)
+                            : dispatch_call(op, call, device, invariant);
   Problem problem = make_problem(shape, x, out.dtype, device.description.sms);
   problem.operand = operand;
   const CallPlan plan = plan_of(op, d, problem);
@@ -348,10 +360,16 @@ void linear_with(const Kernel& kernel, const std::string& config, const TensorVi
 
 void linear(const QuantizedActivation& x, const MxWeight& weight,
             const std::optional<TensorView>& bias, const TensorView& out, cudaStream_t stream,
-            const Workspace& workspace) {
+            const Workspace& workspace, const LinearOptions& options) {
   constexpr std::string_view kOp = "linear";
   const LinearShape shape =
       detail::check_linear(kOp, x.data, &x.scales, weight, bias, out, Location::kDevice);
+  if (options.activation && *options.activation != ActivationMode::kW8A8) {
+    detail::fail(ErrorCode::kInvalidArgument, kOp, "options.activation",
+                 fmt::format("is '{}'; an activation already quantized to MXFP8 is multiplied "
+                             "as W8A8 ('mx')",
+                             activation_mode_name(*options.activation)));
+  }
   const CurrentDevice& device = current_device();
   if (given(workspace)) {
     check_workspace(kOp, workspace, shape,
@@ -360,7 +378,7 @@ void linear(const QuantizedActivation& x, const MxWeight& weight,
   if (shape.m == 0) return;
   KernelCall call{x, weight, bias, out, shape, stream, workspace};
   call.sms = device.description.sms;
-  const Dispatch d = dispatch_call(kOp, call, device);
+  const Dispatch d = dispatch_call(kOp, call, device, batch_invariant_of(options));
   const CallPlan plan =
       plan_of(kOp, d, make_problem(shape, x.data, out.dtype, device.description.sms));
   run_dispatched(kOp, d, call, plan.scratch_bytes);

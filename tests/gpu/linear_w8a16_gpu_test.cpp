@@ -160,5 +160,28 @@ TEST(LinearGpuW8A16, Fp32ActivationIsRefused) {
   }
 }
 
+// An activation already quantized to MXFP8 is W8A8 by nature: asking for W8A16 is refused,
+// naming the option, before anything runs (the output keeps its poison).
+TEST(LinearGpuW8A16, PreQuantizedActivationRefusesW8A16) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  const DeviceMx dw = upload(random_operand(16, 64, rng));
+  const DeviceMx dx = upload(random_operand(4, 64, rng));
+  DeviceBuffer out(4 * 16 * 2);
+  out.poison();
+  try {
+    linear(QuantizedActivation{dx.data_view(), dx.scales_view(), DType::kBF16},
+           MxWeight{dw.data_view(), dw.scales_view()}, std::nullopt,
+           TensorView::contiguous(out.get(), {4, 16}, DType::kBF16, Location::kDevice), nullptr, {},
+           kW8A16);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("'options.activation'"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("'bf16'"));
+  }
+  for (const std::uint16_t c : out.download<std::uint16_t>(4 * 16)) EXPECT_EQ(c, 0xFFFF);
+}
+
 }  // namespace
 }  // namespace mxlinear::test

@@ -47,13 +47,19 @@ Environment Environment::from(const std::map<std::string, std::string>& vars) {
       env.activation_invalid = a;
     }
   }
+  if (const std::string b = get("MXLINEAR_BATCH_INVARIANT"); b == "1") {
+    env.batch_invariant = true;
+  } else if (!b.empty() && b != "0") {
+    env.batch_invariant_invalid = b;
+  }
   return env;
 }
 
 Environment Environment::from_process() {
   std::map<std::string, std::string> vars;
-  for (const char* name : {"MXLINEAR_DISABLED_KERNELS", "MXLINEAR_BACKEND", "MXLINEAR_LOG",
-                           "MXLINEAR_TUNED_TABLES", "MXLINEAR_COST_MODEL", "MXLINEAR_ACTIVATION"}) {
+  for (const char* name :
+       {"MXLINEAR_DISABLED_KERNELS", "MXLINEAR_BACKEND", "MXLINEAR_LOG", "MXLINEAR_TUNED_TABLES",
+        "MXLINEAR_COST_MODEL", "MXLINEAR_ACTIVATION", "MXLINEAR_BATCH_INVARIANT"}) {
     if (const char* v = std::getenv(name)) vars[name] = v;
   }
   return from(vars);

@@ -117,6 +117,14 @@ class Kernel {
     (void)config;
     return {};
   }
+  // Whether `config` sums each output element's K products in one order that K alone fixes:
+  // the same at every M, at every place of the row in the batch, and in every other config of
+  // this kernel that keeps it (no K split or alternating stages that the config chooses). The
+  // batch-invariant mode runs a layer's calls on such configs of one kernel only.
+  virtual bool keeps_k_order(std::string_view config) const {
+    (void)config;
+    return false;
+  }
   // A tuned kernel claims a layer only where the tuned table has rows for its (N, K).
   virtual bool needs_tuned_rows() const { return false; }
   // Whether a tuning sweep should time this config at M, and the cost model consider it (the

@@ -69,6 +69,15 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
     return detail::PrefillConfig::of(device::prefill_gemm_instances()[0], 1).name();
   }
 
+  // Every warpgroup runs its rows' wgmma over all of K in order, 16 K at a time into one fp32
+  // accumulator, whatever its tile, stage depth or walk; a K split, alternating warpgroups or a
+  // stream-K run add partial sums of K ranges that the config chooses.
+  bool keeps_k_order(std::string_view config) const override {
+    const auto c = compiled_configs().find(config);
+    return c.instance >= 0 && c.splits == 1 && !c.alternating &&
+           c.walk != detail::PrefillConfig::Walk::kStreamK;
+  }
+
   // Every config reads the activation as bf16 from the start of its scratch: the linear's
   // activation pass writes it there for an activation it quantizes or takes as it is, run()
   // otherwise.

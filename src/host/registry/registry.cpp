@@ -22,6 +22,14 @@ ActivationMode mode_of(const LayerDescription& layer) {
   return layer.operand == ActivationOperand::kMx ? ActivationMode::kW8A8 : ActivationMode::kW8A16;
 }
 
+// Whether any config of `kernel` keeps a fixed K order: a kernel the batch-invariant mode can run.
+bool keeps_any_k_order(const Kernel& kernel) {
+  for (const std::string& c : kernel.configs()) {
+    if (kernel.keeps_k_order(c)) return true;
+  }
+  return false;
+}
+
 bool contains(const std::vector<std::string>& v, std::string_view s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
@@ -36,7 +44,7 @@ std::string names_of(const std::vector<std::shared_ptr<const Kernel>>& kernels) 
 
 struct Registry::ModelCache {
   using Key = std::tuple<std::string, int, std::int64_t, std::int64_t, int, int, int, int, int, int,
-                         const Kernel*, std::int64_t>;
+                         bool, const Kernel*, std::int64_t>;
   // Calls of many distinct M (every batch size a server sees) stay far below this; past it the
   // choices are dropped and made again.
   static constexpr std::size_t kMaxChoices = 1 << 16;
@@ -92,6 +100,10 @@ Registry::Registry(std::vector<std::shared_ptr<const Kernel>> kernels, TunedTabl
     warnings_.push_back(fmt::format("MXLINEAR_ACTIVATION is '{}'; expected mx or bf16; using mx",
                                     detail::for_display(env_.activation_invalid)));
   }
+  if (!env_.batch_invariant_invalid.empty()) {
+    warnings_.push_back(fmt::format("MXLINEAR_BATCH_INVARIANT is '{}'; expected 1 or 0; using 0",
+                                    detail::for_display(env_.batch_invariant_invalid)));
+  }
 }
 
 const Registry& Registry::global() {
@@ -141,6 +153,10 @@ LayerSelection Registry::select(const LayerDescription& layer,
       reason = v.reason;
     } else if (Verdict c = k->can_implement(layer); !c.ok()) {
       reason = c.reason;
+    } else if (layer.batch_invariant && !keeps_any_k_order(*k)) {
+      reason = "no config keeps a fixed K order (batch-invariant mode)";
+    } else if (layer.batch_invariant) {
+      // The cost model prices every config that keeps the order, tuned rows or not.
     } else if (k->needs_tuned_rows() &&
                !table_.has_shape(device.arch, device.sms, layer.n, layer.k, k->name())) {
       reason = fmt::format("no tuned rows of {} for {} x {} on {} with {} SMs", k->name(), layer.n,
@@ -166,6 +182,7 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
   Dispatch d;
   d.kernel = selection.kernel;
   if (!d.kernel) return d;
+  if (selection.layer.batch_invariant) return invariant_dispatch(selection, device, m);
   const bool forced = env_.backend != "auto";
   const LayerDescription& layer = selection.layer;
   const bool w8a16 = mode_of(layer) == ActivationMode::kW8A16;
@@ -212,6 +229,45 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
   return d;
 }
 
+Dispatch Registry::invariant_dispatch(const LayerSelection& selection,
+                                      const DeviceDescription& device, std::int64_t m) const {
+  // One kernel serves every M (its configs that keep the order share one order); so does a
+  // tuned row only where it names that kernel and such a config.
+  Dispatch d;
+  d.kernel = selection.kernel;
+  const LayerDescription& layer = selection.layer;
+  const bool w8a16 = mode_of(layer) == ActivationMode::kW8A16;
+  if (const std::optional<TunedValue> row =
+          table_.lookup(device.arch, device.sms, layer.n, layer.k, m, w8a16);
+      row && row->kernel == d.kernel->name() &&
+      runnable(*d.kernel, row->config, layer, m, device).ok()) {
+    d.config = row->config;
+    d.why = fmt::format("batch-invariant, tuned row {}", row->source);
+    return d;
+  }
+  if (env_.cost_model) {
+    if (std::optional<Dispatch> chosen = modelled(selection, device, m)) {
+      chosen->why = "batch-invariant, " + chosen->why;
+      return *chosen;
+    }
+  }
+  const std::string preferred = d.kernel->default_config(m);
+  std::vector<std::string> order{preferred};
+  for (const std::string& c : d.kernel->configs()) order.push_back(c);
+  for (const std::string& c : order) {
+    if (runnable(*d.kernel, c, layer, m, device).ok()) {
+      d.config = c;
+      d.why = c == preferred ? "batch-invariant, default config"
+                             : "batch-invariant, the first config that keeps the K order";
+      return d;
+    }
+  }
+  // No config of the kernel runs M: the call's run() refuses it with the config's reason.
+  d.config = preferred;
+  d.why = "batch-invariant, default config";
+  return d;
+}
+
 const Kernel* Registry::untuned_fallback(const LayerSelection& selection,
                                          const DeviceDescription& device) const {
   const bool forced = env_.backend != "auto";
@@ -241,6 +297,7 @@ std::optional<Dispatch> Registry::modelled(const LayerSelection& selection,
                             layer.scale_alignment,
                             static_cast<int>(layer.operand),
                             layer.x_alignment,
+                            layer.batch_invariant,
                             selection.kernel,
                             m};
   {
@@ -262,12 +319,19 @@ std::optional<Dispatch> Registry::modelled(const LayerSelection& selection,
   problem.sms = device.sms;
   std::optional<Dispatch> best;
   for (const auto& kernel : kernels_) {
+    // The batch-invariant mode prices the selected kernel's configs that keep the K order, at
+    // every M (where they are not worth a sweep, they still give this M the layer's order).
     if ((forced && kernel.get() != selection.kernel) || contains(env_.disabled, kernel->name()) ||
+        (layer.batch_invariant && kernel.get() != selection.kernel) ||
         !kernel->is_supported(device).ok() || !kernel->can_implement(layer).ok()) {
       continue;
     }
     for (const std::string& config : kernel->configs()) {
-      if (!kernel->worth_sweeping(m, config) || !kernel->can_run(m, layer.k, config).ok()) continue;
+      if (layer.batch_invariant ? !kernel->keeps_k_order(config)
+                                : !kernel->worth_sweeping(m, config)) {
+        continue;
+      }
+      if (!kernel->can_run(m, layer.k, config).ok()) continue;
       const std::optional<detail::WorkShape> work = kernel->work_shape(shape, config);
       if (!work) continue;
       const ActivationForm form = kernel->plan(problem, config).activation;
@@ -312,6 +376,11 @@ CallVerdict Registry::runnable(const Kernel& kernel, std::string_view config,
                         layer.k, v.reason),
             "config"};
   }
+  if (layer.batch_invariant && !kernel.keeps_k_order(config)) {
+    return {fmt::format("is '{}/{}', which does not keep a fixed K order (batch-invariant mode)",
+                        kernel.name(), config),
+            "config", ErrorCode::kInvalidArgument};
+  }
   if (const Verdict v = kernel.is_supported(device); !v.ok()) {
     return {fmt::format("is '{}', which does not run on {}: {}", kernel.name(), device.to_string(),
                         v.reason),
@@ -347,7 +416,7 @@ std::size_t Registry::max_scratch_bytes(std::int64_t rows, std::int64_t k,
 
 std::vector<ReportRow> Registry::report(const std::vector<ModelLayer>& layers,
                                         const DeviceDescription& device, DType out_dtype,
-                                        ActivationOperand operand) const {
+                                        ActivationOperand operand, bool batch_invariant) const {
   std::vector<ReportRow> rows;
   for (const ModelLayer& layer : layers) {
     ReportRow row;
@@ -357,6 +426,7 @@ std::vector<ReportRow> Registry::report(const std::vector<ModelLayer>& layers,
     desc.k = layer.k;
     desc.out_dtype = out_dtype;
     desc.operand = operand;
+    desc.batch_invariant = batch_invariant;
     row.selection = select(desc, device);
     for (std::int64_t m : {1, 32, 128, 512, 2048, 8192}) {
       row.per_m.emplace_back(m, dispatch(row.selection, device, m));
@@ -368,8 +438,8 @@ std::vector<ReportRow> Registry::report(const std::vector<ModelLayer>& layers,
 
 std::vector<ReportRow> selection_report(const std::vector<ModelLayer>& layers,
                                         const DeviceDescription& device, DType out_dtype,
-                                        ActivationOperand operand) {
-  return Registry::global().report(layers, device, out_dtype, operand);
+                                        ActivationOperand operand, bool batch_invariant) {
+  return Registry::global().report(layers, device, out_dtype, operand, batch_invariant);
 }
 
 bool is_cpu_reference(const Kernel& kernel) { return kernel.name() == "reference"; }

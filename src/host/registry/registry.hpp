@@ -26,7 +26,7 @@ namespace mxlinear {
 
 // Environment switches (docs/TUNED_TABLES.md): MXLINEAR_DISABLED_KERNELS=a,b,
 // MXLINEAR_BACKEND=auto|<kernel>, MXLINEAR_LOG=warn|info|debug, MXLINEAR_TUNED_TABLES=p1:p2,
-// MXLINEAR_COST_MODEL=1|0, MXLINEAR_ACTIVATION=mx|bf16.
+// MXLINEAR_COST_MODEL=1|0, MXLINEAR_ACTIVATION=mx|bf16, MXLINEAR_BATCH_INVARIANT=1|0.
 struct Environment {
   std::vector<std::string> disabled;
   std::string backend = "auto";
@@ -42,6 +42,10 @@ struct Environment {
   // default applies.
   ActivationMode activation = ActivationMode::kW8A8;
   std::string activation_invalid;
+  // MXLINEAR_BATCH_INVARIANT: 1, linear() calls that do not choose run in the batch-invariant
+  // mode; 0 (default), they do not. Any other value is kept for the registry's warning.
+  bool batch_invariant = false;
+  std::string batch_invariant_invalid;
   // Reads the variables through `get` (getenv by default).
   static Environment from(const std::map<std::string, std::string>& vars);
   static Environment from_process();
@@ -72,12 +76,14 @@ class Registry {
                     std::int64_t m) const;
   std::vector<ReportRow> report(const std::vector<ModelLayer>& layers,
                                 const DeviceDescription& device, DType out_dtype,
-                                ActivationOperand operand = ActivationOperand::kMx) const;
+                                ActivationOperand operand = ActivationOperand::kMx,
+                                bool batch_invariant = false) const;
 
   // Whether `kernel` can serve an M-row call of `layer` on `device` with `config`: it implements
-  // the layer, knows the config, the config runs this M and K, and the kernel runs on the
-  // device, in that order. dispatch() takes a tuned row only where it can, and linear_with()
-  // refuses a kernel that cannot. `kernel` need not be one of kernels().
+  // the layer, knows the config, the config runs this M and K, keeps a fixed K order where the
+  // layer asks for the batch-invariant mode, and the kernel runs on the device, in that order.
+  // dispatch() takes a tuned row only where it can, and linear_with() refuses a kernel that cannot.
+  // `kernel` need not be one of kernels().
   CallVerdict runnable(const Kernel& kernel, std::string_view config, const LayerDescription& layer,
                        std::int64_t m, const DeviceDescription& device) const;
 
@@ -113,6 +119,11 @@ class Registry {
   // modelled config can run.
   std::optional<Dispatch> modelled(const LayerSelection& selection, const DeviceDescription& device,
                                    std::int64_t m) const;
+  // The batch-invariant mode's choice for M rows: a tuned row of the selected kernel with a
+  // config that keeps the K order, else the cost model's among those configs, else the first
+  // that runs M.
+  Dispatch invariant_dispatch(const LayerSelection& selection, const DeviceDescription& device,
+                              std::int64_t m) const;
   // The first kernel of the layer's mode that needs no tuned rows (the generic kernel) and may
   // serve it: not disabled, supported, able, and the forced backend where one is; or nullptr.
   const Kernel* untuned_fallback(const LayerSelection& selection,

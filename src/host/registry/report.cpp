@@ -31,6 +31,9 @@ std::vector<std::string> kernels_run(const ReportRow& r) {
 std::string format_report(const std::vector<ReportRow>& rows, const DeviceDescription& device) {
   std::string s = fmt::format("mxlinear select on {}", device.to_string());
   if (!rows.empty()) s += fmt::format(", {}", describe(rows.front().selection.layer.operand));
+  if (!rows.empty() && rows.front().selection.layer.batch_invariant) {
+    s += ", batch-invariant mode (each layer: one kernel, configs that keep one K order)";
+  }
   s += "\n";
   std::vector<std::string> runs;
   std::size_t runs_width = std::string_view("runs").size();
@@ -63,7 +66,8 @@ std::string format_report(const std::vector<ReportRow>& rows, const DeviceDescri
   for (const ReportRow& r : rows) {
     s += fmt::format("  {:>12}:", fmt::format("{} x {}", r.layer.n, r.layer.k));
     for (const auto& [m, d] : r.per_m) {
-      const char* mark = d.estimated_us > 0 ? "~" : (d.why.rfind("tuned", 0) == 0 ? "*" : "");
+      const char* mark =
+          d.estimated_us > 0 ? "~" : (d.why.find("tuned row") != std::string::npos ? "*" : "");
       s += fmt::format("  M={} {}/{}{}", m, kernel_or_none(d.kernel), d.config, mark);
     }
     s += "\n";

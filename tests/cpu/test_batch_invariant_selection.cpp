@@ -1,0 +1,215 @@
+// The batch-invariant mode's selection on a described H200 (no GPU needed): every call of a layer
+// runs on one kernel, on configs that keep one K order, whatever M. That the configs really give
+// the same bits is the GPU test's (tests/gpu/batch_invariance_gpu_test.cpp).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "host/registry/registry.hpp"
+#include "support/random.hpp"
+
+namespace mxlinear::test {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const DeviceDescription kH200 = DeviceDescription::parse("sm_90a:132");
+
+const std::int64_t kMs[] = {1,   2,   3,   7,   8,    9,    16,   31,   32,   64,   100,
+                            128, 256, 300, 512, 1000, 1024, 2048, 4096, 5000, 8192, 20000};
+
+const Kernel& kernel_named(const Registry& r, std::string_view name) {
+  const Kernel* k = r.find(name);
+  if (k == nullptr) throw std::runtime_error("no kernel " + std::string(name));
+  return *k;
+}
+
+bool contains(const std::string& s, std::string_view part) {
+  return s.find(part) != std::string::npos;
+}
+
+LayerDescription invariant_layer(std::int64_t n, std::int64_t k, ActivationOperand operand) {
+  LayerDescription l;
+  l.n = n;
+  l.k = k;
+  l.operand = operand;
+  l.batch_invariant = true;
+  return l;
+}
+
+// Which configs keep the K order is a property of each config's name: the prefill kernel's
+// without a K split, alternating warpgroups or stream-K; the generic kernel's with one K warp;
+// no GEMV or decode config (their warps and clusters split K by the config).
+TEST(BatchInvariantSelection, WhichConfigsKeepTheKOrder) {
+  const Registry& r = Registry::global();
+  for (const std::string_view name : {"prefill", "prefill_a16"}) {
+    const Kernel& k = kernel_named(r, name);
+    int keeping = 0;
+    for (const std::string& c : k.configs()) {
+      const bool cut = contains(c, "_split") || contains(c, "_alt") || contains(c, "_streamk");
+      EXPECT_EQ(k.keeps_k_order(c), !cut) << name << "/" << c;
+      keeping += k.keeps_k_order(c) ? 1 : 0;
+    }
+    EXPECT_GE(keeping, 8) << name;
+  }
+  for (const std::string_view name : {"generic", "generic_a16"}) {
+    const Kernel& k = kernel_named(r, name);
+    for (const std::string& c : k.configs()) {
+      EXPECT_EQ(k.keeps_k_order(c), !contains(c, "_kwarps")) << name << "/" << c;
+    }
+  }
+  for (const std::string_view name : {"gemv", "gemv_a16", "decode"}) {
+    const Kernel& k = kernel_named(r, name);
+    for (const std::string& c : k.configs()) EXPECT_FALSE(k.keeps_k_order(c)) << name << "/" << c;
+  }
+  EXPECT_FALSE(kernel_named(r, "prefill").keeps_k_order("no_such_config"));
+}
+
+// Random layers in each activation form and alignment, every M from 1 to 20000: one kernel per
+// layer, configs that keep the order and can run the call, and for 16-byte rows the tensor-core
+// kernel of the form (fp16 x cannot fold scales exactly: the generic kernel).
+TEST(BatchInvariantSelection, EveryCallOfALayerRunsOneKernelOnConfigsThatKeepTheOrder) {
+  const Registry r(builtin_kernels(), Registry::global().table(), Environment::from({}));
+  auto rng = make_rng();
+  std::uniform_int_distribution<std::int64_t> n_of(1, 30000), k_blocks(1, 900);
+  std::uniform_int_distribution<int> alignment_of(0, 4);
+  std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {
+      {2560, 6144}, {6144, 2048}, {4096, 14336}, {5120, 25600}, {200, 1024}, {1, 32}};
+  for (int i = 0; i < 120; ++i) shapes.emplace_back(n_of(rng), 32 * k_blocks(rng));
+  for (const auto& [n, k] : shapes) {
+    for (const ActivationOperand operand :
+         {ActivationOperand::kMx, ActivationOperand::kBf16, ActivationOperand::kF16}) {
+      LayerDescription l = invariant_layer(n, k, operand);
+      l.alignment = 1 << alignment_of(rng);
+      l.scale_alignment = l.alignment >= 4 ? 4 : l.alignment;
+      SCOPED_TRACE(::testing::Message()
+                   << n << " x " << k << ", operand " << static_cast<int>(operand) << ", "
+                   << l.alignment << "-byte rows");
+      const LayerSelection s = r.select(l, kH200);
+      ASSERT_NE(s.kernel, nullptr);
+      // Misaligned rows leave only the kernels of last resort, as in the default mode.
+      if (l.alignment >= 16) {
+        EXPECT_EQ(s.kernel->name(), operand == ActivationOperand::kMx     ? "prefill"
+                                    : operand == ActivationOperand::kBf16 ? "prefill_a16"
+                                                                          : "generic_a16");
+      }
+      for (const std::int64_t m : kMs) {
+        const Dispatch d = r.dispatch(s, kH200, m);
+        ASSERT_EQ(d.kernel, s.kernel) << "M = " << m << ": " << d.why;
+        EXPECT_TRUE(d.kernel->keeps_k_order(d.config)) << d.config << " at M = " << m;
+        EXPECT_TRUE(d.kernel->can_run(m, k, d.config).ok()) << d.config << " at M = " << m;
+        EXPECT_TRUE(d.why.starts_with("batch-invariant")) << d.why;
+      }
+    }
+  }
+}
+
+// The default mode of the same layers still runs the GEMV at one token: the mode is what
+// restricts the choice.
+TEST(BatchInvariantSelection, TheDefaultModeOfTheSameLayerIsUnrestricted) {
+  const Registry& r = Registry::global();
+  LayerDescription l = invariant_layer(2560, 6144, ActivationOperand::kMx);
+  EXPECT_EQ(r.dispatch(r.select(l, kH200), kH200, 1).kernel->name(), "prefill");
+  l.batch_invariant = false;
+  EXPECT_EQ(r.dispatch(r.select(l, kH200), kH200, 1).kernel->name(), "gemv");
+}
+
+// A shipped row is taken only where it names the invariant kernel and a config that keeps the
+// order; other rows (the GEMV's, split configs) give way to the cost model's choice among the
+// configs that keep it.
+TEST(BatchInvariantSelection, TunedRowsServeOnlyWhereTheyKeepTheOrder) {
+  const Registry& r = Registry::global();
+  ASSERT_FALSE(r.table().rows().empty());
+  int taken = 0, passed_over = 0;
+  for (const auto& [key, value] : r.table().rows()) {
+    const ActivationOperand operand =
+        contains(value.kernel, "_a16") ? ActivationOperand::kBf16 : ActivationOperand::kMx;
+    const LayerSelection s = r.select(invariant_layer(key.n, key.k, operand), kH200);
+    ASSERT_NE(s.kernel, nullptr);
+    const Dispatch d = r.dispatch(s, kH200, key.m);
+    const bool keeps = value.kernel == s.kernel->name() && s.kernel->keeps_k_order(value.config);
+    SCOPED_TRACE(value.source + ": " + value.kernel + "/" + value.config + " -> " + d.why);
+    EXPECT_TRUE(d.kernel->keeps_k_order(d.config));
+    if (keeps) {
+      EXPECT_EQ(d.config, value.config);
+      EXPECT_THAT(d.why, HasSubstr("tuned row"));
+      ++taken;
+    } else {
+      EXPECT_THAT(d.why, Not(HasSubstr("tuned row")));
+      ++passed_over;
+    }
+  }
+  EXPECT_GT(taken, 0);
+  EXPECT_GT(passed_over, 0);
+}
+
+// Neither a forced backend that keeps no order nor the cost model switched off breaks the mode:
+// the first gives way with a warning that says why, the second takes a config that keeps it.
+TEST(BatchInvariantSelection, TheEnvironmentCannotBreakTheMode) {
+  const Registry& global = Registry::global();
+  const Registry forced(builtin_kernels(), global.table(),
+                        Environment::from({{"MXLINEAR_BACKEND", "gemv"}}));
+  const LayerSelection s =
+      forced.select(invariant_layer(2560, 6144, ActivationOperand::kMx), kH200);
+  ASSERT_NE(s.kernel, nullptr);
+  EXPECT_EQ(s.kernel->name(), "prefill");
+  ASSERT_EQ(s.warnings.size(), 1u);
+  EXPECT_THAT(s.warnings[0], HasSubstr("batch-invariant"));
+  const Registry no_model(builtin_kernels(), global.table(),
+                          Environment::from({{"MXLINEAR_COST_MODEL", "0"}}));
+  for (const std::int64_t n : {2560, 1000, 4096}) {
+    const LayerSelection t =
+        no_model.select(invariant_layer(n, 14336, ActivationOperand::kBf16), kH200);
+    for (const std::int64_t m : kMs) {
+      const Dispatch d = no_model.dispatch(t, kH200, m);
+      ASSERT_EQ(d.kernel, t.kernel);
+      EXPECT_TRUE(d.kernel->keeps_k_order(d.config)) << d.config << " at M = " << m;
+      EXPECT_TRUE(d.kernel->can_run(m, 14336, d.config).ok()) << d.config << " at M = " << m;
+    }
+  }
+}
+
+// linear_with() in the mode refuses a config that keeps no order, naming it.
+TEST(BatchInvariantSelection, RunnableRefusesAConfigThatCutsK) {
+  const Registry& r = Registry::global();
+  const Kernel& prefill = kernel_named(r, "prefill");
+  const LayerDescription l = invariant_layer(2560, 6144, ActivationOperand::kMx);
+  const CallVerdict v = r.runnable(prefill, "w64_t64_st4_overlap_split2", l, 64, kH200);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.argument, "config");
+  EXPECT_EQ(v.code, ErrorCode::kInvalidArgument);
+  EXPECT_THAT(v.reason, HasSubstr("does not keep a fixed K order"));
+  EXPECT_TRUE(r.runnable(prefill, "w64_t64_st4_overlap", l, 64, kH200).ok());
+}
+
+TEST(BatchInvariantSelection, SwitchFromTheEnvironment) {
+  EXPECT_FALSE(Environment::from({}).batch_invariant);
+  EXPECT_TRUE(Environment::from({{"MXLINEAR_BATCH_INVARIANT", "1"}}).batch_invariant);
+  EXPECT_FALSE(Environment::from({{"MXLINEAR_BATCH_INVARIANT", "0"}}).batch_invariant);
+  const Environment bad = Environment::from({{"MXLINEAR_BATCH_INVARIANT", "yes"}});
+  EXPECT_FALSE(bad.batch_invariant);
+  const Registry r(builtin_kernels(), TunedTable{}, bad);
+  ASSERT_EQ(r.warnings().size(), 1u);
+  EXPECT_THAT(r.warnings()[0], HasSubstr("MXLINEAR_BATCH_INVARIANT is 'yes'; expected 1 or 0"));
+}
+
+// The selection report says which mode it describes, and names no kernel that cuts K.
+TEST(BatchInvariantSelection, TheReportSaysSo) {
+  const Registry& r = Registry::global();
+  const auto rows = r.report(builtin_model("minimax-m3.1-flash-tp4"), kH200, DType::kBF16,
+                             ActivationOperand::kMx, true);
+  const std::string text = format_report(rows, kH200);
+  EXPECT_THAT(text, HasSubstr("batch-invariant mode"));
+  EXPECT_THAT(text, Not(HasSubstr("gemv")));
+  EXPECT_THAT(text, Not(HasSubstr("_split")));
+  EXPECT_THAT(text, Not(HasSubstr("_alt")));
+  EXPECT_THAT(
+      format_report(r.report(builtin_model("minimax-m3.1-flash-tp4"), kH200, DType::kBF16), kH200),
+      Not(HasSubstr("batch-invariant")));
+}
+
+}  // namespace
+}  // namespace mxlinear::test
