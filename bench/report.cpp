@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <iterator>
 
 namespace mxlinear::bench {
@@ -28,6 +29,59 @@ std::string number_or_dash(const json& row, const char* key, int decimals) {
 // A row's string, or "-" where the row lacks it (reports from before the field).
 std::string text_or_dash(const json& row, const char* key) {
   return row.contains(key) && row[key].is_string() ? row[key].get<std::string>() : "-";
+}
+
+// numerator / denominator of a row with two decimals, or "-" where either is missing.
+std::string ratio_or_dash(const json& row, const char* numerator, const char* denominator) {
+  if (!row.contains(numerator) || !row[numerator].is_number() || !row.contains(denominator) ||
+      !row[denominator].is_number()) {
+    return "-";
+  }
+  return fmt::format("{:.2f}", row[numerator].get<double>() / row[denominator].get<double>());
+}
+
+// Whether any element of `items` has any of `keys`.
+bool any_has(const json& items, std::initializer_list<const char*> keys) {
+  return std::any_of(items.begin(), items.end(), [&](const json& item) {
+    return item.is_object() &&
+           std::any_of(keys.begin(), keys.end(), [&](const char* k) { return item.contains(k); });
+  });
+}
+
+// The batch-invariant mode's figures (`mxlinear bench --batch-invariant`), one line per figure;
+// empty for a report without them.
+std::string invariant_table(const json& doc) {
+  if (!any_has(doc["rows"], {"kernel_invariant", "check_invariant", "kernel_invariant_w8a16",
+                             "check_invariant_w8a16"})) {
+    return "";
+  }
+  std::string s =
+      "\nThe batch-invariant mode: each output row's bits depend only on that row of x, the "
+      "weights and the mode, never on M or on the row's place in the batch (one kernel per "
+      "layer, configs that keep one K order). Its full linear from bf16 per activation mode, "
+      "checked against the same fp64 reference; x default: its time over the default mode's "
+      "(linear us, W8A16 us; above 1: slower); rows alone: whether the first and last min(M, 8) "
+      "rows came out with the same bits run alone as one call.\n\n"
+      "| layer | N x K | M | invariant kernel/config | invariant us | x default | invariant "
+      "check | W8A16 invariant kernel/config | W8A16 invariant us | W8A16 x default | W8A16 "
+      "invariant check | rows alone |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const json& r : doc["rows"]) {
+    const std::string rows_alone =
+        r.contains("invariant_rows_equal") && r["invariant_rows_equal"].is_boolean()
+            ? (r["invariant_rows_equal"].get<bool>() ? "equal" : "DIFFERENT")
+            : "-";
+    s += fmt::format("| {} | {}x{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                     r["layer"].get<std::string>(), r["n"].get<std::int64_t>(),
+                     r["k"].get<std::int64_t>(), r["m"].get<std::int64_t>(),
+                     text_or_dash(r, "kernel_invariant"), number_or_dash(r, "invariant_us", 2),
+                     ratio_or_dash(r, "invariant_us", "linear_us"),
+                     text_or_dash(r, "check_invariant"), text_or_dash(r, "kernel_invariant_w8a16"),
+                     number_or_dash(r, "invariant_w8a16_us", 2),
+                     ratio_or_dash(r, "invariant_w8a16_us", "w8a16_us"),
+                     text_or_dash(r, "check_invariant_w8a16"), rows_alone);
+  }
+  return s;
 }
 
 }  // namespace
@@ -93,19 +147,35 @@ std::string markdown_report(const json& doc) {
         value_or_nan(r, "gemm_tb_s"), value_or_nan(r, "gemm_tflop_s"),
         r["check"].get<std::string>(), text_or_dash(r, "check_w8a16"));
   }
-  s += "\nSpeed-ups are anchor time / our GEMM time (above 1: we are faster), and for W8A16 "
-       "cuBLAS bf16 time / our W8A16 linear time; geometric means over shapes:\n\n"
-       "| M | x cuBLAS bf16 | x cuBLASLt FP8 | x tri_mx | W8A16 x cuBLAS bf16 |\n"
-       "|---|---|---|---|---|\n";
+  s += invariant_table(doc);
+  // The batch-invariant mode's columns only in reports that timed it.
+  const bool invariant =
+      any_has(doc["geomeans"], {"invariant_over_default", "invariant_w8a16_over_default"});
+  s += fmt::format(
+      "\nSpeed-ups are anchor time / our GEMM time (above 1: we are faster), and for W8A16 "
+      "cuBLAS bf16 time / our W8A16 linear time{}; geometric means over shapes:\n\n"
+      "| M | x cuBLAS bf16 | x cuBLASLt FP8 | x tri_mx | W8A16 x cuBLAS bf16 |{}\n"
+      "|---|---|---|---|---|{}\n",
+      invariant ? "; the batch-invariant mode's cost is its time / the default mode's (above 1: "
+                  "slower)"
+                : "",
+      invariant ? " batch-invariant / default | W8A16 batch-invariant / default |" : "",
+      invariant ? "---|---|" : "");
+  // A geomean's ratio, or "-" where the geomean lacks it (reports from before the figure).
+  const auto ratio_of = [](const json& g, const char* key) {
+    return g.contains(key) ? ratio_text(g[key].get<double>()) : std::string("-");
+  };
   for (const json& g : doc["geomeans"]) {
     // Reports from before W8A16 was timed lack its geomean.
-    const std::string w8a16 = g.contains("w8a16_vs_cublas_bf16")
-                                  ? ratio_text(g["w8a16_vs_cublas_bf16"].get<double>())
-                                  : std::string("-");
-    s += fmt::format("| {} | {} | {} | {} | {} |\n", g["m"].get<std::int64_t>(),
+    s += fmt::format("| {} | {} | {} | {} | {} |", g["m"].get<std::int64_t>(),
                      ratio_text(g["vs_cublas_bf16"].get<double>()),
                      ratio_text(g["vs_cublaslt_fp8"].get<double>()),
-                     ratio_text(g["vs_tri_mx"].get<double>()), w8a16);
+                     ratio_text(g["vs_tri_mx"].get<double>()), ratio_of(g, "w8a16_vs_cublas_bf16"));
+    if (invariant) {
+      s += fmt::format(" {} | {} |", ratio_of(g, "invariant_over_default"),
+                       ratio_of(g, "invariant_w8a16_over_default"));
+    }
+    s += "\n";
   }
   if (doc.contains("quantize")) {
     s += "\nActivation quantization alone (bf16 in, inputs rotating over >= 3x L2):\n\n"
@@ -144,9 +214,47 @@ std::string markdown_report(const json& doc) {
 
 namespace {
 
-// A row's W8A16 fields: a row with any of them has the W8A16 figure.
-constexpr const char* kW8A16RowFields[] = {"kernel_w8a16", "check_w8a16",  "check_w8a16_rel_error",
-                                           "w8a16_us",     "w8a16_spread", "w8a16_tb_s"};
+// A figure a row may have (reports from before it lack it): a row with any of `fields` has it,
+// and then needs `kernel` and `check` (strings), and `rel_error` and `us` (numbers) where the
+// check is "ok"; `numbers` and `strings` are optional fields of their type.
+struct OptionalFigure {
+  std::vector<const char*> fields;
+  const char *kernel, *check, *rel_error, *us;
+  std::vector<const char*> numbers, strings;
+};
+
+// W8A16's (its refusal, w8a16_error, goes with a WRONG check and alone does not make the figure),
+// and the batch-invariant mode's in W8A8 and in W8A16 (`mxlinear bench --batch-invariant`).
+const OptionalFigure kOptionalFigures[] = {
+    {{"kernel_w8a16", "check_w8a16", "check_w8a16_rel_error", "w8a16_us", "w8a16_spread",
+      "w8a16_tb_s"},
+     "kernel_w8a16",
+     "check_w8a16",
+     "check_w8a16_rel_error",
+     "w8a16_us",
+     {"w8a16_spread", "w8a16_tb_s"},
+     {}},
+    {{"kernel_invariant", "check_invariant", "check_invariant_rel_error", "invariant_us",
+      "invariant_spread", "invariant_error"},
+     "kernel_invariant",
+     "check_invariant",
+     "check_invariant_rel_error",
+     "invariant_us",
+     {"invariant_spread"},
+     {"invariant_error"}},
+    {{"kernel_invariant_w8a16", "check_invariant_w8a16", "check_invariant_w8a16_rel_error",
+      "invariant_w8a16_us", "invariant_w8a16_spread", "invariant_w8a16_error"},
+     "kernel_invariant_w8a16",
+     "check_invariant_w8a16",
+     "check_invariant_w8a16_rel_error",
+     "invariant_w8a16_us",
+     {"invariant_w8a16_spread"},
+     {"invariant_w8a16_error"}},
+};
+
+// A geomean's optional ratios: numbers where present.
+constexpr const char* kOptionalGeomeans[] = {"w8a16_vs_cublas_bf16", "invariant_over_default",
+                                             "invariant_w8a16_over_default"};
 
 void require(const json& j, const char* key, json::value_t type, const std::string& where,
              std::vector<std::string>& errors) {
@@ -159,6 +267,31 @@ void require(const json& j, const char* key, json::value_t type, const std::stri
   if (number ? !v.is_number() : v.type() != type) {
     errors.push_back(fmt::format("{}: '{}' has the wrong type", where, key));
   }
+}
+
+// require() where `j` has `key`; nothing where it does not.
+void require_if_present(const json& j, const char* key, json::value_t type,
+                        const std::string& where, std::vector<std::string>& errors) {
+  if (j.is_object() && j.contains(key)) require(j, key, type, where, errors);
+}
+
+// The optional figure `f` of row `r`, where the row has it.
+void check_optional_figure(const json& r, const OptionalFigure& f, const std::string& where,
+                           std::vector<std::string>& e) {
+  using T = json::value_t;
+  const bool has = r.is_object() && std::any_of(f.fields.begin(), f.fields.end(),
+                                                [&](const char* k) { return r.contains(k); });
+  if (!has) return;
+  for (const char* k : {f.kernel, f.check}) require(r, k, T::string, where, e);
+  if (r.contains(f.check) && r[f.check] == "ok") {
+    require(r, f.rel_error, T::number_float, where, e);
+    require(r, f.us, T::number_float, where, e);
+  } else {
+    require_if_present(r, f.rel_error, T::number_float, where, e);
+    require_if_present(r, f.us, T::number_float, where, e);
+  }
+  for (const char* k : f.numbers) require_if_present(r, k, T::number_float, where, e);
+  for (const char* k : f.strings) require_if_present(r, k, T::string, where, e);
 }
 
 }  // namespace
@@ -191,18 +324,11 @@ std::vector<std::string> schema_errors(const json& doc) {
         require(r, "gemm_us", T::number_float, where, e);
         require(r, "linear_us", T::number_float, where, e);
       }
-      // The W8A16 figure, in reports that have one (older reports have no W8A16 field): its
-      // kernel and check, and its error and time where the check passed.
-      const bool has_w8a16 =
-          r.is_object() && std::any_of(std::begin(kW8A16RowFields), std::end(kW8A16RowFields),
-                                       [&](const char* k) { return r.contains(k); });
-      if (has_w8a16) {
-        for (const char* k : {"kernel_w8a16", "check_w8a16"}) require(r, k, T::string, where, e);
-        if (r.contains("check_w8a16") && r["check_w8a16"] == "ok") {
-          require(r, "check_w8a16_rel_error", T::number_float, where, e);
-          require(r, "w8a16_us", T::number_float, where, e);
-        }
-      }
+      // The W8A16 and batch-invariant figures, in reports that have them (older reports have
+      // none of their fields): each one's kernel and check, and its error and time where the
+      // check passed; and whether the batch-invariant rows run alone gave the same bits.
+      for (const OptionalFigure& f : kOptionalFigures) check_optional_figure(r, f, where, e);
+      require_if_present(r, "invariant_rows_equal", T::boolean, where, e);
     }
   }
   require(doc, "geomeans", T::array, "report", e);
@@ -211,9 +337,9 @@ std::vector<std::string> schema_errors(const json& doc) {
       for (const char* k : {"m", "vs_cublas_bf16", "vs_cublaslt_fp8", "vs_tri_mx"}) {
         require(doc["geomeans"][i], k, T::number_float, fmt::format("geomeans[{}]", i), e);
       }
-      if (doc["geomeans"][i].is_object() && doc["geomeans"][i].contains("w8a16_vs_cublas_bf16")) {
-        require(doc["geomeans"][i], "w8a16_vs_cublas_bf16", T::number_float,
-                fmt::format("geomeans[{}]", i), e);
+      for (const char* k : kOptionalGeomeans) {
+        require_if_present(doc["geomeans"][i], k, T::number_float, fmt::format("geomeans[{}]", i),
+                           e);
       }
     }
   }

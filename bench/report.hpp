@@ -17,10 +17,19 @@ double value_or_nan(const nlohmann::json& row, const char* key);
 // and optional step[{m, gemms, mxlinear_ms}] and timing{replays, warm_ms}. The W8A16 figure is
 // optional, as reports from before it lack it; a row with any of its fields (kernel_w8a16,
 // check_w8a16, check_w8a16_rel_error, w8a16_us, w8a16_spread, w8a16_tb_s) needs kernel_w8a16 and
-// check_w8a16, and check_w8a16_rel_error plus w8a16_us when check_w8a16 is "ok"; a geomean's
-// optional w8a16_vs_cublas_bf16 must be a number.
+// check_w8a16, and check_w8a16_rel_error plus w8a16_us when check_w8a16 is "ok". So is the
+// batch-invariant mode's (`mxlinear bench --batch-invariant`), per activation mode: a row with
+// any of kernel_invariant, check_invariant, check_invariant_rel_error, invariant_us,
+// invariant_spread, invariant_error (W8A16: kernel_invariant_w8a16, check_invariant_w8a16, ...,
+// invariant_w8a16_error) needs its kernel and check, and its rel error plus time when the check is
+// "ok"; invariant_rows_equal is a boolean. Optional fields that are present must have their type;
+// a geomean's optional w8a16_vs_cublas_bf16, invariant_over_default and
+// invariant_w8a16_over_default are numbers.
 std::vector<std::string> schema_errors(const nlohmann::json& doc);
 
+// The report in Markdown: the figures, the batch-invariant mode's figures (only in a report that
+// has them), the geomeans (the batch-invariant mode's columns only where present), the activation
+// quantization and the decode step.
 std::string markdown_report(const nlohmann::json& doc);
 
 // How the report's figures were timed, for people: from its optional timing{replays, warm_ms}

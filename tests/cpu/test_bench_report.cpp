@@ -20,13 +20,16 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // The seed model's eight layer shapes at the six M the bench reports, as `mxlinear bench --model
 // builtin:minimax-m3.1-flash-tp4 --m 1,32,128,512,2048,8192 --step` writes them (less the
 // optional columns, which older reports lack and the Markdown prints as nan). With `w8a16`, each
 // row has the W8A16 figure and each geomean its W8A16 ratio, as the bench writes them now;
-// without, the report is shaped like one from before the bench timed W8A16.
-json seed_report(bool w8a16 = false) {
+// without, the report is shaped like one from before the bench timed W8A16. With `invariant`,
+// each row has the batch-invariant mode's figures and each geomean their ratios, as `mxlinear
+// bench --batch-invariant` writes them.
+json seed_report(bool w8a16 = false, bool invariant = false) {
   std::mt19937_64 rng(std::random_device{}());
   std::uniform_real_distribution<double> us(1.0, 1000.0);
   const struct {
@@ -76,10 +79,28 @@ json seed_report(bool w8a16 = false) {
         row["w8a16_spread"] = 0.01;
         row["w8a16_tb_s"] = 3.5;
       }
+      if (invariant) {
+        json& row = doc["rows"].back();
+        row["kernel_invariant"] = "prefill/w128_t256_st2";
+        row["check_invariant"] = "ok";
+        row["check_invariant_rel_error"] = 1e-3;
+        row["invariant_us"] = us(rng);
+        row["invariant_spread"] = 0.01;
+        row["kernel_invariant_w8a16"] = "prefill_a16/w128_t256_st2";
+        row["check_invariant_w8a16"] = "ok";
+        row["check_invariant_w8a16_rel_error"] = 1e-4;
+        row["invariant_w8a16_us"] = us(rng);
+        row["invariant_w8a16_spread"] = 0.01;
+        row["invariant_rows_equal"] = true;
+      }
     }
     doc["geomeans"].push_back(
         {{"m", m}, {"vs_cublas_bf16", 0.8}, {"vs_cublaslt_fp8", 0.5}, {"vs_tri_mx", 5.0}});
     if (w8a16) doc["geomeans"].back()["w8a16_vs_cublas_bf16"] = 1.25;
+    if (invariant) {
+      doc["geomeans"].back()["invariant_over_default"] = 1.5;
+      doc["geomeans"].back()["invariant_w8a16_over_default"] = 1.75;
+    }
   }
   for (const std::int64_t m : {32, 128}) {
     doc["step"].push_back({{"m", m}, {"gemms", 261}, {"mxlinear_ms", us(rng) / 100}});
@@ -89,10 +110,13 @@ json seed_report(bool w8a16 = false) {
 
 TEST(BenchReport, SeedShapedReportConformsToTheSchema) {
   for (const bool w8a16 : {false, true}) {
-    const json doc = seed_report(w8a16);
-    EXPECT_EQ(schema_errors(doc), std::vector<std::string>{}) << "w8a16 " << w8a16;
-    EXPECT_EQ(doc["rows"].size(), 48u);  // 8 shapes x 6 M
-    EXPECT_EQ(doc["step"].size(), 2u);
+    for (const bool invariant : {false, true}) {
+      const json doc = seed_report(w8a16, invariant);
+      EXPECT_EQ(schema_errors(doc), std::vector<std::string>{})
+          << "w8a16 " << w8a16 << " invariant " << invariant;
+      EXPECT_EQ(doc["rows"].size(), 48u);  // 8 shapes x 6 M
+      EXPECT_EQ(doc["step"].size(), 2u);
+    }
   }
 }
 
@@ -289,6 +313,123 @@ TEST(BenchReport, W8A16FieldsAreCheckedWherePresent) {
   EXPECT_THAT(e[1], HasSubstr("rows[5]: missing 'check_w8a16'"));
 }
 
+// The batch-invariant mode's fields are optional as a whole (reports of a bench run without
+// --batch-invariant lack them), but a row with one mode's figure must have its kernel and check,
+// and its time where the check passed; every present field must have its type.
+TEST(BenchReport, InvariantFieldsAreCheckedWherePresent) {
+  json doc = seed_report(/*w8a16=*/true, /*invariant=*/true);
+  ASSERT_EQ(schema_errors(doc), std::vector<std::string>{});
+  doc["rows"][0].erase("kernel_invariant");
+  doc["rows"][1].erase("invariant_us");
+  doc["rows"][2]["check_invariant_w8a16"] = true;
+  doc["rows"][3]["invariant_w8a16_us"] = "fast";
+  doc["rows"][4]["invariant_rows_equal"] = "yes";
+  doc["rows"][5]["invariant_spread"] = "small";
+  doc["rows"][6].erase("check_invariant_w8a16_rel_error");
+  doc["geomeans"][0]["invariant_over_default"] = "slower";
+  doc["geomeans"][1]["invariant_w8a16_over_default"] = json::array();
+  std::vector<std::string> e = schema_errors(doc);
+  ASSERT_EQ(e.size(), 9u) << ::testing::PrintToString(e);
+  EXPECT_THAT(e[0], HasSubstr("rows[0]: missing 'kernel_invariant'"));
+  EXPECT_THAT(e[1], HasSubstr("rows[1]: missing 'invariant_us'"));
+  EXPECT_THAT(e[2], HasSubstr("rows[2]: 'check_invariant_w8a16' has the wrong type"));
+  EXPECT_THAT(e[3], HasSubstr("rows[3]: 'invariant_w8a16_us' has the wrong type"));
+  EXPECT_THAT(e[4], HasSubstr("rows[4]: 'invariant_rows_equal' has the wrong type"));
+  EXPECT_THAT(e[5], HasSubstr("rows[5]: 'invariant_spread' has the wrong type"));
+  EXPECT_THAT(e[6], HasSubstr("rows[6]: missing 'check_invariant_w8a16_rel_error'"));
+  EXPECT_THAT(e[7], HasSubstr("geomeans[0]: 'invariant_over_default' has the wrong type"));
+  EXPECT_THAT(e[8], HasSubstr("geomeans[1]: 'invariant_w8a16_over_default' has the wrong type"));
+
+  // A refused call: a WRONG check with its error needs no time nor rel error; the error is text.
+  doc = seed_report(/*w8a16=*/true, /*invariant=*/true);
+  for (const char* k :
+       {"invariant_w8a16_us", "invariant_w8a16_spread", "check_invariant_w8a16_rel_error"}) {
+    doc["rows"][0].erase(k);
+  }
+  doc["rows"][0]["check_invariant_w8a16"] = "WRONG";
+  doc["rows"][0]["invariant_w8a16_error"] = "no enabled kernel keeps a fixed K order";
+  EXPECT_EQ(schema_errors(doc), std::vector<std::string>{});
+  doc["rows"][0]["invariant_w8a16_error"] = 7;
+  e = schema_errors(doc);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_THAT(e[0], HasSubstr("rows[0]: 'invariant_w8a16_error' has the wrong type"));
+
+  // A lone invariant field makes the row one with that figure, which then lacks its kernel and
+  // check.
+  doc = seed_report(/*w8a16=*/true);
+  doc["rows"][7]["invariant_error"] = "refused";
+  e = schema_errors(doc);
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_THAT(e[0], HasSubstr("rows[7]: missing 'kernel_invariant'"));
+  EXPECT_THAT(e[1], HasSubstr("rows[7]: missing 'check_invariant'"));
+}
+
+// A report with the batch-invariant figures shows them in a table of their own (kernel, time,
+// ratio to the default mode, check, per activation mode, and the rows-alone check) and in the
+// geomean table's extra columns; a report without prints neither.
+TEST(BenchReport, MarkdownShowsTheInvariantFiguresOnlyWhenPresent) {
+  const std::string plain = markdown_report(seed_report(/*w8a16=*/true));
+  EXPECT_THAT(plain, Not(HasSubstr("invariant")));
+  EXPECT_THAT(plain,
+              HasSubstr("\n| M | x cuBLAS bf16 | x cuBLASLt FP8 | x tri_mx | W8A16 x cuBLAS "
+                        "bf16 |\n|---|---|---|---|---|\n| 1 | 0.80 | 0.50 | 5.00 | 1.25 |\n"));
+
+  json doc = seed_report(/*w8a16=*/true, /*invariant=*/true);
+  json& row = doc["rows"][0];  // self_attn.qkv_proj at M = 1
+  row["linear_us"] = 10.0;
+  row["invariant_us"] = 15.0;
+  row["w8a16_us"] = 20.0;
+  row["invariant_w8a16_us"] = 25.0;
+  row["kernel_invariant"] = "generic/t64_k1";
+  row["kernel_invariant_w8a16"] = "generic_a16/t64_k1";
+  doc["rows"][1]["invariant_rows_equal"] = false;
+  doc["rows"][2]["check_invariant"] = "WRONG";
+  doc["rows"][2].erase("invariant_us");
+  doc["geomeans"][1].erase("invariant_over_default");
+  ASSERT_EQ(schema_errors(doc), std::vector<std::string>{});
+  const std::string md = markdown_report(doc);
+  EXPECT_THAT(md, HasSubstr("The batch-invariant mode"));
+
+  // The main table is the same as without the mode: its line for the row comes first.
+  const auto main_row = table_row(md, "| self_attn.qkv_proj | 2560x6144 | 1 |");
+  ASSERT_FALSE(main_row.empty()) << md;
+  EXPECT_EQ(main_row.count("invariant us"), 0u);
+  EXPECT_EQ(main_row.at("linear us"), "10.00");
+
+  const std::size_t table = md.find("| layer | N x K | M | invariant kernel/config |");
+  ASSERT_NE(table, std::string::npos) << md;
+  const std::string invariant_md = md.substr(table - 1);
+  const auto with = table_row(invariant_md, "| self_attn.qkv_proj | 2560x6144 | 1 |");
+  ASSERT_FALSE(with.empty()) << md;
+  EXPECT_EQ(with.at("invariant kernel/config"), "generic/t64_k1");
+  EXPECT_EQ(with.at("invariant us"), "15.00");
+  EXPECT_EQ(with.at("x default"), "1.50");
+  EXPECT_EQ(with.at("invariant check"), "ok");
+  EXPECT_EQ(with.at("W8A16 invariant kernel/config"), "generic_a16/t64_k1");
+  EXPECT_EQ(with.at("W8A16 invariant us"), "25.00");
+  EXPECT_EQ(with.at("W8A16 x default"), "1.25");
+  EXPECT_EQ(with.at("W8A16 invariant check"), "ok");
+  EXPECT_EQ(with.at("rows alone"), "equal");
+  const auto differ = table_row(invariant_md, "| self_attn.o_proj | 6144x2048 | 1 |");
+  ASSERT_FALSE(differ.empty()) << md;
+  EXPECT_EQ(differ.at("rows alone"), "DIFFERENT");
+  const auto wrong = table_row(invariant_md, "| shared_experts.gate_up_proj | 1536x6144 | 1 |");
+  ASSERT_FALSE(wrong.empty()) << md;
+  EXPECT_EQ(wrong.at("invariant check"), "WRONG");
+  EXPECT_EQ(wrong.at("invariant us"), "-");
+  EXPECT_EQ(wrong.at("x default"), "-");
+
+  const auto geomean = table_row(md, "| 1 | 0.80 |");
+  ASSERT_FALSE(geomean.empty()) << md;
+  EXPECT_EQ(geomean.at("W8A16 x cuBLAS bf16"), "1.25");
+  EXPECT_EQ(geomean.at("batch-invariant / default"), "1.50");
+  EXPECT_EQ(geomean.at("W8A16 batch-invariant / default"), "1.75");
+  const auto geomean_without = table_row(md, "| 32 | 0.80 |");
+  ASSERT_FALSE(geomean_without.empty()) << md;
+  EXPECT_EQ(geomean_without.at("batch-invariant / default"), "-");
+  EXPECT_EQ(geomean_without.at("W8A16 batch-invariant / default"), "1.75");
+}
+
 // Whether `line` holds a number with more than four digits after its decimal point.
 bool has_long_fraction(const std::string& line) {
   for (std::size_t dot = line.find('.'); dot != std::string::npos; dot = line.find('.', dot + 1)) {
@@ -305,8 +446,9 @@ bool has_long_fraction(const std::string& line) {
 // Every row of every Markdown table has as many cells as its header, and no figure is printed
 // unrounded (a placeholder short in a row's format once shifted every cell after it).
 TEST(BenchReport, MarkdownRowsHaveTheirHeadersCellCount) {
-  // Rows with the W8A16 figure and rows without (an older report's) in one table.
-  json doc = seed_report(/*w8a16=*/true);
+  // Rows with the W8A16 and batch-invariant figures and rows without (an older report's) in one
+  // table.
+  json doc = seed_report(/*w8a16=*/true, /*invariant=*/true);
   const json old = seed_report();
   for (std::size_t i = 0; i < doc["rows"].size(); i += 2) doc["rows"][i] = old["rows"][i];
   doc["geomeans"][0] = old["geomeans"][0];
@@ -335,7 +477,7 @@ TEST(BenchReport, MarkdownRowsHaveTheirHeadersCellCount) {
     EXPECT_EQ(cells, header_cells) << line;
     EXPECT_FALSE(has_long_fraction(line)) << line;
   }
-  EXPECT_GE(tables, 3);
+  EXPECT_GE(tables, 4);
 }
 
 // The report says whether its figures were timed in a burst or after warming (the H200's power

@@ -8,6 +8,7 @@
 
 #include "cpu/registry_test_kernels.hpp"
 #include "host/registry/registry.hpp"
+#include "mxlinear/models.hpp"
 #include "select_json.hpp"
 
 namespace mxlinear::test {
@@ -15,6 +16,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const DeviceDescription kH200 = DeviceDescription::parse("sm_90a:132");
 
@@ -96,6 +98,41 @@ TEST(SelectReport, UnprintableLayerNamesAreEscapedAndJsonStaysValid) {
   EXPECT_THAT(format_report(rows, kH200), HasSubstr("bad\\x1b[2J\\xff"));
   const auto doc = nlohmann::json::parse(cli::select_report_json(rows, kH200));
   EXPECT_THAT(doc.at("layers").at(0).at("layer").get<std::string>(), HasSubstr("bad"));
+}
+
+// The report of the batch-invariant mode says so in its header and its JSON, and in either
+// activation mode runs each layer on one kernel, on configs that keep one K order: no GEMV or
+// decode kernel, no K split, alternating warpgroups or stream-K config at any M. The default
+// report says nothing of the mode.
+TEST(SelectReport, BatchInvariantReportSaysSoAndRunsOneKernelPerLayer) {
+  const std::vector<ModelLayer> layers = builtin_model("minimax-m3.1-flash-tp4");
+  const Registry& registry = Registry::global();
+  for (const ActivationOperand operand : {ActivationOperand::kMx, ActivationOperand::kBf16}) {
+    SCOPED_TRACE(std::string(describe(operand)));
+    const auto rows = registry.report(layers, kH200, DType::kBF16, operand, true);
+    ASSERT_EQ(rows.size(), layers.size());
+    const std::string text = format_report(rows, kH200);
+    EXPECT_THAT(text, HasSubstr("batch-invariant mode"));
+    const auto doc = nlohmann::json::parse(cli::select_report_json(rows, kH200));
+    EXPECT_EQ(doc.at("batch_invariant"), true);
+    for (const auto& layer : doc.at("layers")) {
+      ASSERT_EQ(layer.at("kernels_run").size(), 1u) << layer.dump();
+      EXPECT_EQ(layer.at("kernels_run").at(0), layer.at("selected_kernel")) << layer.dump();
+      for (const auto& m : layer.at("per_m")) {
+        const std::string kernel = m.at("kernel"), config = m.at("config");
+        EXPECT_THAT(kernel, Not(HasSubstr("gemv"))) << m.dump();
+        EXPECT_THAT(kernel, Not(HasSubstr("decode"))) << m.dump();
+        for (const char* cut : {"_split", "_alt", "_streamk"}) {
+          EXPECT_THAT(config, Not(HasSubstr(cut))) << m.dump();
+        }
+        EXPECT_THAT(m.at("source").get<std::string>(), HasSubstr("batch-invariant")) << m.dump();
+      }
+    }
+  }
+  const auto rows = registry.report(layers, kH200, DType::kBF16, ActivationOperand::kMx);
+  EXPECT_THAT(format_report(rows, kH200), Not(HasSubstr("batch-invariant")));
+  EXPECT_EQ(nlohmann::json::parse(cli::select_report_json(rows, kH200)).at("batch_invariant"),
+            false);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 
 #include "anchor_table.hpp"
 #include "anchors.hpp"
+#include "bench_invariant.hpp"
 #include "bench_layer.hpp"
 #include "bench_rates.hpp"
 #include "bench_step.hpp"
@@ -50,6 +51,7 @@ struct BenchOptions {
   bool ceilings_only = false;
   bool step = false;
   bool all_configs = false;
+  bool batch_invariant = false;            // also time the batch-invariant mode
   std::vector<std::string> sweep_kernels;  // empty: every GPU kernel
   std::string sweep_configs;               // an extended regex; empty: every config
   int replays = 10;
@@ -101,14 +103,15 @@ struct SweepFilter {
 void cuda(cudaError_t e, const char* what) { cuda_or_throw(e, what); }
 
 // The kernel/config linear() dispatches an M-row call of the layer to, for the activation operand
-// of the mode (kMx: W8A8; kBf16: W8A16 on the bench's bf16 x).
-std::string dispatch_name(std::int64_t n, std::int64_t k, std::int64_t m,
-                          ActivationOperand operand) {
+// of the mode (kMx: W8A8; kBf16: W8A16 on the bench's bf16 x), in the batch-invariant mode or not.
+std::string dispatch_name(std::int64_t n, std::int64_t k, std::int64_t m, ActivationOperand operand,
+                          bool batch_invariant = false) {
   const DeviceDescription device = DeviceDescription::current();
   LayerDescription layer;
   layer.n = n;
   layer.k = k;
   layer.operand = operand;
+  layer.batch_invariant = batch_invariant;
   const Registry& registry = Registry::global();
   const Dispatch d = registry.dispatch(registry.select(layer, device), device, m);
   return d.kernel ? fmt::format("{}/{}", d.kernel->name(), d.config) : "none";
@@ -120,20 +123,23 @@ constexpr double kCheckTolerance = 4e-3;
 
 // Times one (layer, M) in both activation modes: our linear in W8A8 (full from bf16 and GEMM only
 // on the pre-quantized activation) and in W8A16 (full, the bf16 x as it is), each checked against
-// its own fp64 reference rows first, and the anchors. A W8A16 sweep config that fails its check
-// is added to `wrong_w8a16_configs` as well as to the row's configs_linear_wrong: it has no
-// GEMM-only check that would land it in configs_wrong.
+// its own fp64 reference rows first, and the anchors; with `batch_invariant`, the full linear of
+// both modes in the batch-invariant mode too. A W8A16 sweep config that fails its check is added
+// to `wrong_w8a16_configs` as well as to the row's configs_linear_wrong: it has no GEMM-only
+// check that would land it in configs_wrong.
 json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m,
                   bench::Anchors& anchors, const Ceilings& ceil, double tri_mx,
-                  const bench::Timing& timing, const SweepFilter& sweep, cudaStream_t stream,
-                  json& wrong_w8a16_configs) {
+                  const bench::Timing& timing, const SweepFilter& sweep, bool batch_invariant,
+                  cudaStream_t stream, json& wrong_w8a16_configs) {
   const std::int64_t n = w.n, k = w.k, mp = bench::pad16(m);
   const FigureBuffers b(m, n, k, stream);
   const DeviceMemory &x = b.x, &xq = b.xq, &xs = b.xs, &out = b.out, &ws = b.workspace;
   const TensorView &xv = b.xv, &ov = b.ov;
   const QuantizedActivation xa = b.quantized();
-  const LinearOptions w8a16{ActivationMode::kW8A16};
-  linear(xa, w.view(0), std::nullopt, ov, stream);
+  // Each mode named, and not batch-invariant: the environment's MXLINEAR_ACTIVATION and
+  // MXLINEAR_BATCH_INVARIANT would otherwise time another mode than the row's kernel names.
+  const LinearOptions w8a8{ActivationMode::kW8A8, false}, w8a16{ActivationMode::kW8A16, false};
+  linear(xa, w.view(0), std::nullopt, ov, stream, {}, w8a8);
   cuda(cudaStreamSynchronize(stream), "sync");
   const ReferenceRows ref = reference_rows(w, xq, xs, m);
   const double err = check_rows(ref, out, n);
@@ -195,12 +201,12 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
   if (ok) {
     const Workspace workspace{ws.ptr, linear_workspace_bytes(m, k)};
     const auto full =
-        median([&](int i) { linear(xv, w.view(i), std::nullopt, ov, stream, workspace); });
+        median([&](int i) { linear(xv, w.view(i), std::nullopt, ov, stream, workspace, w8a8); });
     // With the workspace, as an engine's captured hot path calls it. Without one the prefill
     // kernel's scratch would be allocated and freed on the stream around every call (graph
     // memory nodes), and timed with it.
     const auto gemm =
-        median([&](int i) { linear(xa, w.view(i), std::nullopt, ov, stream, workspace); });
+        median([&](int i) { linear(xa, w.view(i), std::nullopt, ov, stream, workspace, w8a8); });
     row["linear_us"] = full.median;
     row["linear_spread"] = full.spread();
     row["gemm_us"] = gemm.median;
@@ -224,7 +230,13 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     row["w8a16_spread"] = full.spread();
     row["w8a16_tb_s"] = bench::count_traffic(m, n, k, 2, true).bytes / full.median / 1e6;
   }
-  if (ok || ok_w8a16) {
+  if (batch_invariant) {
+    row["kernel_invariant"] = dispatch_name(n, k, m, ActivationOperand::kMx, true);
+    row["kernel_invariant_w8a16"] = dispatch_name(n, k, m, ActivationOperand::kBf16, true);
+    const MedianOf median_of = median;
+    add_invariant_figures(row, {w, b, ref, ref_w8a16, kCheckTolerance, median_of, stream});
+  }
+  if (ok || ok_w8a16 || row.contains("invariant_us") || row.contains("invariant_w8a16_us")) {
     row["rotation_copies"] = w.copies;
     row["calls_per_graph"] = calls;
   }
@@ -467,7 +479,7 @@ int run_bench(const BenchOptions& o) {
         json wrong_w8a16_configs = json::object();
         json row =
             bench_figure(names[{n, k}], w, m, anchors, ceil, it == tri_mx.end() ? NAN : it->second,
-                         timing, sweep, stream, wrong_w8a16_configs);
+                         timing, sweep, o.batch_invariant, stream, wrong_w8a16_configs);
         const double g = bench::value_or_nan(row, "gemm_us");
         const double a16 = bench::value_or_nan(row, "w8a16_us");
         fmt::print(
@@ -486,6 +498,7 @@ int run_bench(const BenchOptions& o) {
                 : "",
             row.contains("w8a16_error") ? " W8A16 error: " + row["w8a16_error"].get<std::string>()
                                         : "");
+        fmt::print("{}", invariant_text(row));
         if (!wrong_w8a16_configs.empty()) {
           w8a16_configs_wrong[doc["rows"].size()] = wrong_w8a16_configs;
         }
@@ -494,7 +507,7 @@ int run_bench(const BenchOptions& o) {
       }
     }
     for (std::int64_t m : o.ms) {
-      std::vector<double> bf16, fp8, tri, bf16_w8a16;
+      std::vector<double> bf16, fp8, tri, bf16_w8a16, invariant, invariant_w8a16;
       for (const json& r : doc["rows"]) {
         if (r["m"] != m) continue;
         const double g = bench::value_or_nan(r, "gemm_us");
@@ -503,17 +516,31 @@ int run_bench(const BenchOptions& o) {
         tri.push_back(bench::value_or_nan(r, "tri_mx_us") / g);
         bf16_w8a16.push_back(bench::value_or_nan(r, "cublas_bf16_us") /
                              bench::value_or_nan(r, "w8a16_us"));
+        invariant.push_back(bench::value_or_nan(r, "invariant_us") /
+                            bench::value_or_nan(r, "linear_us"));
+        invariant_w8a16.push_back(bench::value_or_nan(r, "invariant_w8a16_us") /
+                                  bench::value_or_nan(r, "w8a16_us"));
       }
       doc["geomeans"].push_back({{"m", m},
                                  {"vs_cublas_bf16", bench::geomean(bf16)},
                                  {"vs_cublaslt_fp8", bench::geomean(fp8)},
                                  {"vs_tri_mx", bench::geomean(tri)},
                                  {"w8a16_vs_cublas_bf16", bench::geomean(bf16_w8a16)}});
+      std::string invariant_ratios;
+      if (o.batch_invariant) {
+        // Above 1: the batch-invariant mode is that much slower than the default one.
+        doc["geomeans"].back()["invariant_over_default"] = bench::geomean(invariant);
+        doc["geomeans"].back()["invariant_w8a16_over_default"] = bench::geomean(invariant_w8a16);
+        invariant_ratios = fmt::format("; batch-invariant / default: W8A8 {}, W8A16 {}",
+                                       bench::ratio_text(bench::geomean(invariant)),
+                                       bench::ratio_text(bench::geomean(invariant_w8a16)));
+      }
       fmt::print(
           "geomean M={:>5}: x cuBLAS bf16 {}, x cuBLASLt FP8 {}, x tri_mx {}; W8A16 x cuBLAS "
-          "bf16 {}\n",
+          "bf16 {}{}\n",
           m, bench::ratio_text(bench::geomean(bf16)), bench::ratio_text(bench::geomean(fp8)),
-          bench::ratio_text(bench::geomean(tri)), bench::ratio_text(bench::geomean(bf16_w8a16)));
+          bench::ratio_text(bench::geomean(tri)), bench::ratio_text(bench::geomean(bf16_w8a16)),
+          invariant_ratios);
     }
     doc["quantize"] = json::array();
     std::set<std::int64_t> ks;
@@ -577,9 +604,16 @@ int run_bench(const BenchOptions& o) {
                  r["layer"].get<std::string>(), r["m"].get<std::int64_t>(),
                  w8a16_wrong->second.dump());
     }
-    // Either mode's check, or a config of either mode's sweep.
-    const bool failed = r["check"] != "ok" || r["check_w8a16"] != "ok" ||
-                        r.contains("configs_wrong") || w8a16_wrong != w8a16_configs_wrong.end();
+    if (r.contains("invariant_rows_equal") && !r["invariant_rows_equal"].get<bool>()) {
+      fmt::print(stderr,
+                 "mxlinear bench: {} M={}: batch-invariant mode: rows run alone gave other bits\n",
+                 r["layer"].get<std::string>(), r["m"].get<std::int64_t>());
+    }
+    // Either mode's check, a config of either mode's sweep, or the batch-invariant mode's checks.
+    const bool failed =
+        r["check"] != "ok" || r["check_w8a16"] != "ok" || r.contains("configs_wrong") ||
+        w8a16_wrong != w8a16_configs_wrong.end() || r.value("check_invariant", "ok") != "ok" ||
+        r.value("check_invariant_w8a16", "ok") != "ok" || !r.value("invariant_rows_equal", true);
     wrong += failed ? 1 : 0;
   }
   if (wrong) fmt::print(stderr, "mxlinear bench: {} figures failed the correctness check\n", wrong);
@@ -592,8 +626,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand(
       "bench",
-      "Time the linear per layer shape and M on the GPU in W8A8 and in W8A16, each mode "
-      "checked against fp64 first");
+      "Time the linear per layer shape and M on the GPU in W8A8 and in W8A16 (with "
+      "--batch-invariant also in the batch-invariant mode), each mode checked against fp64 first");
   cmd->add_option("--model", o->model, "builtin:<name> or a CSV of name,N,K,count");
   cmd->add_option("--m", o->ms, "token counts")
       ->delimiter(',')
@@ -612,6 +646,13 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                 "also time every config of every GPU kernel per figure (the tuner's sweep): "
                 "W8A8 kernels' GEMM alone and as the full linear, W8A16 kernels' (*_a16) as the "
                 "full linear");
+  cmd->add_flag("--batch-invariant", o->batch_invariant,
+                "also time each figure's full linear from bf16 in the batch-invariant mode (each "
+                "output row's bits independent of M and of the row's place in the batch; one "
+                "kernel per layer, no K splits), W8A8 and W8A16, each checked against fp64 first "
+                "(invariant_us, invariant_w8a16_us, against linear_us and w8a16_us), and check "
+                "that the first and last min(M, 8) rows come out with the same bits when run "
+                "alone (invariant_rows_equal)");
   cmd->add_flag("--ceilings", o->ceilings_only, "only measure read bandwidth and bf16/FP8 peaks");
   cmd->add_option("--anchors", o->anchors,
                   "CSV of anchor figures measured on an H200 (cuBLAS bf16, cuBLASLt FP8 and "

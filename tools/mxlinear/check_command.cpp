@@ -107,7 +107,7 @@ int run_kernel_w8a16(const HostLayer& layer, const Kernel& kernel, const CheckOp
     d.poison_and_download(nullptr);
     linear_with(kernel, config, DeviceLayer::view(d.x, s.m, s.k, DType::kBF16), w, b,
                 DeviceLayer::view(d.y, s.m, s.n, s.out_dtype), nullptr, {},
-                LinearOptions{ActivationMode::kW8A16});
+                LinearOptions{.activation = ActivationMode::kW8A16});
     cuda_or_throw(cudaDeviceSynchronize(), "kernel");
     d.poison_and_download(r == 0 ? &out : &again);
     if (r > 0 && again != out) ++differing;
@@ -166,7 +166,7 @@ std::string run_on_gpu(HostLayer& layer, bool prequantized, bool w8a16,
         w, b, o, nullptr);
   } else {
     linear(DeviceLayer::view(dev.x, s.m, s.k, DType::kBF16), w, b, o, nullptr, {},
-           LinearOptions{w8a16 ? ActivationMode::kW8A16 : ActivationMode::kW8A8});
+           LinearOptions{.activation = w8a16 ? ActivationMode::kW8A16 : ActivationMode::kW8A8});
   }
   cuda_or_throw(cudaDeviceSynchronize(), "linear");
   dev.poison_and_download(&out);

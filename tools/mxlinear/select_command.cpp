@@ -21,6 +21,7 @@ struct SelectOptions {
   std::string out_dtype = "bf16";
   std::string activation;  // empty: MXLINEAR_ACTIVATION's mode
   std::string x_dtype = "bf16";
+  bool batch_invariant = false;  // false: MXLINEAR_BATCH_INVARIANT's mode
   bool json = false;
 };
 
@@ -66,7 +67,8 @@ int run_select(const SelectOptions& o) {
                                                    : *parse_activation_mode(o.activation);
   const auto operand =
       activation_operand(mode, o.x_dtype == "fp16" ? DType::kF16 : DType::kBF16).value();
-  const auto rows = registry.report(layers, device, out, operand);
+  const bool invariant = o.batch_invariant || registry.environment().batch_invariant;
+  const auto rows = registry.report(layers, device, out, operand, invariant);
   log_decisions(rows, device, out);
   if (o.json) {
     fmt::print("{}\n", select_report_json(rows, device));
@@ -96,6 +98,12 @@ void add_select_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"mx", "bf16"}));
   cmd->add_option("--x-dtype", o->x_dtype, "the activation's dtype in W8A16: bf16 or fp16")
       ->check(CLI::IsMember({"bf16", "fp16"}));
+  cmd->add_flag("--batch-invariant", o->batch_invariant,
+                "the report of the batch-invariant mode, in which each output row's bits depend "
+                "only on that row of x, the weights and the mode, never on M or on the row's "
+                "place in the batch: every call of a layer runs on one kernel, on its configs "
+                "that sum K in one fixed order (no K splits, no GEMV or decode kernels at small "
+                "M), which costs speed; default: MXLINEAR_BATCH_INVARIANT=1, else off");
   cmd->add_flag("--json", o->json, "print the report as JSON");
   cmd->callback([o, &exit_code] { exit_code = run_select(*o); });
 }

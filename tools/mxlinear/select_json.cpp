@@ -46,6 +46,7 @@ std::string select_report_json(const std::vector<ReportRow>& rows,
         {"is_gpu", device.is_gpu}}},
       {"activation",
        describe(rows.empty() ? ActivationOperand::kMx : rows.front().selection.layer.operand)},
+      {"batch_invariant", !rows.empty() && rows.front().selection.layer.batch_invariant},
       {"layers", layers}};
   // A layer name from a user's model CSV need not be UTF-8: replace such bytes, never throw.
   return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);

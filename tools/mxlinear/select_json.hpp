@@ -1,4 +1,5 @@
-// The selection report as JSON (`mxlinear select --json`): the device, and per layer the kernels
+// The selection report as JSON (`mxlinear select --json`): the device, the activation mode,
+// whether the report is the batch-invariant mode's (batch_invariant), and per layer the kernels
 // its calls run on, the kernel that claims it, every rejection and the per-M dispatch.
 #pragma once
 

@@ -171,7 +171,8 @@ int run_tune(const TuneOptions& o) {
     cuda(cudaStreamSynchronize(stream), "sync");
     const ReferenceRows ref =
         o.w8a16() ? reference_rows_w8a16(*w, b.x, m) : reference_rows(*w, b.xq, b.xs, m);
-    const LinearOptions options{o.w8a16() ? ActivationMode::kW8A16 : ActivationMode::kW8A8};
+    const LinearOptions options{.activation =
+                                    o.w8a16() ? ActivationMode::kW8A16 : ActivationMode::kW8A8};
     // The full linear from bf16 with this kernel and config: checked, then timed; nullopt where
     // its output fails the guard.
     auto measure = [&](const Kernel& kernel,
