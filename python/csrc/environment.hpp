@@ -11,4 +11,8 @@ namespace mxlinear_torch {
 // registry's warning) for any other value. Read once per process.
 mxlinear::ActivationMode default_activation_mode();
 
+// MXLINEAR_BATCH_INVARIANT's switch: true for "1"; false for "0", where it is unset and (with the
+// registry's warning) for any other value. Read once per process.
+bool default_batch_invariant();
+
 }  // namespace mxlinear_torch

@@ -149,11 +149,24 @@ PyObject* default_activation(PyObject*, PyObject*) {
   }
 }
 
+// _default_batch_invariant() -> bool: whether MXLINEAR_BATCH_INVARIANT makes the batch-invariant
+// mode the default, as the library read it (once per process).
+PyObject* default_batch_invariant(PyObject*, PyObject*) {
+  try {
+    return PyBool_FromLong(mxlinear_torch::default_batch_invariant() ? 1 : 0);
+  } catch (const std::exception& e) {
+    PyErr_Format(PyExc_RuntimeError, "mxlinear.default_batch_invariant: %s", e.what());
+    return nullptr;
+  }
+}
+
 PyMethodDef methods[] = {
     {"_select", select, METH_VARARGS,
      "_select(n, k, device, out_dtype) -> dict: the selection report of one layer."},
     {"_default_activation", default_activation, METH_NOARGS,
      "_default_activation() -> 'mx' or 'bf16': MXLINEAR_ACTIVATION's mode, read once."},
+    {"_default_batch_invariant", default_batch_invariant, METH_NOARGS,
+     "_default_batch_invariant() -> bool: MXLINEAR_BATCH_INVARIANT's switch, read once."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {

@@ -97,11 +97,13 @@ struct LayerWeights {
 
 // One linear call on `activation` (a TensorView or a QuantizedActivation of `rows` x `k`) over
 // the device of `like`: the GPU entry point with a workspace from torch's allocator, or the CPU
-// reference. `mode` applies to a 16-bit activation; a quantized one is W8A8 by nature.
+// reference. options.activation applies to a 16-bit activation; a quantized one is W8A8 by
+// nature. options.batch_invariant matters on the GPU alone: the reference sums each output in
+// float64 and rounds it once, so a row's bits never depend on the batch there.
 template <typename Activation>
 void run_linear(const char* op, const Tensor& like, const Activation& activation,
                 const LayerWeights& layer, const mxlinear::TensorView& out, std::int64_t rows,
-                std::int64_t k, mxlinear::ActivationMode mode = mxlinear::ActivationMode::kW8A8) {
+                std::int64_t k, const mxlinear::LinearOptions& options) {
   constexpr bool quantized = std::is_same_v<Activation, mxlinear::QuantizedActivation>;
   const mxlinear::MxWeight& w = layer.views;
   const std::optional<mxlinear::TensorView>& bias = layer.bias_view;
@@ -111,15 +113,10 @@ void run_linear(const char* op, const Tensor& like, const Activation& activation
       std::size_t bytes = 0;
       const Tensor workspace = workspace_for(like, rows, k, &bytes);
       const mxlinear::Workspace ws{workspace.data_ptr(), bytes};
-      if constexpr (quantized) {
-        mxlinear::linear(activation, w, bias, out, current_stream(like), ws);
-      } else {
-        mxlinear::linear(activation, w, bias, out, current_stream(like), ws,
-                         mxlinear::LinearOptions{mode});
-      }
+      mxlinear::linear(activation, w, bias, out, current_stream(like), ws, options);
     } else if constexpr (quantized) {
       mxlinear::reference_linear(activation, w, bias, out);
-    } else if (mode == mxlinear::ActivationMode::kW8A16) {
+    } else if (options.activation == mxlinear::ActivationMode::kW8A16) {
       mxlinear::reference_linear_w8a16(activation, w, bias, out);
     } else {
       mxlinear::reference_linear(activation, w, bias, out);
@@ -154,14 +151,17 @@ std::tuple<Tensor, Tensor> quantize_op(Tensor x_in, std::int64_t rule_index) {
 }
 
 // The mode arrives as an index (-1 MXLINEAR_ACTIVATION's default, 0 mx, 1 bf16), for the reason
-// quantize_op's rule does: the public function mxlinear.linear (Python) maps the name.
+// quantize_op's rule does: the public function mxlinear.linear (Python) maps the name. The
+// batch-invariant switch arrives in the same form (-1 MXLINEAR_BATCH_INVARIANT's default, 0 off,
+// 1 on), which mxlinear.linear maps from None, False or True.
 Tensor linear_op(Tensor x_in, Tensor weight_in, Tensor weight_scale_in,
                  std::optional<Tensor> bias_in, std::optional<ScalarType> out_dtype_in,
-                 std::int64_t activation_index) {
+                 std::int64_t activation_index, std::int64_t batch_invariant_index) {
   constexpr const char* op = "mxlinear.linear";
   const std::int64_t k = check_activation(op, x_in);
   const mxlinear::ActivationMode mode = activation_from_index(op, activation_index);
   check_activation_mode(op, x_in, mode);
+  const std::optional<bool> batch_invariant = batch_invariant_from_index(op, batch_invariant_index);
   const std::int64_t n = check_weight(op, x_in, weight_in, weight_scale_in, k);
   const auto bias = check_bias(op, bias_in, x_in, n);
   const ScalarType out_dtype = check_out_dtype(op, out_dtype_in, x_in.scalar_type());
@@ -172,14 +172,18 @@ Tensor linear_op(Tensor x_in, Tensor weight_in, Tensor weight_scale_in,
   if (rows == 0) return out;
 
   const LayerWeights layer(weight_in, weight_scale_in, bias, n, k);
-  run_linear(op, x, view2d(x, rows, k), layer, view2d(out, rows, n), rows, k, mode);
+  run_linear(op, x, view2d(x, rows, k), layer, view2d(out, rows, n), rows, k,
+             mxlinear::LinearOptions{.activation = mode, .batch_invariant = batch_invariant});
   return out;
 }
 
+// The batch-invariant switch arrives as linear_op's does.
 Tensor linear_quantized_op(Tensor x_data_in, Tensor x_scales_in, Tensor weight_in,
                            Tensor weight_scale_in, std::optional<Tensor> bias_in,
-                           std::optional<ScalarType> out_dtype_in) {
+                           std::optional<ScalarType> out_dtype_in,
+                           std::int64_t batch_invariant_index) {
   constexpr const char* op = "mxlinear.linear_quantized";
+  const std::optional<bool> batch_invariant = batch_invariant_from_index(op, batch_invariant_index);
   MXLINEAR_TORCH_CHECK(
       x_data_in.scalar_type() == ScalarType::Float8_e4m3fn, op, ": argument 'x_data' has dtype ",
       torch::headeronly::toString(x_data_in.scalar_type()), "; expected Float8_e4m3fn");
@@ -211,19 +215,23 @@ Tensor linear_quantized_op(Tensor x_data_in, Tensor x_scales_in, Tensor weight_i
   const LayerWeights layer(weight_in, weight_scale_in, bias, n, k);
   const mxlinear::QuantizedActivation xq{
       view2d(x_data, rows, k), view2d(x_scales, rows, k / kBlock), to_mx_dtype(out_dtype)};
-  run_linear(op, x_data, xq, layer, view2d(out, rows, n), rows, k);
+  run_linear(
+      op, x_data, xq, layer, view2d(out, rows, n), rows, k,
+      mxlinear::LinearOptions{.activation = std::nullopt, .batch_invariant = batch_invariant});
   return out;
 }
 
 // For the benchmark: host seconds per call of `iters` back-to-back calls of the library's own
 // linear() on these tensors (no torch dispatch, one workspace), on the current stream, in the
-// activation mode of that index (as linear_op takes it). Captured in a CUDA graph it records
-// exactly the kernels those library calls launch.
+// activation mode and batch-invariant switch of those indices (as linear_op takes them).
+// Captured in a CUDA graph it records exactly the kernels those library calls launch.
 double library_call_seconds_op(Tensor x, Tensor weight, Tensor weight_scale, Tensor out,
-                               std::int64_t iters, std::int64_t activation_index) {
+                               std::int64_t iters, std::int64_t activation_index,
+                               std::int64_t batch_invariant_index) {
   constexpr const char* op = "mxlinear._library_call_seconds";
   const std::int64_t k = check_activation(op, x);
   const mxlinear::ActivationMode mode = activation_from_index(op, activation_index);
+  const std::optional<bool> batch_invariant = batch_invariant_from_index(op, batch_invariant_index);
   check_activation_mode(op, x, mode);
   const std::int64_t n = check_weight(op, x, weight, weight_scale, k);
   MXLINEAR_TORCH_CHECK(x.is_cuda(), op, ": argument 'x' is on ", device_string(x),
@@ -246,7 +254,7 @@ double library_call_seconds_op(Tensor x, Tensor weight, Tensor weight_scale, Ten
   const auto ov = view2d(out, rows, n);
   const cudaStream_t stream = current_stream(x);
   const mxlinear::Workspace ws{workspace.data_ptr(), bytes};
-  const mxlinear::LinearOptions options{mode};
+  const mxlinear::LinearOptions options{.activation = mode, .batch_invariant = batch_invariant};
   double seconds = 0;
   call_library(op, [&] {
     const auto start = std::chrono::steady_clock::now();
@@ -264,13 +272,13 @@ STABLE_TORCH_LIBRARY(mxlinear, m) {
   m.def("_quantize(Tensor x, int rule) -> (Tensor, Tensor)");
   m.def(
       "linear(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None, "
-      "ScalarType? out_dtype=None, int activation=-1) -> Tensor");
+      "ScalarType? out_dtype=None, int activation=-1, int batch_invariant=-1) -> Tensor");
   m.def(
       "linear_quantized(Tensor x_data, Tensor x_scales, Tensor weight, Tensor weight_scale, "
-      "Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor");
+      "Tensor? bias=None, ScalarType? out_dtype=None, int batch_invariant=-1) -> Tensor");
   m.def(
       "_library_call_seconds(Tensor x, Tensor weight, Tensor weight_scale, Tensor(a!) out, "
-      "int iters, int activation=-1) -> float");
+      "int iters, int activation=-1, int batch_invariant=-1) -> float");
 }
 
 // One implementation serves both dispatch keys: the dispatcher picks CUDA when any tensor

@@ -122,6 +122,14 @@ mxlinear::ActivationMode activation_from_index(const char* op, std::int64_t inde
               "; expected -1 (MXLINEAR_ACTIVATION's default), 0 (mx, W8A8) or 1 (bf16, W8A16)"));
 }
 
+std::optional<bool> batch_invariant_from_index(const char* op, std::int64_t index) {
+  if (index == -1) return std::nullopt;
+  if (index == 0) return false;
+  if (index == 1) return true;
+  fail(concat(op, ": argument 'batch_invariant' has index ", index,
+              "; expected -1 (MXLINEAR_BATCH_INVARIANT's default), 0 (off) or 1 (on)"));
+}
+
 void check_activation_mode(const char* op, const Tensor& x, mxlinear::ActivationMode mode) {
   const ScalarType t = x.scalar_type();
   const bool sixteen_bit = t == ScalarType::BFloat16 || t == ScalarType::Half;

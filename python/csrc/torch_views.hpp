@@ -9,6 +9,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,11 @@ mxlinear::ScaleRule rule_from_index(std::int64_t index);
 // The activation modes by index, as mxlinear::linear takes them: -1 the process default
 // (MXLINEAR_ACTIVATION), 0 "mx" (W8A8), 1 "bf16" (W8A16). The op names the argument 'activation'.
 mxlinear::ActivationMode activation_from_index(const char* op, std::int64_t index);
+
+// The batch-invariant switch by index, as mxlinear::linear and mxlinear::linear_quantized take
+// it: -1 nullopt (the library applies MXLINEAR_BATCH_INVARIANT), 0 off, 1 on. The op names the
+// argument 'batch_invariant'.
+std::optional<bool> batch_invariant_from_index(const char* op, std::int64_t index);
 
 // Checks that x's dtype suits `mode`: W8A16 multiplies a bf16 or fp16 x as it is, so a float32 x
 // is refused there, naming 'x'.

@@ -10,6 +10,13 @@ activation first, the checkpoint's own semantics. ``"bf16"`` (W8A16) multiplies 
 float16 activation as it is by the dequantized weights: more accurate, and no activation
 quantization. The environment variable ``MXLINEAR_ACTIVATION=mx|bf16`` sets the process default
 (read once); ``default_activation()`` tells which it is.
+
+Each call gives the same bits every time it runs with the same shapes. ``batch_invariant=True``
+(or ``MXLINEAR_BATCH_INVARIANT=1`` for calls that leave it None) asks for more: each output row's
+bits depend only on that row of x, the weights and the activation mode, never on the number of
+rows or the row's place in the batch, because only kernels and configs that sum each output's K
+products in one fixed order serve the call. ``default_batch_invariant()`` tells whether the
+environment made it the default. The CPU reference is batch-invariant in either case.
 """
 
 import torch
@@ -25,6 +32,7 @@ __all__ = [
     "linear",
     "ACTIVATIONS",
     "default_activation",
+    "default_batch_invariant",
     "select",
     "__version__",
     "nn",
@@ -56,11 +64,37 @@ def _activation_index(where: str, activation: str | None) -> int:
     )
 
 
+# The batch-invariant switch as the ops take it: -1 leaves it to MXLINEAR_BATCH_INVARIANT, 0 off,
+# 1 on (an index, like the activation mode, rather than an optional bool).
+_DEFAULT_BATCH_INVARIANT_INDEX = -1
+
+
+def _batch_invariant_index(where: str, batch_invariant: bool | None) -> int:
+    if batch_invariant is None:
+        return _DEFAULT_BATCH_INVARIANT_INDEX
+    # A bool only: an int reads like the op's index (where -1 is the default, not "on"), and
+    # any other object's truth says nothing about what the caller meant.
+    if isinstance(batch_invariant, bool):
+        return int(batch_invariant)
+    raise TypeError(
+        f"{where}: argument 'batch_invariant' is {batch_invariant!r} (a "
+        f"{type(batch_invariant).__name__}); expected None (the default, "
+        "MXLINEAR_BATCH_INVARIANT), True or False"
+    )
+
+
 def default_activation() -> str:
     """The activation mode of calls that choose none: ``"bf16"`` (W8A16) where the environment
     variable ``MXLINEAR_ACTIVATION`` is ``bf16``, else ``"mx"`` (W8A8). The library reads the
     variable once per process, on first use."""
     return _C._default_activation()
+
+
+def default_batch_invariant() -> bool:
+    """Whether calls that leave ``batch_invariant`` None run in the batch-invariant mode: True
+    where the environment variable ``MXLINEAR_BATCH_INVARIANT`` is ``1``, else False. The library
+    reads the variable once per process, on first use."""
+    return _C._default_batch_invariant()
 
 
 def quantize(x: torch.Tensor, rule: str = "rceil") -> tuple[torch.Tensor, torch.Tensor]:
@@ -79,6 +113,7 @@ def linear(
     bias: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
     activation: str | None = None,
+    batch_invariant: bool | None = None,
 ) -> torch.Tensor:
     """``deq(quantize(x)) @ deq(weight, weight_scale).T (+ bias)`` (W8A8), or
     ``x @ deq(weight, weight_scale).T (+ bias)`` (W8A16).
@@ -94,8 +129,19 @@ def linear(
     None for the process default (``default_activation()``, from ``MXLINEAR_ACTIVATION``). Any
     other value raises ValueError. A quantized ``x`` is W8A8 by nature: with it, ``activation``
     may only be None or ``"mx"``.
+
+    ``batch_invariant``: True runs the call in the batch-invariant mode, where each output row's
+    bits depend only on that row of ``x``, the weights and the activation mode, never on how many
+    rows ``x`` has or where the row sits among them (only kernels and configs that sum each
+    output's K products in one fixed order serve the call). False runs the default mode, which
+    gives the same bits every run for a given call shape only. None (the default) takes the
+    process default (``default_batch_invariant()``, from ``MXLINEAR_BATCH_INVARIANT``). Anything
+    but a bool or None raises TypeError. On CPU tensors the reference (one float64 sum per output,
+    rounded once) is batch-invariant in every mode.
     """
-    index = _activation_index("mxlinear.linear", activation)
+    where = "mxlinear.linear"
+    index = _activation_index(where, activation)
+    invariant = _batch_invariant_index(where, batch_invariant)
     if isinstance(x, tuple):
         if len(x) != 2:
             raise TypeError(
@@ -109,9 +155,9 @@ def linear(
             )
         data, scales = x
         return torch.ops.mxlinear.linear_quantized(
-            data, scales, weight, weight_scale, bias, out_dtype
+            data, scales, weight, weight_scale, bias, out_dtype, invariant
         )
-    return torch.ops.mxlinear.linear(x, weight, weight_scale, bias, out_dtype, index)
+    return torch.ops.mxlinear.linear(x, weight, weight_scale, bias, out_dtype, index, invariant)
 
 
 def select(

@@ -89,6 +89,16 @@ def _check_activation_mode(op: str, x: torch.Tensor, index: int) -> None:
         )
 
 
+def _check_batch_invariant(op: str, index: int) -> None:
+    """The batch-invariant index as the C++ ops take it (-1 MXLINEAR_BATCH_INVARIANT's default,
+    0 off, 1 on). It changes which kernel runs, never the result's shape or dtype."""
+    if index not in (-1, 0, 1):
+        _fail(
+            f"{op}: argument 'batch_invariant' has index {index}; expected -1 "
+            "(MXLINEAR_BATCH_INVARIANT's default), 0 (off) or 1 (on)"
+        )
+
+
 def _check_out_dtype(op: str, dtype: torch.dtype) -> torch.dtype:
     if dtype not in _ACTIVATION_DTYPES:
         _fail(f"{op}: argument 'out_dtype' is {dtype}; expected bfloat16, float16 or float32")
@@ -106,10 +116,13 @@ def _quantize_fake(x: torch.Tensor, rule: int):
 
 
 @torch.library.register_fake("mxlinear::linear")
-def _linear_fake(x, weight, weight_scale, bias=None, out_dtype=None, activation=-1):
+def _linear_fake(
+    x, weight, weight_scale, bias=None, out_dtype=None, activation=-1, batch_invariant=-1
+):
     op = "mxlinear.linear"
     k = _check_activation(op, x)
     _check_activation_mode(op, x, activation)
+    _check_batch_invariant(op, batch_invariant)
     n = _check_weight(op, x, weight, weight_scale, k)
     _check_bias(op, x, bias, n)
     dtype = _check_out_dtype(op, x.dtype if out_dtype is None else out_dtype)
@@ -117,8 +130,11 @@ def _linear_fake(x, weight, weight_scale, bias=None, out_dtype=None, activation=
 
 
 @torch.library.register_fake("mxlinear::linear_quantized")
-def _linear_quantized_fake(x_data, x_scales, weight, weight_scale, bias=None, out_dtype=None):
+def _linear_quantized_fake(
+    x_data, x_scales, weight, weight_scale, bias=None, out_dtype=None, batch_invariant=-1
+):
     op = "mxlinear.linear_quantized"
+    _check_batch_invariant(op, batch_invariant)
     if x_data.dtype != torch.float8_e4m3fn:
         _fail(f"{op}: argument 'x_data' has dtype {x_data.dtype}; expected float8_e4m3fn")
     k = _check_k(op, "x_data", x_data)

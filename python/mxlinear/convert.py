@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from .nn import BLOCK, MXFP8Linear, _check_activation
+from .nn import BLOCK, MXFP8Linear, _check_activation, _check_batch_invariant
 
 Selector = Iterable[str] | Callable[[str, torch.nn.Module], bool] | None
 
@@ -71,6 +71,7 @@ def quantize_model(
     rule: str = "rceil",
     out_dtype: torch.dtype | None = None,
     activation: str | None = None,
+    batch_invariant: bool | None = None,
 ) -> QuantizedModules:
     """Replaces the selected ``nn.Linear`` submodules of ``model`` with ``MXFP8Linear.from_linear``
     (weights quantized with ``rule`` on their own device) and returns what it did.
@@ -85,6 +86,8 @@ def quantize_model(
     everywhere. The model itself must not be an ``nn.Linear`` (use ``MXFP8Linear.from_linear``).
     ``activation`` is the new layers' mode: None (``MXLINEAR_ACTIVATION``), ``"mx"`` (W8A8) or
     ``"bf16"`` (W8A16, activations multiplied as they are); see ``MXFP8Linear``.
+    ``batch_invariant`` is the new layers' batch-invariant switch: None
+    (``MXLINEAR_BATCH_INVARIANT``), True or False; see ``MXFP8Linear``.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(
@@ -98,6 +101,7 @@ def quantize_model(
             "use MXFP8Linear.from_linear"
         )
     _check_activation("quantize_model", activation)
+    _check_batch_invariant("quantize_model", batch_invariant)
     if include is not None and not callable(include) and not isinstance(include, str):
         include = tuple(include)  # read twice below; a generator would be spent after once
     included = _matcher("include", include)
@@ -136,7 +140,11 @@ def quantize_model(
             skipped[name] = reason
             continue
         replacements[id(module)] = MXFP8Linear.from_linear(
-            module, rule=rule, out_dtype=out_dtype, activation=activation
+            module,
+            rule=rule,
+            out_dtype=out_dtype,
+            activation=activation,
+            batch_invariant=batch_invariant,
         )
         converted.append(name)
 

@@ -4,8 +4,8 @@ The weight is stored quantized (E4M3 elements, one E8M0 scale per 32 elements al
 layer calls ``mxlinear.linear``, which MX-quantizes the activation (W8A8) or multiplies a bfloat16
 or float16 activation as it is (W8A16), and runs the exact reference on CPU or the GPU kernels on
 CUDA. Nothing in the layer is trainable: the weight, its scales and the bias are buffers, so
-``.to(device)``, ``state_dict`` and ``load_state_dict`` carry them; the activation mode is a
-plain attribute, not part of the state.
+``.to(device)``, ``state_dict`` and ``load_state_dict`` carry them; the activation mode and the
+batch-invariant switch are plain attributes, not part of the state.
 """
 
 from __future__ import annotations
@@ -58,6 +58,15 @@ def _check_activation(where: str, activation) -> None:
         )
 
 
+def _check_batch_invariant(where: str, batch_invariant) -> None:
+    if batch_invariant is not None and not isinstance(batch_invariant, bool):
+        raise TypeError(
+            f"{where}: argument 'batch_invariant' is {batch_invariant!r} (a "
+            f"{type(batch_invariant).__name__}); expected None (the default, "
+            "MXLINEAR_BATCH_INVARIANT), True or False"
+        )
+
+
 def _check_bias(where: str, bias, n: int, device: torch.device) -> None:
     _check_tensor(where, "bias", bias)
     if bias.dtype not in _FLOAT_DTYPES:
@@ -76,8 +85,8 @@ def _check_bias(where: str, bias, n: int, device: torch.device) -> None:
 
 
 class MXFP8Linear(torch.nn.Module):
-    """``y = mxlinear.linear(x, weight, weight_scale, bias, out_dtype, activation)``, for
-    inference only.
+    """``y = mxlinear.linear(x, weight, weight_scale, bias, out_dtype, activation,
+    batch_invariant)``, for inference only.
 
     Buffers: ``weight`` float8_e4m3fn [out_features, in_features], ``weight_scale`` uint8
     [out_features, in_features / 32] (E8M0 bytes, bias 127) and optionally ``bias``
@@ -91,6 +100,12 @@ class MXFP8Linear(torch.nn.Module):
     an attribute that may be changed at any time, not a buffer: ``state_dict`` and checkpoints do
     not carry it. A pre-quantized input is W8A8 whatever the attribute says.
 
+    ``batch_invariant`` is the layer's batch-invariant switch: True makes each output row's bits
+    depend only on that row of the input (never on the batch size or the row's place in the
+    batch), False keeps the default mode, None takes the process default
+    (``MXLINEAR_BATCH_INVARIANT``); see ``mxlinear.linear``. Like ``activation`` it is a plain
+    attribute, applied to pre-quantized inputs too.
+
     ``Module.to(dtype)``, ``.half()`` and ``.float()`` convert the bias but never the quantized
     weight, which follows device moves only.
 
@@ -102,6 +117,9 @@ class MXFP8Linear(torch.nn.Module):
     weight: torch.Tensor
     weight_scale: torch.Tensor
     bias: torch.Tensor | None
+    # Also a class default, so that a whole layer pickled by a release without the switch
+    # unpickles into one that runs in the process default mode.
+    batch_invariant: bool | None = None
 
     def __init__(
         self,
@@ -113,6 +131,7 @@ class MXFP8Linear(torch.nn.Module):
         out_dtype: torch.dtype | None = None,
         rule: str | None = None,
         activation: str | None = None,
+        batch_invariant: bool | None = None,
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
@@ -138,11 +157,13 @@ class MXFP8Linear(torch.nn.Module):
         _check_out_dtype(where, out_dtype)
         _check_rule(where, rule)
         _check_activation(where, activation)
+        _check_batch_invariant(where, batch_invariant)
         self.in_features = in_features
         self.out_features = out_features
         self.out_dtype = out_dtype
         self.rule = rule
         self.activation = activation
+        self.batch_invariant = batch_invariant
         self.register_buffer(
             "weight",
             torch.zeros(out_features, in_features, dtype=torch.float8_e4m3fn, device=device),
@@ -166,6 +187,7 @@ class MXFP8Linear(torch.nn.Module):
         out_dtype: torch.dtype | None = None,
         rule: str | None = None,
         activation: str | None = None,
+        batch_invariant: bool | None = None,
     ) -> "MXFP8Linear":
         """A layer over already quantized tensors (used as they are, not copied).
 
@@ -173,7 +195,7 @@ class MXFP8Linear(torch.nn.Module):
         float8_e8m0fnu [N, K/32] (stored as a uint8 view); ``bias`` [N] bfloat16, float16 or
         float32; all on one device. A wrong type or dtype raises TypeError, a wrong shape or
         device ValueError, each naming the argument, as does an ``activation`` other than None,
-        ``"mx"`` or ``"bf16"``.
+        ``"mx"`` or ``"bf16"``; a ``batch_invariant`` other than None or a bool raises TypeError.
         """
         where = "MXFP8Linear.from_quantized"
         _check_tensor(where, "weight", weight)
@@ -209,8 +231,16 @@ class MXFP8Linear(torch.nn.Module):
         _check_out_dtype(where, out_dtype)
         _check_rule(where, rule)
         _check_activation(where, activation)
+        _check_batch_invariant(where, batch_invariant)
         layer = cls(
-            k, n, bias=False, out_dtype=out_dtype, rule=rule, activation=activation, device="meta"
+            k,
+            n,
+            bias=False,
+            out_dtype=out_dtype,
+            rule=rule,
+            activation=activation,
+            batch_invariant=batch_invariant,
+            device="meta",
         )
         layer.weight = weight
         layer.weight_scale = weight_scale.view(torch.uint8)
@@ -224,11 +254,12 @@ class MXFP8Linear(torch.nn.Module):
         rule: str = "rceil",
         out_dtype: torch.dtype | None = None,
         activation: str | None = None,
+        batch_invariant: bool | None = None,
     ) -> "MXFP8Linear":
         """Quantizes ``linear.weight`` with ``mxlinear.quantize(weight, rule)`` on the weight's own
         device (CPU or CUDA) and keeps a copy of its bias. The weight must be bfloat16, float16 or
-        float32 and ``in_features`` a multiple of 32. ``activation`` is the layer's mode (see the
-        class)."""
+        float32 and ``in_features`` a multiple of 32. ``activation`` and ``batch_invariant`` are
+        the layer's mode and switch (see the class)."""
         where = "MXFP8Linear.from_linear"
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(
@@ -250,11 +281,18 @@ class MXFP8Linear(torch.nn.Module):
         if rule not in _RULES:
             raise ValueError(f"{where}: argument 'rule' is {rule!r}; expected 'rceil' or 'floor'")
         _check_activation(where, activation)
+        _check_batch_invariant(where, batch_invariant)
         with torch.no_grad():
             weight, weight_scale = mxlinear.quantize(linear.weight.detach(), rule)
             bias = None if linear.bias is None else linear.bias.detach().clone()
         return cls.from_quantized(
-            weight, weight_scale, bias, out_dtype=out_dtype, rule=rule, activation=activation
+            weight,
+            weight_scale,
+            bias,
+            out_dtype=out_dtype,
+            rule=rule,
+            activation=activation,
+            batch_invariant=batch_invariant,
         )
 
     # ------------------------------------------------------------------ use
@@ -264,7 +302,13 @@ class MXFP8Linear(torch.nn.Module):
         pre-quantized ``(data, scales)`` pair as ``mxlinear.quantize`` returns it (W8A8)."""
         activation = None if isinstance(x, tuple) else self.activation
         return mxlinear.linear(
-            x, self.weight, self.weight_scale, self.bias, self.out_dtype, activation
+            x,
+            self.weight,
+            self.weight_scale,
+            self.bias,
+            self.out_dtype,
+            activation,
+            batch_invariant=self.batch_invariant,
         )
 
     def dequantized_weight(self) -> torch.Tensor:
@@ -283,8 +327,13 @@ class MXFP8Linear(torch.nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, bias={bias}, "
             f"rule={self.rule}, out_dtype={out}"
         )
-        # The default mode (MXLINEAR_ACTIVATION's) is left out, so such layers print as before.
-        return text if self.activation is None else f"{text}, activation={self.activation}"
+        # The defaults (MXLINEAR_ACTIVATION's mode, MXLINEAR_BATCH_INVARIANT's switch) are left
+        # out, so such layers print as before.
+        if self.activation is not None:
+            text += f", activation={self.activation}"
+        if self.batch_invariant is not None:
+            text += f", batch_invariant={self.batch_invariant}"
+        return text
 
     # ------------------------------------------------------------------ nn.Module hooks
 

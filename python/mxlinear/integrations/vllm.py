@@ -29,6 +29,13 @@ Switches:
     W8A16, multiplying the bf16 or fp16 activation as it is by the dequantized weights, instead of
     MX-quantizing it first (W8A8, ``mx``, the default). The kernel calls the op in the process
     default mode; vLLM's MXFP8 layer configuration has no field for it.
+  * ``VLLM_BATCH_INVARIANT=1``: vLLM's own batch-invariant switch. Each kernel, when vLLM builds
+    it, reads the variable as vLLM does (an integer, nonzero meaning on) and then calls the op with
+    ``batch_invariant=True``, so that an output row's bits depend only on that row of the
+    activation, never on how many requests share the batch or where the row sits in it. Where it
+    is unset or 0 the op takes mxlinear's own default (``MXLINEAR_BATCH_INVARIANT``, off where
+    unset). A value that is not an integer makes building the kernel raise ``ValueError`` naming
+    the variable (vLLM's own reading of it refuses such a value too).
 
 Messages go to the ``mxlinear.integrations.vllm`` logger.
 """
@@ -43,6 +50,7 @@ logger = logging.getLogger(__name__)
 KERNEL_NAME = "MxlinearMxfp8LinearKernel"
 BACKEND_NAME = "mxlinear"
 DISABLE_ENV = "MXLINEAR_VLLM_DISABLE"
+BATCH_INVARIANT_ENV = "VLLM_BATCH_INVARIANT"
 
 _BLOCK = 32
 _HOPPER = 90  # vLLM's integer capability <major><minor>
@@ -64,6 +72,25 @@ def disabled() -> bool:
         f"environment variable {DISABLE_ENV} is {value!r}; expected 1, true, yes or on to keep "
         "mxlinear out of vLLM, or 0, false, no, off or unset to register it"
     )
+
+
+def vllm_batch_invariant() -> bool:
+    """Whether vLLM's batch-invariant switch ``VLLM_BATCH_INVARIANT`` is on: an integer, nonzero
+    meaning on, unset meaning off, as vLLM itself reads it."""
+    value = os.environ.get(BATCH_INVARIANT_ENV, "0")
+    try:
+        return int(value.strip() or "0") != 0
+    except ValueError:
+        raise ValueError(
+            f"environment variable {BATCH_INVARIANT_ENV} is {value!r}; expected an integer: 1 "
+            "for vLLM's batch-invariant mode, 0 or unset for the default"
+        ) from None
+
+
+def batch_invariant_index() -> int:
+    """The op's ``batch_invariant`` argument for vLLM's switch: 1 (on) where
+    ``VLLM_BATCH_INVARIANT`` is on, else -1 (mxlinear's default, ``MXLINEAR_BATCH_INVARIANT``)."""
+    return 1 if vllm_batch_invariant() else -1
 
 
 def _cuda_kernels_loaded() -> bool:
@@ -88,11 +115,22 @@ def _build_kernel_class() -> type:
 
     class MxlinearMxfp8LinearKernel(Mxfp8LinearKernel):
         """MXFP8 GEMM by mxlinear on sm_90a: W8A8 (activations quantized inside the op), or W8A16
-        (activations as they are) where MXLINEAR_ACTIVATION=bf16."""
+        (activations as they are) where MXLINEAR_ACTIVATION=bf16; batch-invariant where
+        VLLM_BATCH_INVARIANT=1."""
 
         # process_weights_after_loading only trims and re-lays parameters in place, so weights
         # that were already processed pass through it unchanged.
         supports_pre_processed_weights = True
+
+        # The op's batch_invariant index: -1, mxlinear's default, until __init__ reads vLLM's
+        # switch.
+        batch_invariant_index = -1
+
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            # Read once per layer, when vLLM builds the kernel: apply_weights runs in captured
+            # CUDA graphs and compiled code, where an environment read has no place.
+            self.batch_invariant_index = batch_invariant_index()
 
         @classmethod
         def is_supported(cls, compute_capability: int | None = None) -> tuple[bool, str | None]:
@@ -170,8 +208,16 @@ def _build_kernel_class() -> type:
             bias: torch.Tensor | None = None,
         ) -> torch.Tensor:
             out_dtype = getattr(layer, "params_dtype", None) or x.dtype
+            # Activation mode -1, the process default (MXLINEAR_ACTIVATION): vLLM's layer
+            # configuration has no field for the mode.
             return torch.ops.mxlinear.linear(
-                x, layer.weight, layer.weight_scale, bias, out_dtype
+                x,
+                layer.weight,
+                layer.weight_scale,
+                bias,
+                out_dtype,
+                -1,
+                self.batch_invariant_index,
             )
 
     # Pickle and reprs find the class through this module's __getattr__.
