@@ -36,6 +36,7 @@ __all__ = [
     "select",
     "__version__",
     "nn",
+    "distributed",
     "MXFP8Linear",
     "QuantizedModules",
     "quantize_model",
@@ -180,7 +181,7 @@ def select(
 
 
 # The module layer, model conversion and checkpoint loading, over the functions above.
-from . import checkpoints, convert, nn  # noqa: E402
+from . import checkpoints, convert, distributed, nn  # noqa: E402
 from .checkpoints import CheckpointError, detect_format, load_mxfp8, save_mxfp8  # noqa: E402
 from .convert import QuantizedModules, quantize_model  # noqa: E402
 from .nn import MXFP8Linear  # noqa: E402

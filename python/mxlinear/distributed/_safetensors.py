@@ -1,0 +1,93 @@
+"""Reading one rank's part of a layer from a safetensors checkpoint: only its rows or K columns
+are copied out."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..nn import (
+    BLOCK,
+    _is_block_multiple,
+)
+from ._shards import _own
+
+
+class _SafetensorsLayer:
+    """Lazy per-tensor access to ``<prefix>.weight``, ``.weight_scale`` and ``.bias`` in one
+    safetensors file, or in whichever file of a checkpoint directory holds them."""
+
+    def __init__(self, where: str, path, prefix: str):
+        from safetensors import safe_open
+
+        from ..checkpoints import CheckpointError, _shards
+
+        self.where, self.prefix, self.error = where, prefix, CheckpointError
+        path = os.fspath(path)
+        files = _shards(path) if os.path.isdir(path) else [path]
+        if not os.path.isdir(path) and not os.path.isfile(path):
+            raise FileNotFoundError(f"{where}: no safetensors file at '{path}'")
+        self.handles = {}
+        try:
+            for f in files:
+                handle = safe_open(f, "pt", device="cpu")
+                for key in handle.keys():
+                    if key.startswith(prefix + "."):
+                        self.handles[key] = (handle, f)
+        except Exception as e:  # the parser's own error type
+            raise CheckpointError(f"{where}: '{path}' is not a readable safetensors file: {e}") from e
+        self.path = path
+
+    def has(self, suffix: str) -> bool:
+        return f"{self.prefix}.{suffix}" in self.handles
+
+    def shape(self, suffix: str) -> tuple[int, ...]:
+        key = f"{self.prefix}.{suffix}"
+        if key not in self.handles:
+            raise self.error(f"{self.where}: missing tensor '{key}' in '{self.path}'")
+        handle, _ = self.handles[key]
+        return tuple(handle.get_slice(key).get_shape())
+
+    def read(self, suffix: str, rows=slice(None), cols=None) -> torch.Tensor:
+        """Only ``[rows]`` or ``[rows, cols]`` of the tensor is read from the file."""
+        key = f"{self.prefix}.{suffix}"
+        handle, _ = self.handles[key]
+        part = handle.get_slice(key)
+        # safetensors may hand back a view into its memory map of the file: copy the slice out,
+        # so the shard owns exactly its own bytes and never pins the whole stored tensor.
+        return _own(part[rows] if cols is None else part[rows, cols])
+
+
+def _read_checked(where: str, layer: _SafetensorsLayer, bias: bool):
+    """(N, K, has bias) of the stored layer, checking the stored shapes."""
+    wshape, sshape = layer.shape("weight"), layer.shape("weight_scale")
+    key = f"{layer.prefix}"
+    if len(wshape) != 2 or wshape[0] < 1 or not _is_block_multiple(wshape[1]):
+        raise layer.error(
+            f"{where}: tensor '{key}.weight' has shape {list(wshape)}; expected [N, K] with K a "
+            f"positive multiple of {BLOCK}"
+        )
+    n, k = wshape
+    if tuple(sshape) != (n, k // BLOCK):
+        raise layer.error(
+            f"{where}: tensor '{key}.weight_scale' has shape {list(sshape)}; expected "
+            f"[{n}, {k // BLOCK}] (N, K/32)"
+        )
+    has_bias = bias and layer.has("bias")
+    if has_bias and layer.shape("bias") != (n,):
+        raise layer.error(
+            f"{where}: tensor '{key}.bias' has shape {list(layer.shape('bias'))}; expected [{n}]"
+        )
+    return n, k, has_bias
+
+
+def _check_loaded(where: str, key: str, t: torch.Tensor, dtypes) -> torch.Tensor:
+    from ..checkpoints import CheckpointError
+
+    if t.dtype not in dtypes:
+        raise CheckpointError(
+            f"{where}: tensor '{key}' has dtype {str(t.dtype).removeprefix('torch.')}; expected "
+            f"{' or '.join(str(d).removeprefix('torch.') for d in dtypes)}"
+        )
+    return t

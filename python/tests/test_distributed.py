@@ -1,0 +1,446 @@
+"""mxlinear.distributed: column- and row-parallel layers over torch.distributed (gloo on CPU,
+NCCL on two CUDA GPUs), against the unsharded layer and the bound of docs/MXFP8.md, "Tensor
+parallelism".
+
+The ranks are long-lived worker processes (one pool per world size, started once per module with
+torch.multiprocessing's spawn and a file:// rendezvous in a fresh temporary directory, so runs
+never share a port or a store). Each check below runs on every rank with the same seed, so every
+rank builds the same full tensors; a check returns on success and raises on failure.
+"""
+
+import datetime
+import json
+import os
+import queue
+import traceback
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import mxlinear
+from mxlinear.distributed import ColumnParallelMXFP8Linear, RowParallelMXFP8Linear, even_splits
+from mxlinear.nn import MXFP8Linear
+
+U32 = 2.0**-24
+U64 = 2.0**-53
+SIGNIFICANT_BITS = {torch.bfloat16: 8, torch.float16: 11, torch.float32: 24}
+MIN_EXPONENT = {torch.bfloat16: -126, torch.float16: -14, torch.float32: -126}
+TASK_TIMEOUT_S = 120
+
+
+def gamma(n: int, u: float = U32) -> float:
+    return n * u / (1 - n * u)
+
+
+# ---------------------------------------------------------------------------- the worker pool
+
+
+def _worker(rank, world, init, backend, tasks, results):
+    torch.set_num_threads(1)
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        while True:
+            item = tasks.get()
+            if item is None:
+                break
+            name, args = item
+            try:
+                globals()[name](rank, world, *args)
+                results.put((rank, None))
+            except BaseException:  # noqa: BLE001  (reported to the test, which fails)
+                results.put((rank, traceback.format_exc()))
+    finally:
+        dist.destroy_process_group()
+
+
+class Pool:
+    """``world`` ranks waiting for checks; ``run(name, *args)`` runs ``name(rank, world, *args)``
+    on each and fails the test with every failing rank's traceback."""
+
+    def __init__(self, world: int, directory: str, backend: str):
+        ctx = mp.get_context("spawn")
+        self.world, self.backend = world, backend
+        init = "file://" + os.path.join(directory, f"rendezvous-{backend}-{world}")
+        self.tasks = [ctx.Queue() for _ in range(world)]
+        self.results = ctx.Queue()
+        self.procs = [
+            ctx.Process(target=_worker, args=(r, world, init, backend, self.tasks[r], self.results),
+                        daemon=True)
+            for r in range(world)
+        ]
+        for p in self.procs:
+            p.start()
+        self.broken = False
+
+    def run(self, name: str, *args) -> None:
+        for q in self.tasks:
+            q.put((name, args))
+        failures, done, wait = {}, 0, TASK_TIMEOUT_S
+        while done < self.world:
+            try:
+                rank, error = self.results.get(timeout=wait)
+            except queue.Empty:
+                failures["timeout"] = f"{self.world - done} ranks gave no answer in {wait} s"
+                break
+            done += 1
+            if error is not None:
+                failures[rank] = error
+                wait = 10  # the others may be stuck in a collective: do not wait for gloo's timeout
+        if failures:
+            self.close()
+            raise AssertionError(
+                f"{name}{args} failed on {self.world} ranks:\n"
+                + "\n".join(f"--- rank {r}:\n{e}" for r, e in failures.items())
+            )
+
+    def close(self) -> None:
+        self.broken = True
+        for q in self.tasks:
+            q.put(None)
+        for p in self.procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+
+
+@pytest.fixture(scope="module")
+def pools(tmp_path_factory):
+    made: dict = {}
+
+    def get(world: int, backend: str = "gloo") -> Pool:
+        key = (world, backend)
+        if key not in made or made[key].broken:
+            made[key] = Pool(world, str(tmp_path_factory.mktemp("dist")), backend)
+        return made[key]
+
+    yield get
+    for p in made.values():
+        if not p.broken:
+            p.close()
+
+
+def two_cuda_gpus() -> bool:
+    return torch.cuda.is_available() and torch.cuda.device_count() >= 2 and dist.is_nccl_available()
+
+
+needs_two_gpus = pytest.mark.skipif(not two_cuda_gpus(), reason="needs 2 CUDA GPUs and NCCL: "
+                                    "NCCL test skipped")
+
+
+# ---------------------------------------------------------------------------- data and reference
+
+
+def gen(seed: int) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+def random_weight(n: int, k: int, g) -> tuple[torch.Tensor, torch.Tensor]:
+    """MX-quantized random weights with block magnitudes 2^-3..2^3."""
+    w = torch.randn(n, k, generator=g) * torch.pow(
+        2.0, torch.randint(-3, 4, (n, k // 32), generator=g).float()).repeat_interleave(32, 1)
+    return mxlinear.quantize(w)
+
+
+def random_x(shape, g, dtype=torch.bfloat16) -> torch.Tensor:
+    return (torch.randn(*shape, generator=g) * 4).to(dtype)
+
+
+def deq(data, scales) -> torch.Tensor:
+    q = data.view(torch.float8_e4m3fn).double().unflatten(-1, (-1, 32))
+    s = torch.ldexp(torch.ones_like(scales, dtype=torch.float64), scales.view(torch.uint8).long() - 127)
+    return (q * s.unsqueeze(-1)).flatten(-2)
+
+
+def activation_f64(x, activation) -> torch.Tensor:
+    """The activation the layer multiplies, in float64: deq(quantize(x)) (W8A8) or x (W8A16)."""
+    return deq(*mxlinear.quantize(x)) if activation == "mx" else x.double()
+
+
+def half_ulp(y: torch.Tensor) -> torch.Tensor:
+    """Half an ulp of each element's binade in y's dtype (half the smallest subnormal for 0)."""
+    p, emin = SIGNIFICANT_BITS[y.dtype], MIN_EXPONENT[y.dtype]
+    _, e = torch.frexp(y.double())  # |y| = m 2^e, m in [0.5, 1): the binade's exponent is e - 1
+    e = torch.where(y == 0, torch.full_like(e, emin), (e - 1).clamp(min=emin))
+    return torch.ldexp(torch.ones_like(y, dtype=torch.float64), e - p)  # ulp / 2 = 2^(e-p+1) / 2
+
+
+# ---------------------------------------------------------------------------- checks (per rank)
+
+
+def check_column(rank, world, seed, activation, n, k, device="cpu"):
+    g = gen(seed)
+    w, ws = random_weight(n, k, g)
+    x = random_x((3, 7, k), g)  # a 3-D activation
+    bias = random_x((n,), g)
+    x, w, ws, bias = x.to(device), w.to(device), ws.to(device), bias.to(device)
+    full = mxlinear.linear(x, w, ws, bias, activation=activation)
+    layer = ColumnParallelMXFP8Linear.from_quantized(w, ws, bias, gather_output=True,
+                                                     activation=activation)
+    sizes = even_splits(n, world)
+    assert layer.n_splits == sizes and max(sizes) - min(sizes) <= 1 and sum(sizes) == n
+    n0, n1 = layer.n_start, layer.n_end
+    assert (n0, n1) == (sum(sizes[:rank]), sum(sizes[:rank + 1]))
+    assert torch.equal(layer.weight.view(torch.uint8), w[n0:n1].view(torch.uint8))
+    assert torch.equal(layer.weight_scale, ws[n0:n1]) and torch.equal(layer.bias, bias[n0:n1])
+    assert layer.weight.untyped_storage().nbytes() == layer.weight.numel()  # a copy, not a view
+    out = layer(x)
+    assert out.dtype == torch.bfloat16 and out.shape == full.shape
+    if device == "cpu":
+        assert torch.equal(out, full)  # each column is the unsharded layer's, bit for bit
+    else:  # another kernel may serve the shard's N: hold it to the accumulation bound
+        p = activation_f64(x, activation).unsqueeze(-2) * deq(w, ws)
+        exact = p.sum(-1) + bias.double()
+        bound = gamma(k + 1) * (p.abs().sum(-1) + bias.double().abs()) + half_ulp(out)
+        assert bool(((out.double() - exact).abs() <= bound).all())
+    layer.gather_output = False
+    local = layer(x)
+    assert local.shape == (3, 7, n1 - n0)
+    assert torch.equal(local, out[..., n0:n1])
+
+    # from_linear quantizes only the rank's rows, to the same bytes as the whole layer's.
+    lin = torch.nn.Linear(k, n, dtype=torch.bfloat16)
+    with torch.no_grad():
+        lin.weight.copy_(random_x((n, k), g))
+        lin.bias.copy_(random_x((n,), g))  # not the global generator's: it differs per rank
+    lin = lin.to(device)
+    whole = MXFP8Linear.from_linear(lin, activation=activation)
+    part = ColumnParallelMXFP8Linear.from_linear(lin, gather_output=True, activation=activation)
+    assert torch.equal(part.weight.view(torch.uint8), whole.weight[n0:n1].view(torch.uint8))
+    assert torch.equal(part.weight_scale, whole.weight_scale[n0:n1])
+    if device == "cpu":
+        assert torch.equal(part(x), whole(x))
+
+
+def check_row(rank, world, seed, activation, k_splits, out_dtype, device="cpu"):
+    g = gen(seed)
+    n, k = 45, sum(k_splits) if k_splits else 352
+    w, ws = random_weight(n, k, g)
+    x = random_x((9, k), g)
+    bias = random_x((n,), g)
+    x, w, ws, bias = x.to(device), w.to(device), ws.to(device), bias.to(device)
+    layer = RowParallelMXFP8Linear.from_quantized(w, ws, bias, k_splits=k_splits,
+                                                  activation=activation, out_dtype=out_dtype)
+    sizes = layer.k_splits
+    assert sum(sizes) == k and all(s % 32 == 0 for s in sizes)
+    if k_splits is None:
+        assert sizes == even_splits(k, world, 32) and max(sizes) - min(sizes) <= 32
+    bounds = [(sum(sizes[:r]), sum(sizes[:r + 1])) for r in range(world)]
+    k0, k1 = bounds[rank]
+    assert (layer.k_start, layer.k_end) == (k0, k1)
+    assert torch.equal(layer.weight.view(torch.uint8), w[:, k0:k1].view(torch.uint8))
+    assert torch.equal(layer.weight_scale, ws[:, k0 // 32:k1 // 32])
+    out = layer(x)
+    want_dtype = out_dtype or x.dtype
+    assert out.dtype == want_dtype and out.shape == (9, n)
+
+    # The input slice gives the same bits as the full input.
+    sliced = RowParallelMXFP8Linear.from_quantized(w, ws, bias, k_splits=k_splits,
+                                                   activation=activation, out_dtype=out_dtype,
+                                                   input_is_parallel=True)
+    assert torch.equal(sliced(x[:, k0:k1]), out)
+
+    # Every rank holds the same result.
+    outs = [torch.empty_like(out) for _ in range(world)]
+    dist.all_gather(outs, out.contiguous())
+    assert all(torch.equal(o, out) for o in outs)
+
+    # The bound of docs/MXFP8.md, "Tensor parallelism", element by element in float64.
+    a, wd, b = activation_f64(x, activation), deq(w, ws), bias.double()
+    p = a.unsqueeze(-2) * wd  # [M, N, K] products, exact in float64
+    exact = p.sum(-1) + b
+    partials = torch.stack([p[..., s:e].sum(-1) for s, e in bounds])  # [R, M, N]
+    terms = p.abs().sum(-1) + b.abs()
+    if device == "cpu":  # each partial: its exact value rounded once to fp32
+        bound = gamma(world + 1) * (partials.abs().sum(0) + b.abs())
+    else:  # each partial: an fp32 sum of its K_r products in the kernel's order
+        bound = gamma(max(sizes) + world) * terms
+    bound = bound + 2 * gamma(k + 1, U64) * terms  # float64's own sums (reference and here)
+    if want_dtype != torch.float32:
+        bound = bound + half_ulp(out)
+    err = (out.double() - exact).abs()
+    assert bool((err <= bound).all()), f"max err/bound {float((err / bound).max())}"
+    # The unsharded layer meets the single-device bound; the sharded one stays near it.
+    full = mxlinear.linear(x, w, ws, bias, out_dtype=out_dtype, activation=activation)
+    assert bool(((full.double() - exact).abs() <= gamma(k + 1) * terms + half_ulp(full)
+                 + 2 * gamma(k + 1, U64) * terms).all())
+
+    # from_linear quantizes only the rank's K slice, to the bytes of the whole layer's slice.
+    lin = torch.nn.Linear(k, n, dtype=torch.bfloat16)
+    with torch.no_grad():
+        lin.weight.copy_(random_x((n, k), g))
+        lin.bias.copy_(random_x((n,), g))  # not the global generator's: it differs per rank
+    lin = lin.to(device)
+    whole = MXFP8Linear.from_linear(lin)
+    part = RowParallelMXFP8Linear.from_linear(lin, k_splits=k_splits)
+    assert torch.equal(part.weight.view(torch.uint8), whole.weight[:, k0:k1].view(torch.uint8))
+    assert torch.equal(part.weight_scale, whole.weight_scale[:, k0 // 32:k1 // 32])
+    assert torch.equal(part.bias, lin.bias.detach())
+
+
+def check_refusal(rank, world):
+    w, ws = random_weight(8, 128, gen(1))
+    bad = {2: [48, 80], 4: [32, 48, 16, 32]}[world]
+    text = {2: r"rank 0's K shard \[0, 48\) has 48 columns; expected a multiple of 32 "
+               r"\(whole MX blocks\)",
+            4: r"rank 1's K shard \[32, 80\) has 48 columns; expected a multiple of 32"}[world]
+    with pytest.raises(ValueError, match=text):
+        RowParallelMXFP8Linear.from_quantized(w, ws, k_splits=bad)
+    with pytest.raises(ValueError, match=r"k_splits' sums to 96; expected 128 \(K\)"):
+        RowParallelMXFP8Linear.from_quantized(w, ws, k_splits=[32] * (world - 1) + [96 - 32 * (world - 1)])
+    with pytest.raises(ValueError, match=f"has 1 sizes; expected {world}"):
+        RowParallelMXFP8Linear.from_quantized(w, ws, k_splits=[128])
+    with pytest.raises(ValueError, match=f"has 1 sizes; expected {world}"):
+        ColumnParallelMXFP8Linear.from_quantized(w, ws, n_splits=[8])
+    # Uneven N splits are any sizes; the column layer has no alignment rule.
+    layer = ColumnParallelMXFP8Linear.from_quantized(w, ws, n_splits=[9 - world] + [1] * (world - 1))
+    assert layer.weight.shape[0] == layer.n_splits[rank]
+
+
+def check_safetensors(rank, world, path, prefix, kind):
+    from safetensors.torch import load_file
+
+    files = [path] if os.path.isfile(path) else [
+        os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors")]
+    full = {}
+    for f in files:
+        full.update(load_file(f))
+    w, ws, b = full[f"{prefix}.weight"], full[f"{prefix}.weight_scale"], full[f"{prefix}.bias"]
+    n, k = w.shape
+    if kind == "column":
+        layer = ColumnParallelMXFP8Linear.from_safetensors(path, prefix, gather_output=True,
+                                                           activation="mx")
+        rows = slice(layer.n_start, layer.n_end)
+        assert layer.weight.shape == (layer.n_end - layer.n_start, k)
+        assert torch.equal(layer.weight.view(torch.uint8), w[rows].view(torch.uint8))
+        assert torch.equal(layer.weight_scale, ws[rows].view(torch.uint8))
+        assert torch.equal(layer.bias, b[rows])
+    else:
+        layer = RowParallelMXFP8Linear.from_safetensors(path, prefix, activation="mx")
+        k0, k1 = layer.k_start, layer.k_end
+        assert layer.weight.shape == (n, k1 - k0) and layer.weight_scale.shape == (n, (k1 - k0) // 32)
+        assert torch.equal(layer.weight.view(torch.uint8), w[:, k0:k1].view(torch.uint8))
+        assert torch.equal(layer.weight_scale, ws[:, k0 // 32:k1 // 32].view(torch.uint8))
+        assert torch.equal(layer.bias, b)
+    # Only the slice was read: the shard's tensors own storage of exactly their own size.
+    assert layer.weight.untyped_storage().nbytes() == layer.weight.numel() < w.numel()
+    assert layer.weight_scale.untyped_storage().nbytes() == layer.weight_scale.numel() < ws.numel()
+    assert layer.weight.dtype == torch.float8_e4m3fn and layer.weight_scale.dtype == torch.uint8
+    x = random_x((5, k), gen(7))
+    whole = MXFP8Linear.from_quantized(w, ws, b, activation="mx")
+    if kind == "column":
+        assert torch.equal(layer(x), whole(x))
+    else:
+        err = (layer(x).double() - whole(x).double()).abs()
+        assert bool((err <= 2.0**-6 * whole(x).double().abs() + 1e-6).all())  # a bf16 ulp or two
+
+
+# ---------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("activation", ["mx", "bf16"])
+def test_column_parallel_gathered_equals_unsharded(pools, world, activation):
+    pools(world).run("check_column", torch.seed() % 2**31, activation, 203, 160)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("activation", ["mx", "bf16"])
+@pytest.mark.parametrize("out_dtype", [None, torch.float32])
+def test_row_parallel_within_bound_even_split(pools, world, activation, out_dtype):
+    pools(world).run("check_row", torch.seed() % 2**31, activation, None, out_dtype)
+
+
+@pytest.mark.parametrize("world,k_splits", [(2, [64, 448]), (4, [96, 0, 320, 32])])
+@pytest.mark.parametrize("activation", ["mx", "bf16"])
+def test_row_parallel_within_bound_explicit_uneven_split(pools, world, k_splits, activation):
+    pools(world).run("check_row", torch.seed() % 2**31, activation, k_splits, None)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_k_shard_not_whole_blocks_is_refused(pools, world):
+    pools(world).run("check_refusal")
+
+
+def write_checkpoint(directory, prefix, n, k, split_files: bool, e8m0: bool) -> str:
+    from safetensors.torch import save_file
+
+    w, ws = random_weight(n, k, gen(torch.seed() % 2**31))
+    tensors = {f"{prefix}.weight": w,
+               f"{prefix}.weight_scale": ws.view(torch.float8_e8m0fnu) if e8m0 else ws,
+               f"{prefix}.bias": random_x((n,), gen(3)),
+               "model.embed.weight": torch.zeros(4, 4)}
+    if not split_files:
+        path = os.path.join(directory, "model.safetensors")
+        save_file(tensors, path, {"format": "pt"})
+        return path
+    first = {key: v for key, v in tensors.items() if not key.endswith("weight_scale")}
+    second = {key: v for key, v in tensors.items() if key.endswith("weight_scale")}
+    save_file(first, os.path.join(directory, "model-00001-of-00002.safetensors"))
+    save_file(second, os.path.join(directory, "model-00002-of-00002.safetensors"))
+    index = {"weight_map": {key: ("model-00002-of-00002.safetensors" if key in second
+                                  else "model-00001-of-00002.safetensors") for key in tensors}}
+    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f)
+    return str(directory)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("kind", ["column", "row"])
+@pytest.mark.parametrize("split_files,e8m0", [(False, False), (True, True)])
+def test_from_safetensors_reads_the_rank_slice(pools, tmp_path, world, kind, split_files, e8m0):
+    prefix = "model.layers.0.mlp.down_proj"
+    path = write_checkpoint(tmp_path, prefix, 37, 224, split_files, e8m0)
+    pools(world).run("check_safetensors", path, prefix, kind)
+
+
+@pytest.mark.parametrize("cuts", [[0, 32, 96], [0, 64, 160, 352], [96, 352]])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_w8a8_quantizing_a_k_slice_equals_slicing_the_quantized_input(cuts, dtype):
+    g = gen(torch.seed() % 2**31)
+    x = random_x((11, 352), g, dtype) * torch.pow(
+        2.0, torch.randint(-8, 9, (11, 11), generator=g).float()).repeat_interleave(32, 1).to(dtype)
+    data, scales = mxlinear.quantize(x)
+    for a, b in zip(cuts, cuts[1:]):
+        d, s = mxlinear.quantize(x[:, a:b].contiguous())
+        assert torch.equal(d.view(torch.uint8), data[:, a:b].view(torch.uint8))
+        assert torch.equal(s, scales[:, a // 32:b // 32])
+
+
+def test_even_splits():
+    assert even_splits(203, 4) == [51, 51, 51, 50]
+    assert even_splits(352, 4, 32) == [96, 96, 96, 64]
+    assert even_splits(64, 4, 32) == [32, 32, 0, 0]
+
+
+def test_needs_an_initialized_process_group():
+    if dist.is_initialized():
+        pytest.skip("a process group is initialized in this process")
+    w, ws = random_weight(8, 64, gen(1))
+    with pytest.raises(RuntimeError, match="torch.distributed is not initialized"):
+        ColumnParallelMXFP8Linear.from_quantized(w, ws)
+
+
+# ---------------------------------------------------------------------------- NCCL on 2 GPUs
+
+
+@pytest.mark.gpu
+@needs_two_gpus
+@pytest.mark.parametrize("activation", ["mx", "bf16"])
+def test_nccl_column_parallel(pools, activation):
+    pools(2, "nccl").run("check_column", torch.seed() % 2**31, activation, 203, 160, "cuda")
+
+
+@pytest.mark.gpu
+@needs_two_gpus
+@pytest.mark.parametrize("activation", ["mx", "bf16"])
+@pytest.mark.parametrize("k_splits", [None, [64, 448]])
+def test_nccl_row_parallel_within_bound(pools, activation, k_splits):
+    pools(2, "nccl").run("check_row", torch.seed() % 2**31, activation, k_splits, None, "cuda")
