@@ -84,7 +84,57 @@ def _check_bias(where: str, bias, n: int, device: torch.device) -> None:
         )
 
 
-class MXFP8Linear(torch.nn.Module):
+class _MXFP8Buffers(torch.nn.Module):
+    """A module whose ``weight`` buffer is float8_e4m3fn and ``weight_scale`` buffer E8M0 codes:
+    keeps ``.to(dtype)`` from converting them and ``load_state_dict`` to the stored formats.
+    ``MXFP8Linear`` and the tensor-parallel layers (``mxlinear.distributed``) share it."""
+
+    def _register_weight_buffers(self, rows: int, k: int, bias: bool, bias_dtype, device) -> None:
+        # Zero weights with unit scales (E8M0 127 is 2^0) until the real ones are copied in.
+        self.register_buffer(
+            "weight", torch.zeros(rows, k, dtype=torch.float8_e4m3fn, device=device)
+        )
+        self.register_buffer(
+            "weight_scale",
+            torch.full((rows, k // BLOCK), 127, dtype=torch.uint8, device=device),
+        )
+        self.register_buffer(
+            "bias", torch.zeros(rows, dtype=bias_dtype, device=device) if bias else None
+        )
+
+    def _apply(self, fn, recurse=True):
+        # Module.to(dtype), .half() and .float() convert every floating-point tensor, and torch
+        # counts float8 as floating point; a uint8 view of the weight follows device moves only.
+        self._buffers["weight"] = self._buffers["weight"].view(torch.uint8)
+        try:
+            return super()._apply(fn, recurse)
+        finally:
+            self._buffers["weight"] = self._buffers["weight"].view(torch.float8_e4m3fn)
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        # load_state_dict copies with copy_, which would convert a float weight to E4M3 without
+        # scaling and an E8M0 scale to its numeric value; only the stored formats are accepted.
+        weight_key, scale_key = prefix + "weight", prefix + "weight_scale"
+        weight = state_dict.get(weight_key)
+        if isinstance(weight, torch.Tensor) and weight.dtype != torch.float8_e4m3fn:
+            error_msgs.append(f"'{weight_key}' has dtype {weight.dtype}; expected float8_e4m3fn")
+            return
+        scale = state_dict.get(scale_key)
+        if isinstance(scale, torch.Tensor):
+            if scale.dtype not in _SCALE_DTYPES:
+                error_msgs.append(
+                    f"'{scale_key}' has dtype {scale.dtype}; expected uint8 or float8_e8m0fnu"
+                )
+                return
+            state_dict[scale_key] = scale.view(torch.uint8)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+
+class MXFP8Linear(_MXFP8Buffers):
     """``y = mxlinear.linear(x, weight, weight_scale, bias, out_dtype, activation,
     batch_invariant)``, for inference only.
 
@@ -164,17 +214,7 @@ class MXFP8Linear(torch.nn.Module):
         self.rule = rule
         self.activation = activation
         self.batch_invariant = batch_invariant
-        self.register_buffer(
-            "weight",
-            torch.zeros(out_features, in_features, dtype=torch.float8_e4m3fn, device=device),
-        )
-        self.register_buffer(
-            "weight_scale",
-            torch.full((out_features, in_features // BLOCK), 127, dtype=torch.uint8, device=device),
-        )
-        self.register_buffer(
-            "bias", torch.zeros(out_features, dtype=bias_dtype, device=device) if bias else None
-        )
+        self._register_weight_buffers(out_features, in_features, bias, bias_dtype, device)
 
     # ------------------------------------------------------------------ construction
 
@@ -337,33 +377,3 @@ class MXFP8Linear(torch.nn.Module):
 
     # ------------------------------------------------------------------ nn.Module hooks
 
-    def _apply(self, fn, recurse=True):
-        # Module.to(dtype), .half() and .float() convert every floating-point tensor, and torch
-        # counts float8 as floating point; a uint8 view of the weight follows device moves only.
-        self._buffers["weight"] = self._buffers["weight"].view(torch.uint8)
-        try:
-            return super()._apply(fn, recurse)
-        finally:
-            self._buffers["weight"] = self._buffers["weight"].view(torch.float8_e4m3fn)
-
-    def _load_from_state_dict(
-        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-    ):
-        # load_state_dict copies with copy_, which would convert a float weight to E4M3 without
-        # scaling and an E8M0 scale to its numeric value; only the stored formats are accepted.
-        weight_key, scale_key = prefix + "weight", prefix + "weight_scale"
-        weight = state_dict.get(weight_key)
-        if isinstance(weight, torch.Tensor) and weight.dtype != torch.float8_e4m3fn:
-            error_msgs.append(f"'{weight_key}' has dtype {weight.dtype}; expected float8_e4m3fn")
-            return
-        scale = state_dict.get(scale_key)
-        if isinstance(scale, torch.Tensor):
-            if scale.dtype not in _SCALE_DTYPES:
-                error_msgs.append(
-                    f"'{scale_key}' has dtype {scale.dtype}; expected uint8 or float8_e8m0fnu"
-                )
-                return
-            state_dict[scale_key] = scale.view(torch.uint8)
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )

@@ -1,12 +1,14 @@
-"""What the column- and row-parallel layers share: their options, their shard buffers and how
-they load and print."""
+"""What the column- and row-parallel layers share: their options, their shard buffers, how they
+are built from full tensors, an nn.Linear or a checkpoint, and how they load and print."""
 
 from __future__ import annotations
 
 import torch
 
+import mxlinear  # the package's ops; looked up at call time
 
 from ..nn import (
+    _MXFP8Buffers,
     BLOCK,
     _FLOAT_DTYPES,
     _SCALE_DTYPES,
@@ -15,10 +17,11 @@ from ..nn import (
     _check_out_dtype,
     _dtype_names,
 )
-from ._shards import _group_info
+from ._safetensors import _check_loaded, _read_checked, _SafetensorsLayer
+from ._shards import _check_full, _check_linear, _group_info, _own
 
 
-class _ShardedMXFP8Linear(torch.nn.Module):
+class _ShardedMXFP8Linear(_MXFP8Buffers):
     """Buffers and module hooks shared by both layers (the local shard, as in MXFP8Linear)."""
 
     weight: torch.Tensor
@@ -55,38 +58,72 @@ class _ShardedMXFP8Linear(torch.nn.Module):
         self.batch_invariant = batch_invariant
         self.rule: str | None = None
 
+    # The rank's part of the full tensors, as (rows, columns) slices of the weight [N, K] and of
+    # the scales [N, K/32], and a slice of the bias [N]: rows for the column-parallel layer, K
+    # columns (whole blocks) for the row-parallel one.
+    def _weight_part(self) -> tuple[slice, slice]:
+        raise NotImplementedError
+
+    def _scale_part(self) -> tuple[slice, slice]:
+        raise NotImplementedError
+
+    def _bias_part(self) -> slice:
+        raise NotImplementedError
+
+    @classmethod
+    def _from_quantized(cls, where, weight, weight_scale, bias, rule, layout: dict):
+        n, k = _check_full(where, weight, weight_scale, bias)
+        layer = cls(k, n, bias=bias is not None,
+                    bias_dtype=bias.dtype if bias is not None else torch.float32, device="meta",
+                    **layout)
+        layer._set_shard(_own(weight[layer._weight_part()]),
+                         _own(weight_scale[layer._scale_part()]),
+                         None if bias is None else _own(bias[layer._bias_part()]))
+        layer.rule = rule
+        return layer
+
+    @classmethod
+    def _from_linear(cls, where, linear, rule, layout: dict):
+        _check_linear(where, linear, rule)
+        bias = linear.bias
+        layer = cls(linear.in_features, linear.out_features, bias=bias is not None,
+                    bias_dtype=bias.dtype if bias is not None else torch.float32, device="meta",
+                    **layout)
+        with torch.no_grad():
+            w = linear.weight.detach()[layer._weight_part()]
+            if w.numel() > 0:
+                data, scales = mxlinear.quantize(w.contiguous(), rule)
+            else:  # an empty shard (more ranks than rows or blocks)
+                data = torch.empty(w.shape, dtype=torch.float8_e4m3fn, device=w.device)
+                scales = torch.empty(w.shape[0], w.shape[1] // BLOCK, dtype=torch.uint8,
+                                     device=w.device)
+            layer._set_shard(data, scales,
+                             None if bias is None else _own(bias.detach()[layer._bias_part()]))
+        layer.rule = rule
+        return layer
+
+    @classmethod
+    def _from_safetensors(cls, where, path, prefix, bias, device, layout: dict):
+        stored = _SafetensorsLayer(where, path, prefix)
+        n, k, has_bias = _read_checked(where, stored, bias)
+        layer = cls(k, n, bias=has_bias, device="meta", **layout)
+        w = _check_loaded(where, f"{prefix}.weight", stored.read("weight", *layer._weight_part()),
+                          (torch.float8_e4m3fn,))
+        s = _check_loaded(where, f"{prefix}.weight_scale",
+                          stored.read("weight_scale", *layer._scale_part()), _SCALE_DTYPES)
+        b = None
+        if has_bias:
+            b = stored.read("bias", layer._bias_part())
+            if not b.is_floating_point() or b.element_size() == 1:
+                _check_loaded(where, f"{prefix}.bias", b, _FLOAT_DTYPES)
+        target = device if device is not None else "cpu"
+        layer._set_shard(w.to(target), s.to(target), None if b is None else b.to(target))
+        return layer
+
     def _set_shard(self, weight, weight_scale, bias) -> None:
         self.weight = weight
         self.weight_scale = weight_scale.view(torch.uint8)
         self.bias = bias
-
-    def _apply(self, fn, recurse=True):
-        # As in MXFP8Linear: .to(dtype) must never convert the float8 weight.
-        self._buffers["weight"] = self._buffers["weight"].view(torch.uint8)
-        try:
-            return super()._apply(fn, recurse)
-        finally:
-            self._buffers["weight"] = self._buffers["weight"].view(torch.float8_e4m3fn)
-
-    def _load_from_state_dict(
-        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-    ):
-        weight_key, scale_key = prefix + "weight", prefix + "weight_scale"
-        weight = state_dict.get(weight_key)
-        if isinstance(weight, torch.Tensor) and weight.dtype != torch.float8_e4m3fn:
-            error_msgs.append(f"'{weight_key}' has dtype {weight.dtype}; expected float8_e4m3fn")
-            return
-        scale = state_dict.get(scale_key)
-        if isinstance(scale, torch.Tensor):
-            if scale.dtype not in _SCALE_DTYPES:
-                error_msgs.append(
-                    f"'{scale_key}' has dtype {scale.dtype}; expected uint8 or float8_e8m0fnu"
-                )
-                return
-            state_dict[scale_key] = scale.view(torch.uint8)
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
 
     def _extra(self) -> str:
         out = "input" if self.out_dtype is None else str(self.out_dtype).removeprefix("torch.")

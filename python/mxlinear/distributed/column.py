@@ -10,14 +10,8 @@ import torch.distributed as dist
 
 import mxlinear  # the package's ops; looked up at call time
 
-from ..nn import (
-    BLOCK,
-    _FLOAT_DTYPES,
-    _SCALE_DTYPES,
-)
 from ._base import _ShardedMXFP8Linear
-from ._safetensors import _check_loaded, _read_checked, _SafetensorsLayer
-from ._shards import _bounds, _check_full, _check_linear, _own, _resolve_splits
+from ._shards import _bounds, _resolve_splits
 
 
 class ColumnParallelMXFP8Linear(_ShardedMXFP8Linear):
@@ -61,17 +55,8 @@ class ColumnParallelMXFP8Linear(_ShardedMXFP8Linear):
                                         self.world_size, 1, "N")
         self.n_start, self.n_end = _bounds(self.n_splits)[self.rank]
         self.gather_output = bool(gather_output)
-        n_local = self.n_end - self.n_start
-        self.register_buffer(
-            "weight", torch.zeros(n_local, in_features, dtype=torch.float8_e4m3fn, device=device)
-        )
-        self.register_buffer(
-            "weight_scale",
-            torch.full((n_local, in_features // BLOCK), 127, dtype=torch.uint8, device=device),
-        )
-        self.register_buffer(
-            "bias", torch.zeros(n_local, dtype=bias_dtype, device=device) if bias else None
-        )
+        self._register_weight_buffers(self.n_end - self.n_start, in_features, bias, bias_dtype,
+                                      device)
 
     @classmethod
     def from_quantized(
@@ -91,17 +76,10 @@ class ColumnParallelMXFP8Linear(_ShardedMXFP8Linear):
         """The rank's shard of the full tensors ``weight`` float8_e4m3fn [N, K], ``weight_scale``
         uint8 or float8_e8m0fnu [N, K/32] and ``bias`` [N] (copied: the shard does not keep the
         full tensors alive)."""
-        where = "ColumnParallelMXFP8Linear.from_quantized"
-        n, k = _check_full(where, weight, weight_scale, bias)
-        layer = cls(k, n, bias=bias is not None, group=group, n_splits=n_splits,
-                    gather_output=gather_output, bias_dtype=bias.dtype if bias is not None
-                    else torch.float32, out_dtype=out_dtype, activation=activation,
-                    batch_invariant=batch_invariant, device="meta")
-        rows = slice(layer.n_start, layer.n_end)
-        layer._set_shard(_own(weight[rows]), _own(weight_scale[rows]),
-                         None if bias is None else _own(bias[rows]))
-        layer.rule = rule
-        return layer
+        layout = dict(group=group, n_splits=n_splits, gather_output=gather_output,
+                      out_dtype=out_dtype, activation=activation, batch_invariant=batch_invariant)
+        return cls._from_quantized("ColumnParallelMXFP8Linear.from_quantized",
+                                   weight, weight_scale, bias, rule, layout)
 
     @classmethod
     def from_linear(
@@ -119,27 +97,9 @@ class ColumnParallelMXFP8Linear(_ShardedMXFP8Linear):
         """Quantizes the rank's rows of ``linear.weight`` with ``mxlinear.quantize(rows, rule)``
         (as ``MXFP8Linear.from_linear`` does the whole weight: quantization works row by row, so
         the rows are the same bytes) and copies its bias entries."""
-        where = "ColumnParallelMXFP8Linear.from_linear"
-        _check_linear(where, linear, rule)
-        bias = linear.bias
-        layer = cls(linear.in_features, linear.out_features, bias=bias is not None, group=group,
-                    n_splits=n_splits, gather_output=gather_output,
-                    bias_dtype=bias.dtype if bias is not None else torch.float32,
-                    out_dtype=out_dtype, activation=activation, batch_invariant=batch_invariant,
-                    device="meta")
-        rows = slice(layer.n_start, layer.n_end)
-        with torch.no_grad():
-            w = linear.weight.detach()[rows]
-            if w.shape[0] > 0:
-                data, scales = mxlinear.quantize(w.contiguous(), rule)
-            else:
-                data = torch.empty(0, linear.in_features, dtype=torch.float8_e4m3fn,
-                                   device=w.device)
-                scales = torch.empty(0, linear.in_features // BLOCK, dtype=torch.uint8,
-                                     device=w.device)
-            layer._set_shard(data, scales, None if bias is None else _own(bias.detach()[rows]))
-        layer.rule = rule
-        return layer
+        layout = dict(group=group, n_splits=n_splits, gather_output=gather_output,
+                      out_dtype=out_dtype, activation=activation, batch_invariant=batch_invariant)
+        return cls._from_linear("ColumnParallelMXFP8Linear.from_linear", linear, rule, layout)
 
     @classmethod
     def from_safetensors(
@@ -163,25 +123,19 @@ class ColumnParallelMXFP8Linear(_ShardedMXFP8Linear):
         ``mxlinear.checkpoints``). The full weight is never materialised. Tensors go to
         ``device`` (default CPU). Missing tensors or wrong dtypes or shapes raise CheckpointError.
         """
-        where = "ColumnParallelMXFP8Linear.from_safetensors"
-        stored = _SafetensorsLayer(where, path, prefix)
-        n, k, has_bias = _read_checked(where, stored, bias)
-        layer = cls(k, n, bias=has_bias, group=group, n_splits=n_splits,
-                    gather_output=gather_output, out_dtype=out_dtype, activation=activation,
-                    batch_invariant=batch_invariant, device="meta")
-        rows = slice(layer.n_start, layer.n_end)
-        w = _check_loaded(where, f"{prefix}.weight", stored.read("weight", rows),
-                          (torch.float8_e4m3fn,))
-        s = _check_loaded(where, f"{prefix}.weight_scale", stored.read("weight_scale", rows),
-                          _SCALE_DTYPES)
-        b = None
-        if has_bias:
-            b = stored.read("bias", rows)
-            if not b.is_floating_point() or b.element_size() == 1:
-                _check_loaded(where, f"{prefix}.bias", b, _FLOAT_DTYPES)
-        target = device if device is not None else "cpu"
-        layer._set_shard(w.to(target), s.to(target), None if b is None else b.to(target))
-        return layer
+        layout = dict(group=group, n_splits=n_splits, gather_output=gather_output,
+                      out_dtype=out_dtype, activation=activation, batch_invariant=batch_invariant)
+        return cls._from_safetensors("ColumnParallelMXFP8Linear.from_safetensors",
+                                     path, prefix, bias, device, layout)
+
+    def _weight_part(self) -> tuple[slice, slice]:
+        return slice(self.n_start, self.n_end), slice(None)
+
+    def _scale_part(self) -> tuple[slice, slice]:
+        return slice(self.n_start, self.n_end), slice(None)
+
+    def _bias_part(self) -> slice:
+        return slice(self.n_start, self.n_end)
 
     def forward(self, x: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """``x`` [..., K] (every rank passes the full input) or a pre-quantized ``(data, scales)``

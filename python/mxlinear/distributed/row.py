@@ -10,14 +10,9 @@ import torch.distributed as dist
 
 import mxlinear  # the package's ops; looked up at call time
 
-from ..nn import (
-    BLOCK,
-    _FLOAT_DTYPES,
-    _SCALE_DTYPES,
-)
+from ..nn import BLOCK
 from ._base import _ShardedMXFP8Linear
-from ._safetensors import _check_loaded, _read_checked, _SafetensorsLayer
-from ._shards import _bounds, _check_full, _check_linear, _own, _resolve_splits
+from ._shards import _bounds, _resolve_splits
 
 
 class RowParallelMXFP8Linear(_ShardedMXFP8Linear):
@@ -73,17 +68,10 @@ class RowParallelMXFP8Linear(_ShardedMXFP8Linear):
                                         self.world_size, BLOCK, "K")
         self.k_start, self.k_end = _bounds(self.k_splits)[self.rank]
         self.input_is_parallel = bool(input_is_parallel)
-        k_local = self.k_end - self.k_start
-        self.register_buffer(
-            "weight", torch.zeros(out_features, k_local, dtype=torch.float8_e4m3fn, device=device)
-        )
-        self.register_buffer(
-            "weight_scale",
-            torch.full((out_features, k_local // BLOCK), 127, dtype=torch.uint8, device=device),
-        )
-        self.register_buffer(
-            "bias", torch.zeros(out_features, dtype=bias_dtype, device=device) if bias else None
-        )
+        # Every rank holds all N rows of its K slice, and the whole bias (added once, after the
+        # reduction).
+        self._register_weight_buffers(out_features, self.k_end - self.k_start, bias, bias_dtype,
+                                      device)
 
     @classmethod
     def from_quantized(
@@ -102,18 +90,10 @@ class RowParallelMXFP8Linear(_ShardedMXFP8Linear):
     ) -> "RowParallelMXFP8Linear":
         """The rank's K slice of the full tensors ``weight`` float8_e4m3fn [N, K] and
         ``weight_scale`` [N, K/32] (copied), and a copy of the full ``bias`` [N]."""
-        where = "RowParallelMXFP8Linear.from_quantized"
-        n, k = _check_full(where, weight, weight_scale, bias)
-        layer = cls(k, n, bias=bias is not None, group=group, k_splits=k_splits,
-                    input_is_parallel=input_is_parallel,
-                    bias_dtype=bias.dtype if bias is not None else torch.float32,
-                    out_dtype=out_dtype, activation=activation, batch_invariant=batch_invariant,
-                    device="meta")
-        k0, k1 = layer.k_start, layer.k_end
-        layer._set_shard(_own(weight[:, k0:k1]), _own(weight_scale[:, k0 // BLOCK:k1 // BLOCK]),
-                         None if bias is None else _own(bias))
-        layer.rule = rule
-        return layer
+        layout = dict(group=group, k_splits=k_splits, input_is_parallel=input_is_parallel,
+                      out_dtype=out_dtype, activation=activation, batch_invariant=batch_invariant)
+        return cls._from_quantized("RowParallelMXFP8Linear.from_quantized",
+                                   weight, weight_scale, bias, rule, layout)
 
     @classmethod
     def from_linear(
@@ -131,26 +111,9 @@ class RowParallelMXFP8Linear(_ShardedMXFP8Linear):
         """Quantizes the rank's K slice of ``linear.weight`` with ``mxlinear.quantize(slice,
         rule)``: the same bytes as the slice of ``MXFP8Linear.from_linear``'s weight, since the
         cut never splits an MX block. Copies the full bias."""
-        where = "RowParallelMXFP8Linear.from_linear"
-        _check_linear(where, linear, rule)
-        bias = linear.bias
-        layer = cls(linear.in_features, linear.out_features, bias=bias is not None, group=group,
-                    k_splits=k_splits, input_is_parallel=input_is_parallel,
-                    bias_dtype=bias.dtype if bias is not None else torch.float32,
-                    out_dtype=out_dtype, activation=activation, batch_invariant=batch_invariant,
-                    device="meta")
-        k0, k1 = layer.k_start, layer.k_end
-        with torch.no_grad():
-            w = linear.weight.detach()[:, k0:k1]
-            if k1 > k0:
-                data, scales = mxlinear.quantize(w.contiguous(), rule)
-            else:
-                data = torch.empty(linear.out_features, 0, dtype=torch.float8_e4m3fn,
-                                   device=w.device)
-                scales = torch.empty(linear.out_features, 0, dtype=torch.uint8, device=w.device)
-            layer._set_shard(data, scales, None if bias is None else _own(bias.detach()))
-        layer.rule = rule
-        return layer
+        layout = dict(group=group, k_splits=k_splits, input_is_parallel=input_is_parallel,
+                      out_dtype=out_dtype, activation=activation, batch_invariant=batch_invariant)
+        return cls._from_linear("RowParallelMXFP8Linear.from_linear", linear, rule, layout)
 
     @classmethod
     def from_safetensors(
@@ -171,28 +134,19 @@ class RowParallelMXFP8Linear(_ShardedMXFP8Linear):
         ``<prefix>.weight_scale`` from ``path`` (one ``.safetensors`` file or a checkpoint
         directory), and the full ``<prefix>.bias`` where stored (and ``bias`` is True). Tensors
         go to ``device`` (default CPU)."""
-        where = "RowParallelMXFP8Linear.from_safetensors"
-        stored = _SafetensorsLayer(where, path, prefix)
-        n, k, has_bias = _read_checked(where, stored, bias)
-        layer = cls(k, n, bias=has_bias, group=group, k_splits=k_splits,
-                    input_is_parallel=input_is_parallel, out_dtype=out_dtype,
-                    activation=activation, batch_invariant=batch_invariant, device="meta")
-        k0, k1 = layer.k_start, layer.k_end
-        w = _check_loaded(where, f"{prefix}.weight",
-                          stored.read("weight", slice(None), slice(k0, k1)),
-                          (torch.float8_e4m3fn,))
-        s = _check_loaded(where, f"{prefix}.weight_scale",
-                          stored.read("weight_scale", slice(None),
-                                      slice(k0 // BLOCK, k1 // BLOCK)), _SCALE_DTYPES)
-        b = None
-        if has_bias:
-            b = stored.read("bias")
-            if not b.is_floating_point() or b.element_size() == 1:
-                _check_loaded(where, f"{prefix}.bias", b, _FLOAT_DTYPES)
-        target = device if device is not None else "cpu"
-        layer._set_shard(w.to(target), s.to(target),
-                         None if b is None else b.to(target))
-        return layer
+        layout = dict(group=group, k_splits=k_splits, input_is_parallel=input_is_parallel,
+                      out_dtype=out_dtype, activation=activation, batch_invariant=batch_invariant)
+        return cls._from_safetensors("RowParallelMXFP8Linear.from_safetensors",
+                                     path, prefix, bias, device, layout)
+
+    def _weight_part(self) -> tuple[slice, slice]:
+        return slice(None), slice(self.k_start, self.k_end)
+
+    def _scale_part(self) -> tuple[slice, slice]:
+        return slice(None), slice(self.k_start // BLOCK, self.k_end // BLOCK)
+
+    def _bias_part(self) -> slice:
+        return slice(None)
 
     def _local_input(self, x):
         k0, k1 = self.k_start, self.k_end
