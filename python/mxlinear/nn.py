@@ -84,10 +84,102 @@ def _check_bias(where: str, bias, n: int, device: torch.device) -> None:
         )
 
 
+def _check_layer_options(where, in_features, out_features, bias_dtype, out_dtype, activation,
+                         batch_invariant) -> None:
+    """The constructor arguments every MXFP8 layer (whole or sharded) shares."""
+    for name, value in (("in_features", in_features), ("out_features", out_features)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(
+                f"{where}: argument '{name}' is a {type(value).__name__}; expected an int"
+            )
+    if in_features <= 0 or in_features % BLOCK != 0:
+        raise ValueError(
+            f"{where}: argument 'in_features' is {in_features}; expected a positive multiple "
+            f"of {BLOCK} (the MX block size)"
+        )
+    if out_features <= 0:
+        raise ValueError(f"{where}: argument 'out_features' is {out_features}; expected >= 1")
+    if bias_dtype not in _FLOAT_DTYPES:
+        raise TypeError(
+            f"{where}: argument 'bias_dtype' is {bias_dtype}; expected one of "
+            f"{_dtype_names(_FLOAT_DTYPES)}"
+        )
+    _check_out_dtype(where, out_dtype)
+    _check_activation(where, activation)
+    _check_batch_invariant(where, batch_invariant)
+
+
+def _check_quantized(where: str, weight, weight_scale, bias) -> tuple[int, int]:
+    """Checks a whole quantized layer's tensors (weight, scales, bias); returns (N, K)."""
+    _check_tensor(where, "weight", weight)
+    _check_tensor(where, "weight_scale", weight_scale)
+    if weight.dtype != torch.float8_e4m3fn:
+        raise TypeError(f"{where}: argument 'weight' has dtype {weight.dtype}; expected float8_e4m3fn")
+    if weight.dim() != 2 or weight.shape[0] < 1 or not _is_block_multiple(weight.shape[1]):
+        raise ValueError(
+            f"{where}: argument 'weight' has shape {list(weight.shape)}; expected [N, K] with "
+            f"N >= 1 and K a positive multiple of {BLOCK}"
+        )
+    n, k = weight.shape
+    if weight_scale.dtype not in _SCALE_DTYPES:
+        raise TypeError(
+            f"{where}: argument 'weight_scale' has dtype {weight_scale.dtype}; expected uint8 or "
+            "float8_e8m0fnu"
+        )
+    if tuple(weight_scale.shape) != (n, k // BLOCK):
+        raise ValueError(
+            f"{where}: argument 'weight_scale' has shape {list(weight_scale.shape)}; expected "
+            f"[{n}, {k // BLOCK}] (N, K/32)"
+        )
+    if weight_scale.device != weight.device:
+        raise ValueError(
+            f"{where}: argument 'weight_scale' is on {weight_scale.device}; expected the weight's "
+            f"device {weight.device}"
+        )
+    if bias is not None:
+        _check_bias(where, bias, n, weight.device)
+    return n, k
+
+
+def _check_linear(where: str, linear, rule) -> None:
+    """Checks an nn.Linear to quantize and the rule to quantize it with."""
+    if not isinstance(linear, torch.nn.Linear):
+        raise TypeError(
+            f"{where}: argument 'linear' is a {type(linear).__name__}; expected torch.nn.Linear"
+        )
+    if linear.in_features % BLOCK != 0:
+        raise ValueError(
+            f"{where}: argument 'linear' has in_features = {linear.in_features}; expected a "
+            f"multiple of {BLOCK} (the MX block size)"
+        )
+    if linear.weight.dtype not in _FLOAT_DTYPES:
+        raise TypeError(
+            f"{where}: argument 'linear' has weight dtype {linear.weight.dtype}; expected one of "
+            f"{_dtype_names(_FLOAT_DTYPES)}"
+        )
+    if rule not in _RULES:
+        raise ValueError(f"{where}: argument 'rule' is {rule!r}; expected 'rceil' or 'floor'")
+
+
 class _MXFP8Buffers(torch.nn.Module):
     """A module whose ``weight`` buffer is float8_e4m3fn and ``weight_scale`` buffer E8M0 codes:
     keeps ``.to(dtype)`` from converting them and ``load_state_dict`` to the stored formats.
     ``MXFP8Linear`` and the tensor-parallel layers (``mxlinear.distributed``) share it."""
+
+    def _options_repr(self, middle: str) -> str:
+        # The defaults (MXLINEAR_ACTIVATION's mode, MXLINEAR_BATCH_INVARIANT's switch) are left
+        # out, so such layers print as before.
+        out = "input" if self.out_dtype is None else str(self.out_dtype).removeprefix("torch.")
+        bias = "None" if self.bias is None else str(self.bias.dtype).removeprefix("torch.")
+        text = (
+            f"in_features={self.in_features}, out_features={self.out_features}, bias={bias}, "
+            f"{middle}, out_dtype={out}"
+        )
+        if self.activation is not None:
+            text += f", activation={self.activation}"
+        if self.batch_invariant is not None:
+            text += f", batch_invariant={self.batch_invariant}"
+        return text
 
     def _register_weight_buffers(self, rows: int, k: int, bias: bool, bias_dtype, device) -> None:
         # Zero weights with unit scales (E8M0 127 is 2^0) until the real ones are copied in.
@@ -186,28 +278,9 @@ class MXFP8Linear(_MXFP8Buffers):
     ) -> None:
         super().__init__()
         where = "MXFP8Linear"
-        for name, value in (("in_features", in_features), ("out_features", out_features)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(
-                    f"{where}: argument '{name}' is a {type(value).__name__}; expected an int"
-                )
-        if in_features <= 0 or in_features % BLOCK != 0:
-            raise ValueError(
-                f"{where}: argument 'in_features' is {in_features}; expected a positive multiple "
-                "of "
-                f"{BLOCK} (the MX block size)"
-            )
-        if out_features <= 0:
-            raise ValueError(f"{where}: argument 'out_features' is {out_features}; expected >= 1")
-        if bias_dtype not in _FLOAT_DTYPES:
-            raise TypeError(
-                f"{where}: argument 'bias_dtype' is {bias_dtype}; expected one of "
-                f"{_dtype_names(_FLOAT_DTYPES)}"
-            )
-        _check_out_dtype(where, out_dtype)
+        _check_layer_options(where, in_features, out_features, bias_dtype, out_dtype, activation,
+                             batch_invariant)
         _check_rule(where, rule)
-        _check_activation(where, activation)
-        _check_batch_invariant(where, batch_invariant)
         self.in_features = in_features
         self.out_features = out_features
         self.out_dtype = out_dtype
@@ -238,36 +311,7 @@ class MXFP8Linear(_MXFP8Buffers):
         ``"mx"`` or ``"bf16"``; a ``batch_invariant`` other than None or a bool raises TypeError.
         """
         where = "MXFP8Linear.from_quantized"
-        _check_tensor(where, "weight", weight)
-        _check_tensor(where, "weight_scale", weight_scale)
-        if weight.dtype != torch.float8_e4m3fn:
-            raise TypeError(
-                f"{where}: argument 'weight' has dtype {weight.dtype}; expected float8_e4m3fn"
-            )
-        if weight.dim() != 2 or weight.shape[0] < 1 or not _is_block_multiple(weight.shape[1]):
-            raise ValueError(
-                f"{where}: argument 'weight' has shape {list(weight.shape)}; expected [N, K] with "
-                "N >= 1 "
-                f"and K a positive multiple of {BLOCK}"
-            )
-        n, k = weight.shape
-        if weight_scale.dtype not in _SCALE_DTYPES:
-            raise TypeError(
-                f"{where}: argument 'weight_scale' has dtype {weight_scale.dtype}; expected uint8 "
-                "or float8_e8m0fnu"
-            )
-        if tuple(weight_scale.shape) != (n, k // BLOCK):
-            raise ValueError(
-                f"{where}: argument 'weight_scale' has shape {list(weight_scale.shape)}; "
-                f"expected [{n}, {k // BLOCK}] (N, K/32)"
-            )
-        if weight_scale.device != weight.device:
-            raise ValueError(
-                f"{where}: argument 'weight_scale' is on {weight_scale.device}; expected the "
-                f"weight's device {weight.device}"
-            )
-        if bias is not None:
-            _check_bias(where, bias, n, weight.device)
+        n, k = _check_quantized(where, weight, weight_scale, bias)
         _check_out_dtype(where, out_dtype)
         _check_rule(where, rule)
         _check_activation(where, activation)
@@ -301,25 +345,7 @@ class MXFP8Linear(_MXFP8Buffers):
         float32 and ``in_features`` a multiple of 32. ``activation`` and ``batch_invariant`` are
         the layer's mode and switch (see the class)."""
         where = "MXFP8Linear.from_linear"
-        if not isinstance(linear, torch.nn.Linear):
-            raise TypeError(
-                f"{where}: argument 'linear' is a {type(linear).__name__}; expected "
-                "torch.nn.Linear"
-            )
-        if linear.in_features % BLOCK != 0:
-            raise ValueError(
-                f"{where}: argument 'linear' has in_features = {linear.in_features}; expected a "
-                "multiple "
-                f"of {BLOCK} (the MX block size)"
-            )
-        if linear.weight.dtype not in _FLOAT_DTYPES:
-            raise TypeError(
-                f"{where}: argument 'linear' has weight dtype {linear.weight.dtype}; expected one "
-                "of "
-                f"{_dtype_names(_FLOAT_DTYPES)}"
-            )
-        if rule not in _RULES:
-            raise ValueError(f"{where}: argument 'rule' is {rule!r}; expected 'rceil' or 'floor'")
+        _check_linear(where, linear, rule)
         _check_activation(where, activation)
         _check_batch_invariant(where, batch_invariant)
         with torch.no_grad():
@@ -361,19 +387,7 @@ class MXFP8Linear(_MXFP8Buffers):
         return (w * factor.unsqueeze(-1)).flatten(-2)
 
     def extra_repr(self) -> str:
-        out = "input" if self.out_dtype is None else str(self.out_dtype).removeprefix("torch.")
-        bias = "None" if self.bias is None else str(self.bias.dtype).removeprefix("torch.")
-        text = (
-            f"in_features={self.in_features}, out_features={self.out_features}, bias={bias}, "
-            f"rule={self.rule}, out_dtype={out}"
-        )
-        # The defaults (MXLINEAR_ACTIVATION's mode, MXLINEAR_BATCH_INVARIANT's switch) are left
-        # out, so such layers print as before.
-        if self.activation is not None:
-            text += f", activation={self.activation}"
-        if self.batch_invariant is not None:
-            text += f", batch_invariant={self.batch_invariant}"
-        return text
+        return self._options_repr(f"rule={self.rule}")
 
     # ------------------------------------------------------------------ nn.Module hooks
 

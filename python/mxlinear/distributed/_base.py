@@ -8,17 +8,16 @@ import torch
 import mxlinear  # the package's ops; looked up at call time
 
 from ..nn import (
-    _MXFP8Buffers,
     BLOCK,
     _FLOAT_DTYPES,
     _SCALE_DTYPES,
-    _check_activation,
-    _check_batch_invariant,
-    _check_out_dtype,
-    _dtype_names,
+    _check_layer_options,
+    _check_linear,
+    _check_quantized,
+    _MXFP8Buffers,
 )
 from ._safetensors import _check_loaded, _read_checked, _SafetensorsLayer
-from ._shards import _check_full, _check_linear, _group_info, _own
+from ._shards import _group_info, _own
 
 
 class _ShardedMXFP8Linear(_MXFP8Buffers):
@@ -30,26 +29,8 @@ class _ShardedMXFP8Linear(_MXFP8Buffers):
 
     def _init_common(self, where, in_features, out_features, group, out_dtype, activation,
                      batch_invariant, bias_dtype):
-        for name, value in (("in_features", in_features), ("out_features", out_features)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(
-                    f"{where}: argument '{name}' is a {type(value).__name__}; expected an int"
-                )
-        if in_features <= 0 or in_features % BLOCK != 0:
-            raise ValueError(
-                f"{where}: argument 'in_features' is {in_features}; expected a positive multiple "
-                f"of {BLOCK} (the MX block size)"
-            )
-        if out_features <= 0:
-            raise ValueError(f"{where}: argument 'out_features' is {out_features}; expected >= 1")
-        if bias_dtype not in _FLOAT_DTYPES:
-            raise TypeError(
-                f"{where}: argument 'bias_dtype' is {bias_dtype}; expected one of "
-                f"{_dtype_names(_FLOAT_DTYPES)}"
-            )
-        _check_out_dtype(where, out_dtype)
-        _check_activation(where, activation)
-        _check_batch_invariant(where, batch_invariant)
+        _check_layer_options(where, in_features, out_features, bias_dtype, out_dtype, activation,
+                             batch_invariant)
         self.group, self.rank, self.world_size = _group_info(where, group)
         self.in_features = in_features
         self.out_features = out_features
@@ -72,7 +53,7 @@ class _ShardedMXFP8Linear(_MXFP8Buffers):
 
     @classmethod
     def _from_quantized(cls, where, weight, weight_scale, bias, rule, layout: dict):
-        n, k = _check_full(where, weight, weight_scale, bias)
+        n, k = _check_quantized(where, weight, weight_scale, bias)
         layer = cls(k, n, bias=bias is not None,
                     bias_dtype=bias.dtype if bias is not None else torch.float32, device="meta",
                     **layout)
@@ -126,14 +107,4 @@ class _ShardedMXFP8Linear(_MXFP8Buffers):
         self.bias = bias
 
     def _extra(self) -> str:
-        out = "input" if self.out_dtype is None else str(self.out_dtype).removeprefix("torch.")
-        bias = "None" if self.bias is None else str(self.bias.dtype).removeprefix("torch.")
-        text = (
-            f"in_features={self.in_features}, out_features={self.out_features}, bias={bias}, "
-            f"rank={self.rank}/{self.world_size}, out_dtype={out}"
-        )
-        if self.activation is not None:
-            text += f", activation={self.activation}"
-        if self.batch_invariant is not None:
-            text += f", batch_invariant={self.batch_invariant}"
-        return text
+        return self._options_repr(f"rank={self.rank}/{self.world_size}")

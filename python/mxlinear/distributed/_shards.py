@@ -1,5 +1,4 @@
-"""Shard sizes and bounds, the process group, and the checks of full tensors that every sharded
-layer shares."""
+"""Shard sizes and bounds, the process group, and owned copies of shard slices."""
 
 from __future__ import annotations
 
@@ -7,17 +6,6 @@ from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
-
-from ..nn import (
-    BLOCK,
-    _FLOAT_DTYPES,
-    _RULES,
-    _SCALE_DTYPES,
-    _check_bias,
-    _check_tensor,
-    _dtype_names,
-    _is_block_multiple,
-)
 
 
 def even_splits(size: int, parts: int, unit: int = 1) -> list[int]:
@@ -84,57 +72,8 @@ def _group_info(where: str, group) -> tuple[object, int, int]:
     return group, rank, dist.get_world_size(group)
 
 
-def _check_full(where: str, weight, weight_scale, bias) -> tuple[int, int]:
-    """Checks the full (unsharded) tensors; returns (N, K)."""
-    _check_tensor(where, "weight", weight)
-    _check_tensor(where, "weight_scale", weight_scale)
-    if weight.dtype != torch.float8_e4m3fn:
-        raise TypeError(f"{where}: argument 'weight' has dtype {weight.dtype}; expected float8_e4m3fn")
-    if weight.dim() != 2 or weight.shape[0] < 1 or not _is_block_multiple(weight.shape[1]):
-        raise ValueError(
-            f"{where}: argument 'weight' has shape {list(weight.shape)}; expected [N, K] with "
-            f"N >= 1 and K a positive multiple of {BLOCK}"
-        )
-    n, k = weight.shape
-    if weight_scale.dtype not in _SCALE_DTYPES:
-        raise TypeError(
-            f"{where}: argument 'weight_scale' has dtype {weight_scale.dtype}; expected uint8 or "
-            "float8_e8m0fnu"
-        )
-    if tuple(weight_scale.shape) != (n, k // BLOCK):
-        raise ValueError(
-            f"{where}: argument 'weight_scale' has shape {list(weight_scale.shape)}; expected "
-            f"[{n}, {k // BLOCK}] (N, K/32)"
-        )
-    if weight_scale.device != weight.device:
-        raise ValueError(
-            f"{where}: argument 'weight_scale' is on {weight_scale.device}; expected the weight's "
-            f"device {weight.device}"
-        )
-    if bias is not None:
-        _check_bias(where, bias, n, weight.device)
-    return n, k
-
-
 def _own(t: torch.Tensor) -> torch.Tensor:
     """A contiguous copy with its own storage, so a shard never keeps the full tensor alive."""
     return t.clone(memory_format=torch.contiguous_format)
 
 
-def _check_linear(where: str, linear, rule) -> None:
-    if not isinstance(linear, torch.nn.Linear):
-        raise TypeError(
-            f"{where}: argument 'linear' is a {type(linear).__name__}; expected torch.nn.Linear"
-        )
-    if linear.in_features % BLOCK != 0:
-        raise ValueError(
-            f"{where}: argument 'linear' has in_features = {linear.in_features}; expected a "
-            f"multiple of {BLOCK} (the MX block size)"
-        )
-    if linear.weight.dtype not in _FLOAT_DTYPES:
-        raise TypeError(
-            f"{where}: argument 'linear' has weight dtype {linear.weight.dtype}; expected one of "
-            f"{_dtype_names(_FLOAT_DTYPES)}"
-        )
-    if rule not in _RULES:
-        raise ValueError(f"{where}: argument 'rule' is {rule!r}; expected 'rceil' or 'floor'")
