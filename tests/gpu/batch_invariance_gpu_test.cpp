@@ -11,6 +11,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu/gemm_checks.hpp"
@@ -52,12 +53,15 @@ std::vector<std::int64_t> positions(std::int64_t m) {
 // (random, 16-bit codes) that fill the rest of each batch.
 struct Layer {
   std::int64_t n, k;
+  MxOperand host_w;
   DeviceMx w;
   Activation16 fixed, pool;
 };
 
 Layer make_layer(std::int64_t n, std::int64_t k, DType dtype, std::mt19937_64& rng) {
-  Layer l{n, k, upload(random_operand(n, k, rng)), {}, {}};
+  MxOperand w = random_operand(n, k, rng);
+  DeviceMx dw = upload(w);
+  Layer l{n, k, std::move(w), std::move(dw), {}, {}};
   l.fixed = random_activation16_as_is(kFixedRows, k, k, dtype, rng);
   l.pool = random_activation16_as_is(61, k, k, dtype, rng);
   return l;
@@ -127,12 +131,7 @@ void check_reference(const Layer& l, const Mode& mode, const std::vector<std::ui
   }
   EXPECT_GT(nonzero, static_cast<int>(ref.size() / 2));
   if (mode.activation == ActivationMode::kW8A16) {
-    MxOperand w;  // the host copy of the device weights
-    w.rows = l.n;
-    w.k = l.k;
-    w.data = l.w.data.download<std::uint8_t>(static_cast<std::size_t>(l.n * l.k));
-    w.scales = l.w.scales.download<std::uint8_t>(static_cast<std::size_t>(l.n * l.k / 32));
-    const W8A16Operands op = w8a16_operands(l.fixed, w);
+    const W8A16Operands op = w8a16_operands(l.fixed, l.host_w);
     std::vector<std::uint8_t> raw(ref.size() * 2);
     std::memcpy(raw.data(), ref.data(), raw.size());
     expect_within_accumulation_bound(raw, w8a16_reference(op, {}), w8a16_abs_product_sums(op), l.k,

@@ -155,9 +155,8 @@ LayerSelection Registry::select(const LayerDescription& layer,
       reason = c.reason;
     } else if (layer.batch_invariant && !keeps_any_k_order(*k)) {
       reason = "no config keeps a fixed K order (batch-invariant mode)";
-    } else if (layer.batch_invariant) {
-      // The cost model prices every config that keeps the order, tuned rows or not.
-    } else if (k->needs_tuned_rows() &&
+    } else if (!layer.batch_invariant &&  // the mode prices the configs, tuned rows or not
+               k->needs_tuned_rows() &&
                !table_.has_shape(device.arch, device.sms, layer.n, layer.k, k->name())) {
       reason = fmt::format("no tuned rows of {} for {} x {} on {} with {} SMs", k->name(), layer.n,
                            layer.k, device.arch, device.sms);
