@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "device/common/grid_walk.hpp"
 #include "host/registry/registry.hpp"
 #include "support/random.hpp"
 
@@ -40,32 +41,67 @@ LayerDescription invariant_layer(std::int64_t n, std::int64_t k, ActivationOpera
   return l;
 }
 
-// Which configs keep the K order is a property of each config's name: the prefill kernel's
-// without a K split, alternating warpgroups or stream-K; the generic kernel's with one K warp;
-// no GEMV or decode config (their warps and clusters split K by the config).
+// The parts of K in the batch-invariant order: one up to 31 chunks of 128 K, then one per 16
+// chunks, at most 8 (7 becomes 8); a last short chunk counts.
+TEST(BatchInvariantSelection, KFixesTheParts) {
+  EXPECT_EQ(device::batch_invariant_parts(32), 1);
+  EXPECT_EQ(device::batch_invariant_parts(2048), 1);
+  EXPECT_EQ(device::batch_invariant_parts(3968), 1);
+  EXPECT_EQ(device::batch_invariant_parts(3968 + 32), 2);
+  EXPECT_EQ(device::batch_invariant_parts(4096), 2);
+  EXPECT_EQ(device::batch_invariant_parts(6144), 3);
+  EXPECT_EQ(device::batch_invariant_parts(6144 + 32), 3);
+  EXPECT_EQ(device::batch_invariant_parts(12288), 6);
+  EXPECT_EQ(device::batch_invariant_parts(14336), 8);
+  EXPECT_EQ(device::batch_invariant_parts(25600), 8);
+  EXPECT_EQ(device::batch_invariant_parts(1 << 30), 8);
+}
+
+// Which configs keep the K order is a property of each config's name and K: the prefill kernel's
+// without alternating warpgroups or stream-K, unsplit where K has one part, else split into
+// exactly its parts or summing them apart (kparts); the generic kernel's with one K warp at any
+// K; no GEMV or decode config (their warps and clusters split K by the config).
 TEST(BatchInvariantSelection, WhichConfigsKeepTheKOrder) {
   const Registry& r = Registry::global();
   for (const std::string_view name : {"prefill", "prefill_a16"}) {
     const Kernel& k = kernel_named(r, name);
-    int keeping = 0;
-    for (const std::string& c : k.configs()) {
-      const bool cut = contains(c, "_split") || contains(c, "_alt") || contains(c, "_streamk");
-      EXPECT_EQ(k.keeps_k_order(c), !cut) << name << "/" << c;
-      keeping += k.keeps_k_order(c) ? 1 : 0;
+    for (const std::int64_t kk : {1024, 4096, 6144, 14336}) {
+      const int parts = device::batch_invariant_parts(static_cast<int>(kk));
+      const std::string split = "_split" + std::to_string(parts);
+      int keeping = 0, kparts = 0;
+      for (const std::string& c : k.configs()) {
+        const bool cut = contains(c, "_alt") || contains(c, "_streamk");
+        const bool whole = !contains(c, "_split");
+        const bool keeps =
+            !cut && (parts == 1 ? whole : contains(c, "_kparts") || (c.ends_with(split) && !whole));
+        EXPECT_EQ(k.keeps_k_order(c, kk), keeps) << name << "/" << c << ", K = " << kk;
+        keeping += k.keeps_k_order(c, kk) ? 1 : 0;
+        kparts += contains(c, "_kparts") ? 1 : 0;
+        // The k-parts tiles serve the mode only.
+        if (contains(c, "_kparts")) {
+          EXPECT_FALSE(k.worth_sweeping(64, c)) << c;
+        }
+      }
+      EXPECT_GE(keeping, 5) << name << ", K = " << kk;
+      EXPECT_EQ(kparts, 8) << name;
     }
-    EXPECT_GE(keeping, 8) << name;
   }
   for (const std::string_view name : {"generic", "generic_a16"}) {
     const Kernel& k = kernel_named(r, name);
     for (const std::string& c : k.configs()) {
-      EXPECT_EQ(k.keeps_k_order(c), !contains(c, "_kwarps")) << name << "/" << c;
+      for (const std::int64_t kk : {1024, 6144}) {
+        EXPECT_EQ(k.keeps_k_order(c, kk), !contains(c, "_kwarps")) << name << "/" << c;
+      }
     }
   }
   for (const std::string_view name : {"gemv", "gemv_a16", "decode"}) {
     const Kernel& k = kernel_named(r, name);
-    for (const std::string& c : k.configs()) EXPECT_FALSE(k.keeps_k_order(c)) << name << "/" << c;
+    for (const std::string& c : k.configs()) {
+      EXPECT_FALSE(k.keeps_k_order(c, 6144)) << name << "/" << c;
+    }
   }
-  EXPECT_FALSE(kernel_named(r, "prefill").keeps_k_order("no_such_config"));
+  EXPECT_FALSE(kernel_named(r, "prefill").keeps_k_order("no_such_config", 1024));
+  EXPECT_FALSE(kernel_named(r, "prefill").keeps_k_order("w64_t32_st4_overlap", 0));
 }
 
 // Random layers in each activation form and alignment, every M from 1 to 20000: one kernel per
@@ -99,7 +135,7 @@ TEST(BatchInvariantSelection, EveryCallOfALayerRunsOneKernelOnConfigsThatKeepThe
       for (const std::int64_t m : kMs) {
         const Dispatch d = r.dispatch(s, kH200, m);
         ASSERT_EQ(d.kernel, s.kernel) << "M = " << m << ": " << d.why;
-        EXPECT_TRUE(d.kernel->keeps_k_order(d.config)) << d.config << " at M = " << m;
+        EXPECT_TRUE(d.kernel->keeps_k_order(d.config, k)) << d.config << " at M = " << m;
         EXPECT_TRUE(d.kernel->can_run(m, k, d.config).ok()) << d.config << " at M = " << m;
         EXPECT_TRUE(d.why.starts_with("batch-invariant")) << d.why;
       }
@@ -130,9 +166,10 @@ TEST(BatchInvariantSelection, TunedRowsServeOnlyWhereTheyKeepTheOrder) {
     const LayerSelection s = r.select(invariant_layer(key.n, key.k, operand), kH200);
     ASSERT_NE(s.kernel, nullptr);
     const Dispatch d = r.dispatch(s, kH200, key.m);
-    const bool keeps = value.kernel == s.kernel->name() && s.kernel->keeps_k_order(value.config);
+    const bool keeps =
+        value.kernel == s.kernel->name() && s.kernel->keeps_k_order(value.config, key.k);
     SCOPED_TRACE(value.source + ": " + value.kernel + "/" + value.config + " -> " + d.why);
-    EXPECT_TRUE(d.kernel->keeps_k_order(d.config));
+    EXPECT_TRUE(d.kernel->keeps_k_order(d.config, key.k));
     if (keeps) {
       EXPECT_EQ(d.config, value.config);
       EXPECT_THAT(d.why, HasSubstr("tuned row"));
@@ -166,7 +203,7 @@ TEST(BatchInvariantSelection, TheEnvironmentCannotBreakTheMode) {
     for (const std::int64_t m : kMs) {
       const Dispatch d = no_model.dispatch(t, kH200, m);
       ASSERT_EQ(d.kernel, t.kernel);
-      EXPECT_TRUE(d.kernel->keeps_k_order(d.config)) << d.config << " at M = " << m;
+      EXPECT_TRUE(d.kernel->keeps_k_order(d.config, 14336)) << d.config << " at M = " << m;
       EXPECT_TRUE(d.kernel->can_run(m, 14336, d.config).ok()) << d.config << " at M = " << m;
     }
   }
@@ -182,7 +219,14 @@ TEST(BatchInvariantSelection, RunnableRefusesAConfigThatCutsK) {
   EXPECT_EQ(v.argument, "config");
   EXPECT_EQ(v.code, ErrorCode::kInvalidArgument);
   EXPECT_THAT(v.reason, HasSubstr("does not keep a fixed K order"));
-  EXPECT_TRUE(r.runnable(prefill, "w64_t64_st4_overlap", l, 64, kH200).ok());
+  // K = 6144 has three parts: an unsplit tile that sums them in one chain cuts them wrongly too.
+  EXPECT_FALSE(r.runnable(prefill, "w64_t64_st4_overlap", l, 64, kH200).ok());
+  EXPECT_TRUE(r.runnable(prefill, "w64_t64_st4_overlap_split3", l, 64, kH200).ok());
+  EXPECT_TRUE(r.runnable(prefill, "w64_t64_st4_overlap_kparts", l, 64, kH200).ok());
+  // One part (K = 2048): every unsplit tile.
+  EXPECT_TRUE(r.runnable(prefill, "w64_t64_st4_overlap",
+                         invariant_layer(6144, 2048, ActivationOperand::kMx), 64, kH200)
+                  .ok());
 }
 
 TEST(BatchInvariantSelection, SwitchFromTheEnvironment) {
@@ -196,7 +240,8 @@ TEST(BatchInvariantSelection, SwitchFromTheEnvironment) {
   EXPECT_THAT(r.warnings()[0], HasSubstr("MXLINEAR_BATCH_INVARIANT is 'yes'; expected 1 or 0"));
 }
 
-// The selection report says which mode it describes, and names no kernel that cuts K.
+// The selection report says which mode it describes, and names no kernel that cuts K otherwise
+// than in its parts (the reference model's K have one part or, at K = 6144, three).
 TEST(BatchInvariantSelection, TheReportSaysSo) {
   const Registry& r = Registry::global();
   const auto rows = r.report(builtin_model("minimax-m3.1-flash-tp4"), kH200, DType::kBF16,
@@ -204,8 +249,9 @@ TEST(BatchInvariantSelection, TheReportSaysSo) {
   const std::string text = format_report(rows, kH200);
   EXPECT_THAT(text, HasSubstr("batch-invariant mode"));
   EXPECT_THAT(text, Not(HasSubstr("gemv")));
-  EXPECT_THAT(text, Not(HasSubstr("_split")));
+  EXPECT_THAT(text, Not(::testing::ContainsRegex("_split[^3]")));
   EXPECT_THAT(text, Not(HasSubstr("_alt")));
+  EXPECT_THAT(text, Not(HasSubstr("_streamk")));
   EXPECT_THAT(
       format_report(r.report(builtin_model("minimax-m3.1-flash-tp4"), kH200, DType::kBF16), kH200),
       Not(HasSubstr("batch-invariant")));

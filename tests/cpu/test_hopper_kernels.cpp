@@ -178,9 +178,11 @@ TEST(PrefillKernel, ClaimsLargeMAndSaysWhatItNeeds) {
                             "w128_t256_st4_bk64", "w128_t256_st4_bk64_overlap_split2",
                             "w64_t32_st8_overlap_alt", "w64_t64_st8_overlap_alt_split2"}));
   // 17 compiled instances x splits 1, 2, 3, 4, 5, 6, 8, less split 6 of the three 128 x 256
-  // tiles (its output tile does not fit their ring), and one persistent and one stream-K
-  // instance, never split.
-  EXPECT_EQ(configs.size(), 118u);
+  // tiles (its output tile does not fit their ring), and one persistent, one stream-K and eight
+  // k-parts instances, never split.
+  EXPECT_EQ(configs.size(), 126u);
+  EXPECT_THAT(configs,
+              ::testing::IsSupersetOf({"w64_t32_st4_overlap_kparts", "w128_t128_st4_kparts"}));
   EXPECT_THAT(configs,
               ::testing::IsSupersetOf({"w64_t128_st4_overlap", "w64_t128_st4_overlap_split4"}));
   EXPECT_THAT(configs, ::testing::IsSupersetOf({"w192_t128_st3", "w192_t128_st3_split8"}));

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cpu/registry_test_kernels.hpp"
+#include "device/common/grid_walk.hpp"
 #include "host/registry/registry.hpp"
 #include "mxlinear/models.hpp"
 #include "select_json.hpp"
@@ -102,8 +103,8 @@ TEST(SelectReport, UnprintableLayerNamesAreEscapedAndJsonStaysValid) {
 
 // The report of the batch-invariant mode says so in its header and its JSON, and in either
 // activation mode runs each layer on one kernel, on configs that keep one K order: no GEMV or
-// decode kernel, no K split, alternating warpgroups or stream-K config at any M. The default
-// report says nothing of the mode.
+// decode kernel, no alternating warpgroups or stream-K config, and no K split other than the
+// layer's parts at any M. The default report says nothing of the mode.
 TEST(SelectReport, BatchInvariantReportSaysSoAndRunsOneKernelPerLayer) {
   const std::vector<ModelLayer> layers = builtin_model("minimax-m3.1-flash-tp4");
   const Registry& registry = Registry::global();
@@ -122,8 +123,15 @@ TEST(SelectReport, BatchInvariantReportSaysSoAndRunsOneKernelPerLayer) {
         const std::string kernel = m.at("kernel"), config = m.at("config");
         EXPECT_THAT(kernel, Not(HasSubstr("gemv"))) << m.dump();
         EXPECT_THAT(kernel, Not(HasSubstr("decode"))) << m.dump();
-        for (const char* cut : {"_split", "_alt", "_streamk"}) {
+        for (const char* cut : {"_alt", "_streamk"}) {
           EXPECT_THAT(config, Not(HasSubstr(cut))) << m.dump();
+        }
+        const int parts = device::batch_invariant_parts(layer.at("k").get<int>());
+        if (parts == 1) {
+          EXPECT_THAT(config, Not(HasSubstr("_split"))) << m.dump();
+        }
+        if (config.find("_split") != std::string::npos) {
+          EXPECT_TRUE(config.ends_with("_split" + std::to_string(parts))) << m.dump();
         }
         EXPECT_THAT(m.at("source").get<std::string>(), HasSubstr("batch-invariant")) << m.dump();
       }

@@ -198,7 +198,8 @@ TEST_P(BatchInvariance, FixedRowsGiveTheSameBitsAtEveryM) {
 }
 
 // Every config the mode can select for the layer (the selected kernel's configs that keep the K
-// order) gives the same bits, at two M and positions.
+// order) gives the same bits, at three M and positions (300: the k-parts tiles whose part sums
+// live in the workspace run from 256 rows).
 TEST_P(BatchInvariance, EveryConfigTheModeCanSelectGivesTheSameBits) {
   MXL_REQUIRE_GPU();
   const Shape s = kShapes[GetParam()];
@@ -220,8 +221,8 @@ TEST_P(BatchInvariance, EveryConfigTheModeCanSelectGivesTheSameBits) {
     ASSERT_NE(selection.kernel, nullptr);
     int ran = 0;
     for (const std::string& config : selection.kernel->configs()) {
-      if (!selection.kernel->keeps_k_order(config)) continue;
-      for (const std::int64_t m : {std::int64_t{8}, std::int64_t{77}}) {
+      if (!selection.kernel->keeps_k_order(config, s.k)) continue;
+      for (const std::int64_t m : {std::int64_t{8}, std::int64_t{77}, std::int64_t{300}}) {
         if (!registry.runnable(*selection.kernel, config, layer, m, device).ok()) continue;
         SCOPED_TRACE(std::string(selection.kernel->name()) + "/" + config +
                      " at M = " + std::to_string(m));

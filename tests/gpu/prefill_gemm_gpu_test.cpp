@@ -64,10 +64,18 @@ int device_sms() {
 constexpr std::size_t kGuardBytes = 4096;
 
 // A stream-K config's partial tiles and flags for at most `ctas` CTAs (0: one per SM), poisoned
-// (the pre-pass must zero the flags) and followed by a poisoned guard, wired into `p`; an empty
-// buffer for the other configs.
+// (the pre-pass must zero the flags) and followed by a poisoned guard, wired into `p`; a k-parts
+// config's part sums for every SM, poisoned (a part's sum is stored before it is read) and
+// followed by the guard; an empty buffer for the other configs.
 DeviceBuffer attach_stream_k(Config config, device::GemmParams& p, int ctas = 0) {
   const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(config.instance)];
+  if (i.part_sums_in_memory) {
+    DeviceBuffer sums(device::prefill_part_sum_bytes(device_sms()) + kGuardBytes);
+    sums.poison();
+    p.part_sums = reinterpret_cast<float*>(sums.get());
+    p.part_sum_slots = device_sms();
+    return sums;
+  }
   if (!i.stream_k) return {};
   if (ctas == 0) ctas = device_sms();
   DeviceBuffer stream_k(device::prefill_stream_k_bytes(ctas) + kGuardBytes);
@@ -107,8 +115,8 @@ std::vector<std::uint8_t> run_config(Config config, const MxOperand& a, const Mx
     const auto bytes = stream_k.download<std::uint8_t>(stream_k.size());
     EXPECT_TRUE(std::all_of(bytes.end() - kGuardBytes, bytes.end(),
                             [](std::uint8_t b) { return b == 0xFF; }))
-        << "the stream-K launch wrote past the partial tiles and flags of its " << p.stream_k_ctas
-        << " CTAs";
+        << "the launch wrote past its workspace (stream-K partial tiles and flags of "
+        << p.stream_k_ctas << " CTAs, or part sums of " << p.part_sum_slots << " SMs)";
   }
   return out.download<std::uint8_t>(out.size());
 }

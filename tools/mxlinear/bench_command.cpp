@@ -87,16 +87,21 @@ class ConfigPattern {
   std::string error_;
 };
 
-// Which configs --all-configs times: kernels by name, configs by a regex searched in the name.
+// Which configs --all-configs times: kernels by name, configs by a regex searched in the name,
+// of those the tuner sweeps at M and, with --batch-invariant, those the mode can select at K.
 struct SweepFilter {
   bool all_configs = false;
   std::vector<std::string> kernels;  // empty: every GPU kernel
   std::unique_ptr<ConfigPattern> configs;
+  bool batch_invariant = false;
 
-  bool takes(std::string_view kernel, const std::string& config) const {
+  bool takes(const Kernel& kernel, const std::string& config, std::int64_t m,
+             std::int64_t k) const {
     return (kernels.empty() ||
-            std::find(kernels.begin(), kernels.end(), kernel) != kernels.end()) &&
-           (!configs || configs->found_in(config));
+            std::find(kernels.begin(), kernels.end(), kernel.name()) != kernels.end()) &&
+           (!configs || configs->found_in(config)) &&
+           (kernel.worth_sweeping(m, config) ||
+            (batch_invariant && kernel.keeps_k_order(config, k)));
   }
 };
 
@@ -295,7 +300,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
         continue;
       }
       for (const std::string& config : kernel->configs()) {
-        if (!sweep.takes(kernel->name(), config) || !kernel->worth_sweeping(m, config)) continue;
+        if (!sweep.takes(*kernel, config, m, k)) continue;
         const auto call = [&](int i) {
           kernel->run(KernelCall{xa, w.view(i), std::nullopt, ov, LinearShape{m, n, k}, stream,
                                  Workspace{ws.ptr, linear_workspace_bytes(m, k)}},
@@ -342,7 +347,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
         continue;
       }
       for (const std::string& config : kernel->configs()) {
-        if (!sweep.takes(kernel->name(), config) || !kernel->worth_sweeping(m, config)) continue;
+        if (!sweep.takes(*kernel, config, m, k)) continue;
         const auto full_call = [&](int i) {
           linear_with(*kernel, config, xv, w.view(i), std::nullopt, ov, stream,
                       Workspace{ws.ptr, linear_workspace_bytes(m, k)}, w8a16);
@@ -390,7 +395,7 @@ void write_output(std::string_view option, const std::string& path, const std::s
 }
 
 int run_bench(const BenchOptions& o) {
-  SweepFilter sweep{o.all_configs, o.sweep_kernels, nullptr};
+  SweepFilter sweep{o.all_configs, o.sweep_kernels, nullptr, o.batch_invariant};
   if (!o.sweep_configs.empty()) {
     sweep.configs = std::make_unique<ConfigPattern>(o.sweep_configs);
     if (!sweep.configs->error().empty()) {
@@ -643,13 +648,14 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "with --all-configs: only the configs whose name this POSIX extended regex "
                   "matches (e.g. 't160|t192', 'overlap$')");
   cmd->add_flag("--all-configs", o->all_configs,
-                "also time every config of every GPU kernel per figure (the tuner's sweep): "
-                "W8A8 kernels' GEMM alone and as the full linear, W8A16 kernels' (*_a16) as the "
-                "full linear");
+                "also time every config of every GPU kernel per figure (the tuner's sweep, and "
+                "with --batch-invariant every config the mode can select): W8A8 kernels' GEMM "
+                "alone and as the full linear, W8A16 kernels' (*_a16) as the full linear");
   cmd->add_flag("--batch-invariant", o->batch_invariant,
                 "also time each figure's full linear from bf16 in the batch-invariant mode (each "
                 "output row's bits independent of M and of the row's place in the batch; one "
-                "kernel per layer, no K splits), W8A8 and W8A16, each checked against fp64 first "
+                "kernel per layer, K summed in parts that K fixes), W8A8 and W8A16, each checked "
+                "against fp64 first "
                 "(invariant_us, invariant_w8a16_us, against linear_us and w8a16_us), and check "
                 "that the first and last min(M, 8) rows come out with the same bits when run "
                 "alone (invariant_rows_equal)");

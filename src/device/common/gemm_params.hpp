@@ -50,6 +50,11 @@ struct GemmParams {
   float* partials = nullptr;
   std::uint32_t* flags = nullptr;
   int stream_k_ctas = 0;
+  // The prefill kernel's k-parts tiles wider than 128 x 128: one fp32 tile per SM (%smid) where
+  // a CTA keeps the sum of the K parts it has finished, for at least every SM of the device (the
+  // launcher checks). Such a tile's shared memory holds one CTA an SM, so the slot is its own.
+  float* part_sums = nullptr;
+  int part_sum_slots = 0;
 };
 
 }  // namespace mxlinear::device

@@ -66,6 +66,18 @@ MXL_HOST_DEVICE inline ChunkRange split_chunks(int split, int splits, int k_chun
   return {begin, (split + 1) * k_chunks / splits - begin};
 }
 
+// The batch-invariant mode's K order (docs/MXFP8.md): the ceil(K / 128) chunks fall into this
+// many parts (split_chunks), each summed from zero in chunk order, and the parts' sums are added
+// in part order. K alone fixes it, so a kernel may cut K between parts (a split over a cluster
+// of exactly this many CTAs) or keep each part's sum apart (k-parts tiles) and give the same
+// bits. A part of at least 16 chunks (2048 K) keeps its share of a cluster's meeting and a
+// tile's part changes small at large M; up to 8 parts (a portable cluster) give narrow layers
+// SMs at small M. 7 becomes 8: no cluster of 7 is compiled.
+MXL_HOST_DEVICE constexpr int batch_invariant_parts(int k) {
+  const int parts = (k / 128 + (k % 128 != 0 ? 1 : 0)) / 16;
+  return parts < 1 ? 1 : (parts >= 7 ? 8 : parts);
+}
+
 // One thread's share of a block-cooperative copy of a [rows, words] array (a CTA's scale words):
 // the thread takes words tid, tid + threads, ... in row-major order, kBatch at a time, and
 // calls load(row, word) for the whole batch before the batch's first store(row, word, value).

@@ -233,6 +233,13 @@ __device__ __forceinline__ float4 load_cluster_shared_v4(std::uint32_t local, st
 __device__ __forceinline__ void wait_prerequisite_grids() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
+// The SM this thread runs on (%smid: 0 .. SMs - 1 on sm_90; a CTA never moves).
+__device__ __forceinline__ unsigned sm_id() {
+  unsigned sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  return sm;
+}
+
 // Lets a programmatically dependent grid start launching; it still waits for our completion
 // before it reads what we write.
 __device__ __forceinline__ void allow_dependent_launch() {

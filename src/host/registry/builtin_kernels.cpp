@@ -50,7 +50,7 @@ class GenericKernel final : public detail::ConfiguredKernel<GenericConfig> {
 
   // One warp per K range sums its MX blocks in order; with K warps, their ranges meet at the end,
   // an order that depends on how many there are. The configs with one K warp share one order.
-  bool keeps_k_order(std::string_view config) const override {
+  bool keeps_k_order(std::string_view config, std::int64_t) const override {
     const auto c = compiled_configs().find(config);
     return c.instance >= 0 && c.kwarps == 1;
   }
@@ -94,7 +94,7 @@ class ReferenceKernel final : public Kernel {
   Verdict can_implement(const LayerDescription&) const override { return {}; }
   std::string default_config(std::int64_t) const override { return "fp64"; }
   // Each output is one fp64 sum over K in order, rounded once.
-  bool keeps_k_order(std::string_view) const override { return true; }
+  bool keeps_k_order(std::string_view, std::int64_t) const override { return true; }
   void prepare_weights(const MxWeight& in, const MxWeight& out,
                        cudaStream_t stream) const override {
     detail::copy_weight(in, out, stream);

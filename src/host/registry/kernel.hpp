@@ -117,12 +117,14 @@ class Kernel {
     (void)config;
     return {};
   }
-  // Whether `config` sums each output element's K products in one order that K alone fixes:
-  // the same at every M, at every place of the row in the batch, and in every other config of
-  // this kernel that keeps it (no K split or alternating stages that the config chooses). The
-  // batch-invariant mode runs a layer's calls on such configs of one kernel only.
-  virtual bool keeps_k_order(std::string_view config) const {
+  // Whether `config` sums each output element's K products of a layer with this K in the one
+  // order that K alone fixes for this kernel: the same at every M, at every place of the row in
+  // the batch, and in every other config of this kernel that keeps it (no K split or alternating
+  // stages that the config chooses). The batch-invariant mode runs a layer's calls on such
+  // configs of one kernel only.
+  virtual bool keeps_k_order(std::string_view config, std::int64_t k) const {
     (void)config;
+    (void)k;
     return false;
   }
   // A tuned kernel claims a layer only where the tuned table has rows for its (N, K).

@@ -12,6 +12,7 @@ PrefillConfig PrefillConfig::of(const device::PrefillInstanceInfo& i, int splits
           .overlap = i.overlap,
           .alternating = i.alternating,
           .walk = i.stream_k ? Walk::kStreamK : (i.persistent ? Walk::kPersistent : Walk::kTiles),
+          .k_parts = i.k_parts,
           .splits = splits};
 }
 

@@ -1,5 +1,6 @@
 // The prefill kernel's config: a compiled instance (tile and walk) and its K split. Its name
-// spells each field (config_name.hpp has the vocabulary): "w128_t256_st4_bk64_overlap_split2".
+// spells each field (config_name.hpp has the vocabulary): "w128_t256_st4_bk64_overlap_split2",
+// "w64_t32_st4_overlap_kparts".
 #pragma once
 
 #include <cstdint>
@@ -23,7 +24,8 @@ struct PrefillConfig {
   bool overlap = false;      // one stage's wgmma kept in flight per warpgroup
   bool alternating = false;  // two warpgroups on the same rows taking alternate stages
   Walk walk = Walk::kTiles;
-  int splits = 1;  // K ranges per cluster of CTAs
+  bool k_parts = false;  // the batch-invariant K parts summed apart in one CTA (K unsplit)
+  int splits = 1;        // K ranges per cluster of CTAs
 
   // The config of a compiled instance with K split `splits` ways.
   static PrefillConfig of(const device::PrefillInstanceInfo& instance, int splits);
@@ -39,7 +41,7 @@ struct PrefillConfig {
            t.number("bk", c.bk, 128) && t.flag("overlap", c.overlap) &&
            t.flag("alt", c.alternating) &&
            t.choice(c.walk, {{Walk::kPersistent, "persistent"}, {Walk::kStreamK, "streamk"}}) &&
-           t.number("split", c.splits, 1);
+           t.flag("kparts", c.k_parts) && t.number("split", c.splits, 1);
   }
 };
 

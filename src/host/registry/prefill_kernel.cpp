@@ -6,11 +6,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "device/common/grid_walk.hpp"
 #include "device/kernels/prefill/activation_bf16.hpp"
 #include "device/kernels/prefill/prefill_gemm.hpp"
 #include "host/cuda_check.hpp"
@@ -36,6 +38,13 @@ const detail::ConfigTable<detail::PrefillConfig>& compiled_configs() {
   return table;
 }
 
+// Whether a config keeps its finished K parts' sum in the workspace (k-parts tiles wider than
+// 128 x 128).
+bool keeps_part_sums_in_memory(int instance) {
+  return instance >= 0 &&
+         device::prefill_gemm_instances()[static_cast<std::size_t>(instance)].part_sums_in_memory;
+}
+
 // `as_is`: the W8A16 kernel "prefill_a16", whose bf16 activation is the caller's bf16 x as it is
 // (the linear's pass only lays it out); otherwise the W8A8 kernel "prefill".
 class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfig> {
@@ -58,9 +67,10 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
   // K splits where tokens are few; 128-row tiles from M = their token count up; 64-row tiles
   // (two CTAs fit an SM, so one's main loop hides the other's prologue and epilogue: small K)
   // from M = 8 up.
+  // The k-parts tiles serve the batch-invariant mode only (their part changes cost time).
   bool worth_sweeping(std::int64_t m, std::string_view config) const override {
     const auto c = compiled_configs().find(config);
-    if (c.instance < 0) return false;
+    if (c.instance < 0 || c.k_parts) return false;
     if (c.splits > 1) return m >= 8 && m <= 512;
     return m >= (c.rows < 128 ? 8 : c.tokens);
   }
@@ -69,13 +79,19 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
     return detail::PrefillConfig::of(device::prefill_gemm_instances()[0], 1).name();
   }
 
-  // Every warpgroup runs its rows' wgmma over all of K in order, 16 K at a time into one fp32
-  // accumulator, whatever its tile, stage depth or walk; a K split, alternating warpgroups or a
-  // stream-K run add partial sums of K ranges that the config chooses.
-  bool keeps_k_order(std::string_view config) const override {
+  // The order: batch_invariant_parts(K) parts of K, each a chain of wgmma 16 K at a time into
+  // an fp32 accumulator from zero, whatever the tile, stage depth or walk, their sums added in
+  // part order. One part: every unsplit config. More: a split over exactly that many CTAs, or a
+  // k-parts tile. Alternating warpgroups, stream-K and other splits add sums of K ranges that
+  // the config chooses.
+  bool keeps_k_order(std::string_view config, std::int64_t k) const override {
     const auto c = compiled_configs().find(config);
-    return c.instance >= 0 && c.splits == 1 && !c.alternating &&
-           c.walk != detail::PrefillConfig::Walk::kStreamK;
+    if (c.instance < 0 || c.alternating || c.walk == detail::PrefillConfig::Walk::kStreamK ||
+        k < 1 || k > std::numeric_limits<int>::max()) {
+      return false;
+    }
+    const int parts = device::batch_invariant_parts(static_cast<int>(k));
+    return parts == 1 ? c.splits == 1 : (c.k_parts || c.splits == parts);
   }
 
   // Every config reads the activation as bf16 from the start of its scratch: the linear's
@@ -91,12 +107,14 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
     return p;
   }
 
-  // The bf16 activation; from the rows where stream-K configs run, their partial tiles and flags
-  // for every SM.
+  // The bf16 activation; from the rows where stream-K and wide k-parts configs run, their
+  // partial tiles and flags or part sums for every SM.
   std::size_t max_scratch_bytes(std::int64_t rows, std::int64_t k,
                                 const DeviceDescription& on) const override {
-    return activation_bytes({rows, 0, k}) +
-           (rows >= device::kPrefillStreamKMinRows ? device::prefill_stream_k_bytes(on.sms) : 0);
+    return activation_bytes({rows, 0, k}) + (rows >= device::kPrefillStreamKMinRows
+                                                 ? std::max(device::prefill_stream_k_bytes(on.sms),
+                                                            device::prefill_part_sum_bytes(on.sms))
+                                                 : 0);
   }
 
   Verdict can_run(std::int64_t m, std::int64_t k, std::string_view config) const override {
@@ -105,6 +123,11 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
     if (c.walk == detail::PrefillConfig::Walk::kStreamK && m < device::kPrefillStreamKMinRows) {
       return {fmt::format("is '{}'; stream-K configs run from M = {} (M is {})", config,
                           device::kPrefillStreamKMinRows, m)};
+    }
+    if (keeps_part_sums_in_memory(c.instance) && m < device::kPrefillStreamKMinRows) {
+      return {
+          fmt::format("is '{}'; k-parts configs of tiles over 128 x 128 run from M = {} (M is {})",
+                      config, device::kPrefillStreamKMinRows, m)};
     }
     if (const Verdict v = splits_fit(config, c.splits, k); !v.ok()) return v;
     return smem_fits(config,
@@ -130,8 +153,9 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
     return LaunchFootprint{f.ctas, f.resident_ctas};
   }
 
-  // Its tile, split and walk; one CTA an SM for tiles of 128 rows or more (their accumulators
-  // fill the registers), else as many as shared memory holds, up to two.
+  // Its tile, split and walk; one CTA an SM for tiles of 128 rows or more and k-parts tiles of
+  // 128 tokens (their accumulators fill the registers), else as many as shared memory holds, up
+  // to two.
   std::optional<detail::WorkShape> work_shape(const LinearShape& shape,
                                               std::string_view config) const override {
     const auto c = compiled_configs().find(config);
@@ -148,7 +172,8 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
         .rows = c.rows,
         .tokens = c.tokens,
         .splits = c.splits,
-        .ctas_per_sm = std::max(1, std::min(by_smem, c.rows >= 128 ? 1 : 2)),
+        .ctas_per_sm =
+            std::max(1, std::min(by_smem, c.rows >= 128 || (c.k_parts && c.tokens >= 128) ? 1 : 2)),
         // Alternating warpgroups share one 64-row tile's stages: two consumers of its work.
         .consumer_groups = c.alternating ? 2 : c.rows / 64,
         .activation_bytes_per_element = 2};  // the bf16 pre-pass output
@@ -173,6 +198,11 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
       p.partials = reinterpret_cast<float*>(scratch + layout.activation_bytes);
       p.flags = reinterpret_cast<std::uint32_t*>(scratch + flags.offset);
       p.stream_k_ctas = layout.stream_k_ctas;
+    }
+    if (layout.part_sum_slots > 0) {
+      p.part_sums = reinterpret_cast<float*>(static_cast<std::uint8_t*>(call.workspace.data) +
+                                             layout.activation_bytes);
+      p.part_sum_slots = layout.part_sum_slots;
     }
     require_layer(device::prefill_gemm_unsupported(p), shape);
     if (as_is() && call.activation != ActivationForm::kDequantized) {
@@ -201,10 +231,12 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
  private:
   // A call's scratch: the bf16 activation from byte 0; for a stream-K config then one fp32
   // partial tile per CTA of a launch of at most `stream_k_ctas` CTAs (one per SM), and after
-  // those a flag word per CTA, which must be zero when the GEMM starts.
+  // those a flag word per CTA, which must be zero when the GEMM starts; for a k-parts config
+  // that keeps its part sums in memory, one fp32 tile per SM.
   struct ScratchLayout {
     std::size_t activation_bytes = 0;
-    int stream_k_ctas = 0;  // 0: not a stream-K config
+    int stream_k_ctas = 0;   // 0: not a stream-K config
+    int part_sum_slots = 0;  // 0: no part sums in memory
     ScratchWords flags;
     std::size_t bytes = 0;
   };
@@ -213,6 +245,11 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
     l.activation_bytes = activation_bytes(shape);
     l.bytes = l.activation_bytes;
     const auto c = compiled_configs().find(config);
+    if (sms >= 1 && keeps_part_sums_in_memory(c.instance)) {
+      l.part_sum_slots = sms;
+      l.bytes += device::prefill_part_sum_bytes(sms);
+      return l;
+    }
     if (c.instance < 0 || sms < 1 || c.walk != detail::PrefillConfig::Walk::kStreamK) return l;
     l.stream_k_ctas = sms;
     l.flags = {l.activation_bytes + static_cast<std::size_t>(sms) * c.rows * c.tokens * 4,

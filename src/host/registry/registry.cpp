@@ -22,10 +22,11 @@ ActivationMode mode_of(const LayerDescription& layer) {
   return layer.operand == ActivationOperand::kMx ? ActivationMode::kW8A8 : ActivationMode::kW8A16;
 }
 
-// Whether any config of `kernel` keeps a fixed K order: a kernel the batch-invariant mode can run.
-bool keeps_any_k_order(const Kernel& kernel) {
+// Whether any config of `kernel` keeps a fixed order for this K: a kernel the batch-invariant mode
+// can run.
+bool keeps_any_k_order(const Kernel& kernel, std::int64_t k) {
   for (const std::string& c : kernel.configs()) {
-    if (kernel.keeps_k_order(c)) return true;
+    if (kernel.keeps_k_order(c, k)) return true;
   }
   return false;
 }
@@ -153,7 +154,7 @@ LayerSelection Registry::select(const LayerDescription& layer,
       reason = v.reason;
     } else if (Verdict c = k->can_implement(layer); !c.ok()) {
       reason = c.reason;
-    } else if (layer.batch_invariant && !keeps_any_k_order(*k)) {
+    } else if (layer.batch_invariant && !keeps_any_k_order(*k, layer.k)) {
       reason = "no config keeps a fixed K order (batch-invariant mode)";
     } else if (!layer.batch_invariant &&  // the mode prices the configs, tuned rows or not
                k->needs_tuned_rows() &&
@@ -326,7 +327,7 @@ std::optional<Dispatch> Registry::modelled(const LayerSelection& selection,
       continue;
     }
     for (const std::string& config : kernel->configs()) {
-      if (layer.batch_invariant ? !kernel->keeps_k_order(config)
+      if (layer.batch_invariant ? !kernel->keeps_k_order(config, layer.k)
                                 : !kernel->worth_sweeping(m, config)) {
         continue;
       }
@@ -375,7 +376,7 @@ CallVerdict Registry::runnable(const Kernel& kernel, std::string_view config,
                         layer.k, v.reason),
             "config"};
   }
-  if (layer.batch_invariant && !kernel.keeps_k_order(config)) {
+  if (layer.batch_invariant && !kernel.keeps_k_order(config, layer.k)) {
     return {fmt::format("is '{}/{}', which does not keep a fixed K order (batch-invariant mode)",
                         kernel.name(), config),
             "config", ErrorCode::kInvalidArgument};

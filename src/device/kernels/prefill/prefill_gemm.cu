@@ -88,12 +88,33 @@ using Tile64x64Alternating = PrefillTile<PrefillShape{
 // 1.6 us) and is not compiled.
 using Tile64x128 =
     PrefillTile<PrefillShape{.stages = 4, .overlap = true, .consumer_groups = 1, .tokens = 128}>;
+// The batch-invariant mode's unsplit tiles (PrefillTile::kKParts): twins of the tiles that
+// serve it from small M to large, whose two accumulator sets fit the registers. From 64 tokens
+// on two warpgroups and from 128 on one, a second fragment set (overlap) spilled. Wider tiles
+// take that order only split over a cluster of batch_invariant_parts(K) CTAs.
+using Tile64x32KParts = PrefillTile<PrefillShape{
+    .stages = 4, .overlap = true, .consumer_groups = 1, .tokens = 32, .k_parts = true}>;
+using Tile64x64KParts = PrefillTile<PrefillShape{
+    .stages = 4, .overlap = true, .consumer_groups = 1, .tokens = 64, .k_parts = true}>;
+using Tile64x128KParts =
+    PrefillTile<PrefillShape{.stages = 4, .consumer_groups = 1, .tokens = 128, .k_parts = true}>;
+using Tile128x64KParts =
+    PrefillTile<PrefillShape{.stages = 4, .consumer_groups = 2, .tokens = 64, .k_parts = true}>;
+using Tile4KParts =
+    PrefillTile<PrefillShape{.stages = 4, .consumer_groups = 2, .tokens = 128, .k_parts = true}>;
+// The large-M tiles, their part sums in their SM's slot of L2.
+using Tile128x256Bk64OverlapKParts = PrefillTile<PrefillShape{
+    .stages = 4, .overlap = true, .consumer_groups = 2, .tokens = 256, .bk = 64, .k_parts = true}>;
+using Tile128x192KParts =
+    PrefillTile<PrefillShape{.stages = 3, .consumer_groups = 2, .tokens = 192, .k_parts = true}>;
+using Tile192x128KParts =
+    PrefillTile<PrefillShape{.stages = 3, .consumer_groups = 3, .tokens = 128, .k_parts = true}>;
 
 template <class Tile>
 constexpr PrefillInstanceInfo info() {
-  return {Tile::kRows,           Tile::kTokens, Tile::kStages,      Tile::kOverlap,
-          Tile::kFixedSmemBytes, Tile::kBK,     Tile::kAlternating, Tile::kBarrierOffset,
-          Tile::kPersistent,     Tile::kStreamK};
+  return {Tile::kRows,           Tile::kTokens,  Tile::kStages,      Tile::kOverlap,
+          Tile::kFixedSmemBytes, Tile::kBK,      Tile::kAlternating, Tile::kBarrierOffset,
+          Tile::kPersistent,     Tile::kStreamK, Tile::kKParts,      Tile::kPartSumsInMemory};
 }
 
 // Every compiled instance, in the order of their index (the registry's config names go by it).
@@ -104,7 +125,9 @@ using CompiledTiles =
     TileList<Tile4, Tile3, Tile4Overlap, Tile3Overlap, Tile64x32, Tile64x64, Tile128x256,
              Tile128x64, Tile128x192, Tile128x192Overlap, Tile128x256Bk64, Tile128x256Bk64Overlap,
              Tile64x32Alternating, Tile64x64Alternating, Tile128x160, Tile192x128,
-             Tile128x256Bk64OverlapPersistent, Tile128x256Bk64OverlapStreamK, Tile64x128>;
+             Tile128x256Bk64OverlapPersistent, Tile128x256Bk64OverlapStreamK, Tile64x128,
+             Tile64x32KParts, Tile64x64KParts, Tile64x128KParts, Tile128x64KParts, Tile4KParts,
+             Tile128x256Bk64OverlapKParts, Tile128x192KParts, Tile192x128KParts>;
 
 template <class... Tiles>
 constexpr std::array<PrefillInstanceInfo, sizeof...(Tiles)> infos_of(TileList<Tiles...>) {
@@ -164,6 +187,12 @@ cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf
   // reads them only after its wait on that pass.
   if constexpr (Tile::kStreamK) {
     if (p.partials == nullptr || p.flags == nullptr) return cudaErrorInvalidValue;
+  }
+  // A slot for every SM a CTA may run on.
+  if constexpr (Tile::kPartSumsInMemory) {
+    int sms = 0;
+    if (cudaError_t e = current_sm_count(sms); e != cudaSuccess) return e;
+    if (p.part_sums == nullptr || p.part_sum_slots < sms) return cudaErrorInvalidValue;
   }
   // Split 1 launches without a cluster.
   return launch_programmatic(prefill_gemm_kernel<Tile>, grid, dim3(Tile::kThreads),
@@ -247,6 +276,18 @@ std::size_t prefill_stream_k_bytes(int ctas) {
   return (bytes + 255) / 256 * 256;
 }
 
+std::size_t prefill_part_sum_bytes(int sms) {
+  if (sms < 1) return 0;
+  std::size_t tile_bytes = 0;
+  for (const PrefillInstanceInfo& i : kInstances) {
+    if (i.part_sums_in_memory) {
+      tile_bytes = std::max(tile_bytes, static_cast<std::size_t>(i.rows) * i.tokens * 4);
+    }
+  }
+  const std::size_t bytes = tile_bytes * static_cast<std::size_t>(sms);
+  return (bytes + 255) / 256 * 256;
+}
+
 int prefill_gemm_smem_bytes(int instance, int k, int splits) {
   const PrefillInstanceInfo& i = kInstances[static_cast<std::size_t>(instance)];
   return i.fixed_smem_bytes + i.rows * prefill_scale_row_bytes(chunks_per_cta(k, splits));
@@ -269,7 +310,7 @@ bool prefill_gemm_splits_fit(int instance, int splits) {
     return false;
   }
   const PrefillInstanceInfo& i = kInstances[static_cast<std::size_t>(instance)];
-  if (i.persistent) return splits == 1;
+  if (i.persistent || i.k_parts) return splits == 1;
   return share_tile_bytes(i.rows, i.tokens, splits) <= i.ring_bytes;
 }
 

@@ -24,6 +24,8 @@ struct PrefillInstanceInfo {
   int ring_bytes;    // the ring, which holds the fp32 output tile after the main loop
   bool persistent;   // one CTA per SM walks the output tiles; K is not split
   bool stream_k;     // persistent, each CTA an equal run of (tile, 128-K chunk) units
+  bool k_parts;      // sums K in the batch-invariant parts (batch_invariant_parts); K unsplit
+  bool part_sums_in_memory;  // k parts: the finished parts' sum in GemmParams::part_sums
 };
 
 // A CTA's weight scales sit in shared memory as one 4-byte word per row and 128-K chunk. Up to
@@ -49,6 +51,11 @@ inline constexpr int kPrefillMaxSplits = 8;
 std::size_t prefill_stream_k_bytes(int ctas);
 inline constexpr int kPrefillStreamKMinRows = 256;
 
+// The bytes of part-sum tiles the k-parts instances that keep them in memory need on a device
+// of `sms` SMs (one fp32 tile of the largest of them per SM), a multiple of 256; 0 for sms < 1.
+// linear()'s workspace holds them from kPrefillStreamKMinRows rows up, where those configs run.
+std::size_t prefill_part_sum_bytes(int sms);
+
 std::span<const PrefillInstanceInfo> prefill_gemm_instances();
 
 // Shared memory of one CTA of `instance` at K split `splits` ways (the ring plus the weight
@@ -57,7 +64,7 @@ int prefill_gemm_smem_bytes(int instance, int k, int splits);
 
 // Whether the output tile of `instance` cut into shares for `splits` K splits (1..
 // kPrefillMaxSplits) fits its ring: always for 1, 2, 4 and 8; not for 6 with 128 x 256 tiles;
-// a persistent instance only for 1.
+// a persistent or k-parts instance only for 1.
 bool prefill_gemm_splits_fit(int instance, int splits);
 
 // A launch's CTAs, and how many of them the current device holds at once (whole clusters of

@@ -8,7 +8,9 @@
 #include <cstdint>
 
 #include "device/common/gemm_params.hpp"
+#include "device/common/grid_walk.hpp"
 #include "device/common/mx_convert.cuh"
+#include "device/common/sm90.hpp"
 #include "device/common/swizzle.cuh"
 #include "device/kernels/prefill/prefill_gemm.hpp"
 #include "device/kernels/prefill/share_tile.cuh"
@@ -52,6 +54,7 @@ struct PrefillShape {
   bool alternating = false;
   bool persistent = false;
   bool stream_k = false;
+  bool k_parts = false;
 };
 
 template <PrefillShape kShape>
@@ -69,6 +72,17 @@ struct PrefillTile {
   // cut between CTAs is finished by the one holding its first chunk, which adds the others' fp32
   // partial tiles (GemmParams::partials, flags) in a fixed order: deterministic.
   static constexpr bool kStreamK = kShape.stream_k;
+  // kKParts: the batch-invariant order (batch_invariant_parts) in one CTA over all of K. Each
+  // warpgroup keeps the sum of the parts before the current one: entering a part, it waits for
+  // its wgmma, adds the finished part's sum to that total and restarts the accumulator from
+  // zero; after the last part the accumulator becomes total + part, the value a cluster split in
+  // as many parts adds up. Tiles of up to 128 x 128 keep the total in a second set of registers
+  // (64 more a thread at most); wider ones, whose accumulators fill the registers, in their SM's
+  // slot of GemmParams::part_sums, which stays in L2 (each thread reads back only what it wrote:
+  // one store of the tile per part change and one load, against ~70 us of main loop a tile).
+  static constexpr bool kKParts = kShape.k_parts;
+  static constexpr bool kPartSumsInMemory =
+      kShape.k_parts && (kShape.tokens > 128 || kShape.consumer_groups > 2);
   static constexpr int kRowGroups = kAlternating ? 1 : kConsumerGroups;  // 64-row groups
   static constexpr int kRows = 64 * kRowGroups;                          // weight rows per CTA
   // A warpgroup's stages: first = its index (alternating) or 0, then every kStageStep-th.
@@ -81,8 +95,10 @@ struct PrefillTile {
   // 192 or 256 tokens need 96 or 128 accumulator registers a thread: the producer then is a
   // whole warpgroup that gives its registers to the consumers (setmaxnreg: 2 x 128 x 232 +
   // 128 x 40 <= 64 Ki); otherwise one producer warp and no register moves. (Without the move,
-  // ptxas serialized the 192-token overlapped variant's wgmma: C7512.)
-  static constexpr bool kMovesRegisters = kTokens >= 192;
+  // ptxas serialized the 192-token overlapped variant's wgmma: C7512.) So do 128 tokens whose
+  // K parts two warpgroups sum in registers (128 accumulator registers; 224 a thread spilled).
+  static constexpr bool kMovesRegisters =
+      kTokens >= 192 || (kShape.k_parts && kTokens == 128 && kConsumerGroups == 2);
   static constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;
   static constexpr int kThreads = kConsumerThreads + (kMovesRegisters ? 128 : 32);
   static constexpr int kWTileBytes = kRows * kBK;    // e4m3, one swizzle atom wide
@@ -141,6 +157,9 @@ struct PrefillTile {
                 "the persistent walk stores 128-row tiles of two row groups");
   static_assert(!kStreamK || kPersistent, "stream-K is a persistent walk");
   static_assert(kTokens % kStagedTokens == 0, "whole staging rounds");
+  static_assert(!kKParts || (!kAlternating && !kPersistent), "k parts: a plain tile over all of K");
+  static_assert(!kPartSumsInMemory || ctas_per_sm_by_smem(kFixedSmemBytes) < 2,
+                "a tile whose part sums live in its SM's slot holds its SM alone");
 };
 
 namespace prefill_detail {
@@ -321,12 +340,70 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
   const std::uint64_t a_descriptor = hopper::kmajor_sw128_descriptor(smem + Tile::kATileOffset);
   ptx::cp_async_wait<1>();  // this warp's scales of chunks 0 and 1
   __syncwarp();
+  // K parts: the sum of the finished parts, and the stage where the next part starts. A part's
+  // sum is never -0 (its chain starts at +0), so total = 0 + first part is that part's bits.
+  constexpr bool kTotalInRegisters = Tile::kKParts && !Tile::kPartSumsInMemory;
+  float total[kTotalInRegisters ? Tile::kAccRegs : 1];
+#pragma unroll
+  for (int r = 0; r < (kTotalInRegisters ? Tile::kAccRegs : 1); ++r) total[r] = 0.0f;
+  // In memory: this thread's words of its SM's tile, a register's words contiguous over the
+  // consumer threads.
+  float* part_sum = nullptr;
+  if constexpr (Tile::kPartSumsInMemory) {
+    part_sum = p.part_sums +
+               static_cast<std::size_t>(hopper::sm_id()) * Tile::kRows * Tile::kTokens +
+               threadIdx.x;
+  }
+  // total += acc, wherever total lives (the first part's store needs no load). In memory, 32
+  // words are loaded before any of them is stored (the fragment registers are free by then):
+  // word by word, each store ordered the next load behind it, and a part change of the 128 x 192
+  // tile at M = 1024 cost ~10 us of round trips.
+  auto add_to_total = [&](bool first) {
+    if constexpr (Tile::kPartSumsInMemory) {
+      constexpr int kBatch = 32;
+      static_assert(Tile::kAccRegs % kBatch == 0, "whole batches");
+#pragma unroll
+      for (int r0 = 0; r0 < Tile::kAccRegs; r0 += kBatch) {
+        float* words = part_sum + r0 * Tile::kConsumerThreads;
+        float before[kBatch];
+#pragma unroll
+        for (int r = 0; r < kBatch; ++r) {
+          before[r] = first ? 0.0f : __ldcg(words + r * Tile::kConsumerThreads);
+        }
+#pragma unroll
+        for (int r = 0; r < kBatch; ++r) {
+          __stcg(words + r * Tile::kConsumerThreads, before[r] + acc[r0 + r]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < (kTotalInRegisters ? Tile::kAccRegs : 0); ++r) total[r] += acc[r];
+    }
+  };
+  const int k_chunks = p.k / 128 + (p.k % 128 != 0 ? 1 : 0);
+  const int parts = Tile::kKParts ? batch_invariant_parts(p.k) : 1;
+  int part = 1;
+  auto part_start = [&](int j) {
+    return j < parts ? split_chunks(j, parts, k_chunks).begin * Tile::kStagesPerChunk : stages;
+  };
+  int next_part = part_start(1);
 
   // Waits for stage c (this warpgroup's i-th), widens its weight fragments into `a` and issues
   // its wgmma as one group. wgmma reads its register operand asynchronously: `a` stays
   // untouched until a wait covers the group.
   auto issue_stage = [&](int i, std::uint32_t(&a)[Tile::kBlocksPerStage][2][4]) {
     const int c = stage_of(i);
+    if constexpr (Tile::kKParts) {
+      if (c == next_part) {  // the previous part's wgmma finish before its sum moves
+        hopper::wgmma_wait<0>();
+        hopper::pin(acc);
+        add_to_total(part == 1);
+#pragma unroll
+        for (int r = 0; r < Tile::kAccRegs; ++r) acc[r] = 0.0f;
+        ++part;
+        next_part = part_start(part);
+      }
+    }
     if (i == 2 * Tile::kStagesPerChunk) {  // the rest of this warp's first two windows
       ptx::cp_async_wait<0>();
       __syncwarp();
@@ -415,6 +492,18 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
       hopper::wgmma_wait<0>();
       hopper::pin(acc);
       release_stage(empty, slot_of(i), lane);
+    }
+  }
+  if constexpr (Tile::kKParts) {
+    if (parts > 1) {
+#pragma unroll
+      for (int r = 0; r < Tile::kAccRegs; ++r) {
+        if constexpr (Tile::kPartSumsInMemory) {
+          acc[r] = __ldcg(part_sum + r * Tile::kConsumerThreads) + acc[r];
+        } else {
+          acc[r] = total[r] + acc[r];
+        }
+      }
     }
   }
 }
