@@ -8,10 +8,15 @@ never share a port or a store). Each check below runs on every rank with the sam
 rank builds the same full tensors; a check returns on success and raises on failure.
 """
 
+import contextlib
 import datetime
+import io
 import json
+import math
 import os
 import queue
+import subprocess
+import sys
 import traceback
 
 import pytest
@@ -21,6 +26,7 @@ import torch.multiprocessing as mp
 
 import mxlinear
 from mxlinear.distributed import ColumnParallelMXFP8Linear, RowParallelMXFP8Linear, even_splits
+from mxlinear.distributed import bench
 from mxlinear.nn import MXFP8Linear
 
 U32 = 2.0**-24
@@ -342,6 +348,96 @@ def check_safetensors(rank, world, path, prefix, kind):
         assert bool((err <= 2.0**-6 * whole(x).double().abs() + 1e-6).all())  # a bf16 ulp or two
 
 
+def run_bench(argv) -> tuple[int, str, str]:
+    """``mxlinear.distributed.bench.main(argv)`` on the pool's process group: exit status, stdout,
+    stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = bench.main(argv)
+        except SystemExit as e:  # argparse's errors
+            status = e.code
+    return status, out.getvalue(), err.getvalue()
+
+
+# --tokens is --m, which torchrun's parser would take for an abbreviation of its own options.
+TINY_BENCH = ["--hidden", "64", "--intermediate", "128", "--tokens", "1,3", "--replays", "2"]
+
+
+def check_bench_json(path, world, backend, activation, ms=(1, 3)):
+    with open(path) as f:
+        r = json.load(f)
+    assert (r["world_size"], r["backend"], r["activation"]) == (world, backend, activation)
+    assert r["torch"] == torch.__version__ and len(r["device_names"]) == world
+    assert r["replays"] == 2 and r["timing"]["local"] and r["timing"]["collective"]
+    assert r["shapes"] == {"hidden": 64, "intermediate": 128, "intermediate_per_rank": 128 // world,
+                           "gate_up": {"full": [256, 64], "per_rank": [256 // world, 64]},
+                           "down": {"full": [64, 128], "per_rank": [64, 128 // world]}}
+    assert [row["m"] for row in r["rows"]] == list(ms)
+    for row in r["rows"]:
+        assert not row.get("wrong")
+        for key, _, _ in bench.FIGURES:
+            assert key in r["figures"]
+            assert isinstance(row[key], float) and math.isfinite(row[key]) and row[key] > 0, key
+            per_rank = row["per_rank"][key]
+            assert len(per_rank) == world
+            if key == "single_gpu_mlp_us":  # rank 0 alone
+                assert per_rank[1:] == [None] * (world - 1) and row[key] == per_rank[0]
+            else:
+                assert row[key] == max(per_rank)
+        assert len(row["checks"]) == world
+        for c in row["checks"]:
+            assert c["column_bits_equal"]["ok"]
+            for name in ("mlp_vs_single", "column_timed_mode", "row_timed_mode"):
+                assert c[name]["ok"] and c[name]["rel_error"] <= c[name]["tolerance"], name
+    return r
+
+
+def check_bench(rank, world, path, activation, device="cpu"):
+    backend = "gloo" if device == "cpu" else "nccl"
+    status, out, err = run_bench(TINY_BENCH + ["--backend", backend, "--device", device,
+                                               "--activation", activation, "--json", path])
+    assert status == 0, err
+    if rank != 0:
+        assert out == ""  # rank 0 prints and writes for all
+        return
+    check_bench_json(path, world, backend, activation)
+    lines = out.splitlines()
+    assert any(line.split()[:2] == ["M", "column"] for line in lines), out
+    for m in ("1", "3"):
+        assert any(line.split()[:1] == [m] for line in lines), out
+
+
+def check_bench_catches_a_wrong_layout(rank, world):
+    # Sharding the [gate; up] rows as they are gives rank 0 two halves of gate and no up: the
+    # checks must see it, and nothing is timed.
+    interleave = bench._interleave
+    bench._interleave = lambda gate, up, world: bench._cat_rows([gate, up])
+    try:
+        status, out, err = run_bench(TINY_BENCH + ["--backend", "gloo", "--device", "cpu"])
+    finally:
+        bench._interleave = interleave
+    assert status == 1
+    if rank == 0:
+        assert "rank 0: check column_bits_equal failed" in err and "not timed" in err, err
+        assert "check mlp_vs_single failed" in err and "WRONG" in out, out
+
+
+def check_bench_refusals(rank, world):
+    cpu = ["--backend", "gloo", "--device", "cpu", "--m", "1"]  # in-process: --m is fine
+    # 96 is whole MX blocks, but not once split over 2 ranks (48 a rank).
+    status, _, err = run_bench(cpu + ["--hidden", "64", "--intermediate", "96"])
+    assert status == 2
+    if rank == 0:
+        assert ("argument --intermediate: is 96, which 2 ranks cannot split into whole MX blocks "
+                "(48 a rank); expected a multiple of 64") in err, err
+    status, _, err = run_bench(cpu + ["--intermediate", "100"])
+    assert status == 2
+    assert ("argument --intermediate: is '100'; expected a positive multiple of 32") in err, err
+    status, _, err = run_bench(["--backend", "nccl", "--device", "cpu"])
+    assert status == 2 and "argument --backend: is 'nccl' with --device cpu; expected gloo" in err
+
+
 # ---------------------------------------------------------------------------- tests
 
 
@@ -428,6 +524,51 @@ def test_needs_an_initialized_process_group():
         ColumnParallelMXFP8Linear.from_quantized(w, ws)
 
 
+@pytest.mark.parametrize("activation", ["mx", "bf16"])
+def test_tp_mlp_bench_runs_on_two_gloo_ranks(pools, tmp_path, activation):
+    pools(2).run("check_bench", str(tmp_path / "bench.json"), activation)
+
+
+def test_tp_mlp_bench_fails_its_checks_on_a_wrong_layout(pools):
+    pools(2).run("check_bench_catches_a_wrong_layout")
+
+
+def test_tp_mlp_bench_refuses_bad_sizes_naming_the_option(pools):
+    pools(2).run("check_bench_refusals")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--hidden", "100"], "argument --hidden: is '100'; expected a positive multiple of 32"),
+        (["--intermediate", "0"], "argument --intermediate: is '0'; expected a positive multiple"),
+        (["--m", "1,0"], "argument --m/--tokens: has '0'; expected positive integers"),
+        (["--tokens", "x"], "argument --m/--tokens: has 'x'; expected positive integers"),
+        (["--activation", "fp4"], "argument --activation: invalid choice: 'fp4'"),
+        (["--backend", "mpi"], "argument --backend: invalid choice: 'mpi'"),
+        (["--replays", "0"], "argument --replays: is '0'; expected a positive integer"),
+    ],
+)
+def test_tp_mlp_bench_bad_options_are_named_with_their_value(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.parse_args(args)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_tp_mlp_bench_under_torchrun(tmp_path):
+    # The command line as documented, its process group from torchrun's environment.
+    path = tmp_path / "bench.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "mxlinear.distributed.bench", "--backend", "gloo", "--device", "cpu",
+         *TINY_BENCH, "--json", str(path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=TASK_TIMEOUT_S, check=False,
+        env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    check_bench_json(path, 2, "gloo", "mx")
+
+
 # ---------------------------------------------------------------------------- NCCL on 2 GPUs
 
 
@@ -444,3 +585,10 @@ def test_nccl_column_parallel(pools, activation):
 @pytest.mark.parametrize("k_splits", [None, [64, 448]])
 def test_nccl_row_parallel_within_bound(pools, activation, k_splits):
     pools(2, "nccl").run("check_row", torch.seed() % 2**31, activation, k_splits, None, "cuda")
+
+
+@pytest.mark.gpu
+@needs_two_gpus
+@pytest.mark.parametrize("activation", ["mx", "bf16"])
+def test_nccl_tp_mlp_bench(pools, tmp_path, activation):
+    pools(2, "nccl").run("check_bench", str(tmp_path / "bench.json"), activation, "cuda")
