@@ -263,29 +263,29 @@ constexpr std::array<Query, sizeof...(Tiles)> queries_of(TileList<Tiles...>) {
 
 std::span<const PrefillInstanceInfo> prefill_gemm_instances() { return kInstances; }
 
-std::size_t prefill_stream_k_bytes(int ctas) {
-  if (ctas < 1) return 0;
+namespace {
+
+// The bytes of the largest fp32 output tile of the instances with `flag` set (0: none), and
+// `per_cta` more for each, times `ctas`, rounded up to 256.
+std::size_t tile_bytes_times(bool PrefillInstanceInfo::*flag, std::size_t per_cta, int ctas) {
   std::size_t tile_bytes = 0;
   for (const PrefillInstanceInfo& i : kInstances) {
-    if (i.stream_k) {
-      tile_bytes = std::max(tile_bytes, static_cast<std::size_t>(i.rows) * i.tokens * 4);
-    }
+    if (i.*flag) tile_bytes = std::max(tile_bytes, static_cast<std::size_t>(i.rows) * i.tokens * 4);
   }
-  if (tile_bytes == 0) return 0;
-  const std::size_t bytes = (tile_bytes + 4) * static_cast<std::size_t>(ctas);
+  if (tile_bytes == 0 || ctas < 1) return 0;
+  const std::size_t bytes = (tile_bytes + per_cta) * static_cast<std::size_t>(ctas);
   return (bytes + 255) / 256 * 256;
 }
 
+}  // namespace
+
+// A partial tile and a flag word per CTA.
+std::size_t prefill_stream_k_bytes(int ctas) {
+  return tile_bytes_times(&PrefillInstanceInfo::stream_k, 4, ctas);
+}
+
 std::size_t prefill_part_sum_bytes(int sms) {
-  if (sms < 1) return 0;
-  std::size_t tile_bytes = 0;
-  for (const PrefillInstanceInfo& i : kInstances) {
-    if (i.part_sums_in_memory) {
-      tile_bytes = std::max(tile_bytes, static_cast<std::size_t>(i.rows) * i.tokens * 4);
-    }
-  }
-  const std::size_t bytes = tile_bytes * static_cast<std::size_t>(sms);
-  return (bytes + 255) / 256 * 256;
+  return tile_bytes_times(&PrefillInstanceInfo::part_sums_in_memory, 0, sms);
 }
 
 int prefill_gemm_smem_bytes(int instance, int k, int splits) {
