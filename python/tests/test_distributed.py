@@ -253,6 +253,12 @@ def check_row(rank, world, seed, activation, k_splits, out_dtype, device="cpu"):
                                                    input_is_parallel=True)
     assert torch.equal(sliced(x[:, k0:k1]), out)
 
+    # partial_sum is the rank's fp32 part that forward all-reduces and adds the bias to.
+    summed = layer.partial_sum(x)
+    assert summed.dtype == torch.float32 and summed.shape == (9, n)
+    dist.all_reduce(summed)
+    assert torch.equal((summed + bias.to(torch.float32)).to(want_dtype), out)
+
     # Every rank holds the same result.
     outs = [torch.empty_like(out) for _ in range(world)]
     dist.all_gather(outs, out.contiguous())

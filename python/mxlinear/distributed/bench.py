@@ -26,9 +26,8 @@ Figures per M, microseconds per call, taken on every rank; the table and the JSO
 the max over ranks (the JSON also has each rank's):
   column   the column layer's call on its shard (the activation's MX quantization included in
            W8A8)
-  row      the row layer's local GEMM without its all-reduce: mxlinear.linear on its shard with
-           the arguments its forward passes (fp32 partial, no bias); the layer has no call that
-           runs its local part alone
+  row      the row layer's local GEMM without its all-reduce: its partial_sum (the fp32 partial
+           its forward reduces, no bias)
   ar bf16  torch.distributed.all_reduce of an [M, hidden] bf16 tensor alone (what a bf16 TP MLP
            reduces)
   ar fp32  the same for float32: what the row layer reduces (its partials are fp32)
@@ -195,14 +194,6 @@ def _bf16_step(w_gate_up, w_down, x):
     y = F.linear(_silu_and_mul(F.linear(x, w_gate_up)), w_down)
     dist.all_reduce(y)
     return y
-
-
-def _row_gemm(row: RowParallelMXFP8Linear, a: torch.Tensor) -> torch.Tensor:
-    # What RowParallelMXFP8Linear.forward runs on its shard before its all-reduce: the layer has
-    # no call for its local part alone, so this repeats the forward's call on the layer's own
-    # buffers and options.
-    return mxlinear.linear(a, row.weight, row.weight_scale, None, torch.float32, row.activation,
-                           batch_invariant=row.batch_invariant)
 
 
 @dataclasses.dataclass
@@ -462,7 +453,7 @@ def _time_m(t: _Timer, layers: _Layers, x: torch.Tensor, a: torch.Tensor, rank: 
     ar_fp32 = torch.zeros(m, hidden, dtype=torch.float32, device=x.device)
     return {
         "column_gemm_us": t.local(_repeat(lambda c: c(x), _cycle(layers.cols, n))),
-        "row_gemm_us": t.local(_repeat(lambda r: _row_gemm(r, a), _cycle(layers.rows, n))),
+        "row_gemm_us": t.local(_repeat(lambda r: r.partial_sum(a), _cycle(layers.rows, n))),
         "allreduce_bf16_us": t.collective(_repeat(dist.all_reduce, [(ar_bf16,)] * n)),
         "allreduce_fp32_us": t.collective(_repeat(dist.all_reduce, [(ar_fp32,)] * n)),
         "tp_mlp_us": t.collective(_repeat(lambda c, r: _tp_step(c, r, x),
@@ -581,9 +572,8 @@ def _run(args) -> int:
                    "collective": ("cuda graph, events" if timer.graph_collectives else
                                   "eager, events" if cuda else "time.perf_counter"),
                    "capture_error": timer.capture_error},
-        "row_gemm_method": ("mxlinear.linear on the row layer's shard with its forward's "
-                            "arguments (fp32 partial, no bias): the layer has no call that runs "
-                            "its local part without the all-reduce"),
+        "row_gemm_method": ("RowParallelMXFP8Linear.partial_sum: the fp32 partial its forward "
+                            "all-reduces, without the bias"),
         "figures": {key: f"{meaning}; us per call" + ("" if key == "single_gpu_mlp_us" else
                                                       ", max over ranks")
                     for key, _, meaning in FIGURES},

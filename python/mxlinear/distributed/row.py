@@ -166,10 +166,10 @@ class RowParallelMXFP8Linear(_ShardedMXFP8Linear):
             return x, x.shape[:-1], x.shape[-1]
         return x[..., k0:k1].contiguous(), x.shape[:-1], x.shape[-1]
 
-    def forward(self, x: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """``x``: the full input [..., K] (``input_is_parallel=False``) or the rank's slice
-        [..., k_local], or a pre-quantized ``(data, scales)`` pair of either. Returns the full
-        [..., N] output on every rank."""
+    def partial_sum(self, x: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """The rank's float32 partial [..., N] of the output: its K slice of ``x`` (as
+        ``forward`` takes it) times its weight shard, before the all-reduce and without the
+        bias."""
         quantized = isinstance(x, tuple)
         local, lead, width = self._local_input(x)
         want = (self.k_end - self.k_start) if self.input_is_parallel else self.in_features
@@ -179,7 +179,6 @@ class RowParallelMXFP8Linear(_ShardedMXFP8Linear):
                 f"RowParallelMXFP8Linear: argument 'x' has {width} columns; expected {want} "
                 f"({what}, input_is_parallel={self.input_is_parallel}, rank {self.rank})"
             )
-        dtype = self.out_dtype or (torch.bfloat16 if quantized else x.dtype)
         if self.k_end > self.k_start:
             partial = mxlinear.linear(local, self.weight, self.weight_scale, None, torch.float32,
                                       None if quantized else self.activation,
@@ -187,7 +186,14 @@ class RowParallelMXFP8Linear(_ShardedMXFP8Linear):
         else:  # an empty K shard (more ranks than blocks) contributes zeros
             partial = torch.zeros(*lead, self.out_features, dtype=torch.float32,
                                   device=self.weight.device)
-        partial = partial.contiguous()
+        return partial.contiguous()
+
+    def forward(self, x: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """``x``: the full input [..., K] (``input_is_parallel=False``) or the rank's slice
+        [..., k_local], or a pre-quantized ``(data, scales)`` pair of either. Returns the full
+        [..., N] output on every rank."""
+        partial = self.partial_sum(x)
+        dtype = self.out_dtype or (torch.bfloat16 if isinstance(x, tuple) else x.dtype)
         if self.world_size > 1:
             dist.all_reduce(partial, op=dist.ReduceOp.SUM, group=self.group)
         if self.bias is not None:
