@@ -1,13 +1,10 @@
 """The activation modes on CPU: W8A8 ("mx", the default) and W8A16 ("bf16", a bfloat16 or float16
 x multiplied as it is by the dequantized weights), against float64 computed here."""
 
-import os
-import subprocess
-import sys
-
 import emulation
 import pytest
 import torch
+from python_process import run_python
 from test_ops import assert_within_contract, fresh_gen, random_weight
 
 import mxlinear
@@ -242,16 +239,6 @@ def test_quantize_model_sets_the_mode():
 # --------------------------------------------------------------------------- the environment
 
 
-def run_python(code: str, activation: str | None) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.pop("MXLINEAR_ACTIVATION", None)
-    if activation is not None:
-        env["MXLINEAR_ACTIVATION"] = activation
-    here = os.path.dirname(__file__)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=here, timeout=300)
-
-
 ENVIRONMENT_CHECK = """
 import torch, mxlinear
 g = torch.Generator().manual_seed(5)
@@ -284,7 +271,7 @@ except RuntimeError as e:
     ],
 )
 def test_mxlinear_activation_sets_the_default(variable, mode, default_matches, fp32):
-    r = run_python(ENVIRONMENT_CHECK, variable)
+    r = run_python(ENVIRONMENT_CHECK, MXLINEAR_ACTIVATION=variable)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines == [mode, repr(default_matches), f"meta float32 {fp32}", f"float32 {fp32}"]

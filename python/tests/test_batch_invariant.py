@@ -3,13 +3,11 @@ mode is, passed to the ops as an index (-1 MXLINEAR_BATCH_INVARIANT's default, 0
 on a GPU a row's bits independent of the batch it is in. CPU tests run everywhere; the GPU tests
 need CUDA (Hopper) and skip visibly without it."""
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
+from python_process import run_python
 from test_ops import fresh_gen, random_weight
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -242,12 +240,7 @@ print(all(torch.equal(mxlinear.linear(x, w, ws, batch_invariant=b), default)
 @pytest.mark.parametrize("variable, default", [("1", True), ("0", False), (None, False),
                                                ("yes", False)])
 def test_mxlinear_batch_invariant_sets_the_default(variable, default):
-    env = dict(os.environ)
-    env.pop("MXLINEAR_BATCH_INVARIANT", None)
-    if variable is not None:
-        env["MXLINEAR_BATCH_INVARIANT"] = variable
-    r = subprocess.run([sys.executable, "-c", ENVIRONMENT_CHECK], capture_output=True, text=True,
-                       env=env, cwd=os.path.dirname(__file__), timeout=300)
+    r = run_python(ENVIRONMENT_CHECK, MXLINEAR_BATCH_INVARIANT=variable)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [str(default), "True"]
     if variable == "yes":  # an invalid value: the registry warns, the mode stays off
@@ -332,8 +325,6 @@ def test_gpu_mxlinear_batch_invariant_makes_calls_batch_invariant():
         "on = mxlinear.linear(x, w, ws, None, torch.float32, batch_invariant=True)\n"
         "print(mxlinear.default_batch_invariant(), torch.equal(d, on))\n"
     )
-    env = {**os.environ, "MXLINEAR_BATCH_INVARIANT": "1"}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=300)
+    r = run_python(code, MXLINEAR_BATCH_INVARIANT="1")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True", "True"]

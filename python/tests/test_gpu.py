@@ -2,13 +2,10 @@
 several streams and inference mode, in both activation modes (W8A8 "mx", W8A16 "bf16"). Skipped
 visibly without CUDA."""
 
-import os
-import subprocess
-import sys
-
 import emulation
 import pytest
 import torch
+from python_process import run_python
 from test_ops import fresh_gen, random_weight
 
 import mxlinear
@@ -300,8 +297,6 @@ def test_mxlinear_activation_bf16_makes_gpu_calls_w8a16():
         "print(mxlinear.default_activation(), torch.equal(d, mxlinear.linear(x, w, ws, "
         "activation='bf16')), torch.equal(d, mxlinear.linear(x, w, ws, activation='mx')))\n"
     )
-    env = {**os.environ, "MXLINEAR_ACTIVATION": "bf16"}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=300)
+    r = run_python(code, MXLINEAR_ACTIVATION="bf16")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["bf16", "True", "False"]
