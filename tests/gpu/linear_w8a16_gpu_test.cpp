@@ -2,6 +2,7 @@
 // as it is, through every W8A16 kernel and config and through the registry's own choice.
 #include <gmock/gmock.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +19,21 @@ namespace mxlinear::test {
 namespace {
 
 constexpr LinearOptions kW8A16{ActivationMode::kW8A16};
+
+// Runs `call`, which must throw Error(kInvalidArgument) with every one of `fragments` in its
+// message.
+void expect_invalid_argument(const std::function<void()>& call,
+                             const std::vector<std::string>& fragments) {
+  try {
+    call();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    for (const std::string& fragment : fragments) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(fragment));
+    }
+  }
+}
 
 // x [m, k] (row stride x.ld_x) on the device at element offset `offset` of its buffer; the
 // elements before it are NaN, so a kernel reading before x fails.
@@ -146,18 +162,14 @@ TEST(LinearGpuW8A16, Fp32ActivationIsRefused) {
   const MxOperand w = random_operand(16, 64, rng);
   const DeviceMx dw = upload(w);
   DeviceBuffer x(4 * 64 * 4), out(4 * 16 * 2);
-  try {
-    linear(TensorView::contiguous(x.get(), {4, 64}, DType::kF32, Location::kDevice),
-           MxWeight{dw.data_view(), dw.scales_view()}, std::nullopt,
-           TensorView::contiguous(out.get(), {4, 16}, DType::kBF16, Location::kDevice), nullptr, {},
-           kW8A16);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("'x'"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("fp32"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("W8A16"));
-  }
+  expect_invalid_argument(
+      [&] {
+        linear(TensorView::contiguous(x.get(), {4, 64}, DType::kF32, Location::kDevice),
+               MxWeight{dw.data_view(), dw.scales_view()}, std::nullopt,
+               TensorView::contiguous(out.get(), {4, 16}, DType::kBF16, Location::kDevice), nullptr,
+               {}, kW8A16);
+      },
+      {"'x'", "fp32", "W8A16"});
 }
 
 // An activation already quantized to MXFP8 is W8A8 by nature: asking for W8A16 is refused,
@@ -169,17 +181,14 @@ TEST(LinearGpuW8A16, PreQuantizedActivationRefusesW8A16) {
   const DeviceMx dx = upload(random_operand(4, 64, rng));
   DeviceBuffer out(4 * 16 * 2);
   out.poison();
-  try {
-    linear(QuantizedActivation{dx.data_view(), dx.scales_view(), DType::kBF16},
-           MxWeight{dw.data_view(), dw.scales_view()}, std::nullopt,
-           TensorView::contiguous(out.get(), {4, 16}, DType::kBF16, Location::kDevice), nullptr, {},
-           kW8A16);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("'options.activation'"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("'bf16'"));
-  }
+  expect_invalid_argument(
+      [&] {
+        linear(QuantizedActivation{dx.data_view(), dx.scales_view(), DType::kBF16},
+               MxWeight{dw.data_view(), dw.scales_view()}, std::nullopt,
+               TensorView::contiguous(out.get(), {4, 16}, DType::kBF16, Location::kDevice), nullptr,
+               {}, kW8A16);
+      },
+      {"'options.activation'", "'bf16'"});
   for (const std::uint16_t c : out.download<std::uint16_t>(4 * 16)) EXPECT_EQ(c, 0xFFFF);
 }
 
