@@ -55,15 +55,18 @@ struct GroupWalk {
   MXL_HOST_DEVICE void advance() { stepper.advance(at); }
 };
 
-// The 128-K chunks split `split` of `splits` takes of `k_chunks`: [begin, begin + count),
-// spread as evenly as the division allows (no split has more than ceil(k_chunks / splits)).
+// The 128-K chunks of K, the last one short where 128 does not divide K.
+MXL_HOST_DEVICE constexpr int k_chunks(int k) { return k / 128 + (k % 128 != 0 ? 1 : 0); }
+
+// The 128-K chunks split `split` of `splits` takes of `chunks`: [begin, begin + count), spread
+// as evenly as the division allows (no split has more than ceil(chunks / splits)).
 struct ChunkRange {
   int begin, count;
 };
 
-MXL_HOST_DEVICE inline ChunkRange split_chunks(int split, int splits, int k_chunks) {
-  const int begin = split * k_chunks / splits;
-  return {begin, (split + 1) * k_chunks / splits - begin};
+MXL_HOST_DEVICE inline ChunkRange split_chunks(int split, int splits, int chunks) {
+  const int begin = split * chunks / splits;
+  return {begin, (split + 1) * chunks / splits - begin};
 }
 
 // The batch-invariant mode's K order (docs/MXFP8.md): the ceil(K / 128) chunks fall into this
@@ -74,7 +77,7 @@ MXL_HOST_DEVICE inline ChunkRange split_chunks(int split, int splits, int k_chun
 // tile's part changes small at large M; up to 8 parts (a portable cluster) give narrow layers
 // SMs at small M. 7 becomes 8: no cluster of 7 is compiled.
 MXL_HOST_DEVICE constexpr int batch_invariant_parts(int k) {
-  const int parts = (k / 128 + (k % 128 != 0 ? 1 : 0)) / 16;
+  const int parts = k_chunks(k) / 16;
   return parts < 1 ? 1 : (parts >= 7 ? 8 : parts);
 }
 

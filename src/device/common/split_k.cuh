@@ -32,7 +32,7 @@ __device__ __forceinline__ SplitTile split_tile(int k) {
   t.split = static_cast<int>(blockIdx.y);
   t.splits = static_cast<int>(gridDim.y);
   t.t0 = static_cast<int>(blockIdx.z) * kTokens;
-  const ChunkRange range = split_chunks(t.split, t.splits, (k + 127) / 128);
+  const ChunkRange range = split_chunks(t.split, t.splits, k_chunks(k));
   t.c_begin = range.begin;
   t.chunks = range.count;
   return t;

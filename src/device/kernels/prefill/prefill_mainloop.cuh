@@ -78,8 +78,9 @@ struct PrefillTile {
   // zero; after the last part the accumulator becomes total + part, the value a cluster split in
   // as many parts adds up. Tiles of up to 128 x 128 keep the total in a second set of registers
   // (64 more a thread at most); wider ones, whose accumulators fill the registers, in their SM's
-  // slot of GemmParams::part_sums, which stays in L2 (each thread reads back only what it wrote:
-  // one store of the tile per part change and one load, against ~70 us of main loop a tile).
+  // slot of GemmParams::part_sums, which stays in L2 (each thread reads back only what it wrote;
+  // a part change stores the tile and, from the second on, loads it first: 4-40% over the twin
+  // tile at M = 1024-4096, docs/PERFORMANCE.md).
   static constexpr bool kKParts = kShape.k_parts;
   static constexpr bool kPartSumsInMemory =
       kShape.k_parts && (kShape.tokens > 128 || kShape.consumer_groups > 2);
@@ -380,11 +381,10 @@ __device__ __forceinline__ void consume(float (&acc)[Tile::kAccRegs], std::uint3
       for (int r = 0; r < (kTotalInRegisters ? Tile::kAccRegs : 0); ++r) total[r] += acc[r];
     }
   };
-  const int k_chunks = p.k / 128 + (p.k % 128 != 0 ? 1 : 0);
   const int parts = Tile::kKParts ? batch_invariant_parts(p.k) : 1;
   int part = 1;
   auto part_start = [&](int j) {
-    return j < parts ? split_chunks(j, parts, k_chunks).begin * Tile::kStagesPerChunk : stages;
+    return j < parts ? split_chunks(j, parts, k_chunks(p.k)).begin * Tile::kStagesPerChunk : stages;
   };
   int next_part = part_start(1);
 
