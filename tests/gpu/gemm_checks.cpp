@@ -448,8 +448,8 @@ W8A16Operands w8a16_operands(const Activation16& x, const MxOperand& w) {
 
 void check_w8a16_layouts(const GemmLauncher& launch, std::span<const GemmShape> shapes,
                          std::span<const XLayout> layouts, std::span<const DType> out_dtypes,
-                         std::mt19937_64& rng) {
-  for (const DType x_dtype : kActivation16Types) {
+                         std::mt19937_64& rng, std::span<const DType> x_dtypes) {
+  for (const DType x_dtype : x_dtypes) {
     for (const GemmShape& c : shapes) {
       const MxOperand w = exact_operand(c.n, c.k, rng);
       for (const XLayout& layout : layouts) {
@@ -469,15 +469,15 @@ void check_w8a16_layouts(const GemmLauncher& launch, std::span<const GemmShape> 
 }
 
 void check_w8a16_exact(const GemmLauncher& launch, std::span<const GemmShape> shapes,
-                       std::mt19937_64& rng) {
+                       std::mt19937_64& rng, std::span<const DType> x_dtypes) {
   constexpr XLayout kPacked[] = {XLayout{}};
   constexpr DType kOutputs[] = {DType::kBF16, DType::kF16, DType::kF32};
-  check_w8a16_layouts(launch, shapes, kPacked, kOutputs, rng);
+  check_w8a16_layouts(launch, shapes, kPacked, kOutputs, rng, x_dtypes);
 }
 
 void check_w8a16_random(const GemmLauncher& launch, std::span<const GemmShape> shapes,
-                        std::mt19937_64& rng) {
-  for (const DType x_dtype : kActivation16Types) {
+                        std::mt19937_64& rng, std::span<const DType> x_dtypes) {
+  for (const DType x_dtype : x_dtypes) {
     for (const GemmShape& c : shapes) {
       const Activation16 x = random_activation16_as_is(c.m, c.k, c.k, x_dtype, rng);
       const MxOperand w = random_operand(c.n, c.k, rng);
@@ -494,9 +494,10 @@ void check_w8a16_random(const GemmLauncher& launch, std::span<const GemmShape> s
   }
 }
 
-void check_w8a16_nan_propagation(const GemmLauncher& launch, std::mt19937_64& rng) {
+void check_w8a16_nan_propagation(const GemmLauncher& launch, std::mt19937_64& rng,
+                                 std::span<const DType> x_dtypes) {
   constexpr std::int64_t kM = 20, kN = 70;
-  for (const DType x_dtype : kActivation16Types) {
+  for (const DType x_dtype : x_dtypes) {
     for (const std::int64_t k : {std::int64_t{256}, std::int64_t{544}}) {
       Activation16 x = random_activation16_as_is(kM, k, k, x_dtype, rng);
       MxOperand w = random_operand(kN, k, rng);
@@ -517,8 +518,9 @@ void check_w8a16_nan_propagation(const GemmLauncher& launch, std::mt19937_64& rn
   }
 }
 
-void check_w8a16_bias(const GemmLauncher& launch, std::int64_t m_large, std::mt19937_64& rng) {
-  for (const DType x_dtype : kActivation16Types) {
+void check_w8a16_bias(const GemmLauncher& launch, std::int64_t m_large, std::mt19937_64& rng,
+                      std::span<const DType> x_dtypes) {
+  for (const DType x_dtype : x_dtypes) {
     for (auto [m, n] : {std::pair<std::int64_t, std::int64_t>{9, 21}, {m_large, 257}}) {
       constexpr std::int64_t kK = 544;
       const Activation16 x = exact_activation16(m, kK, kK, x_dtype, rng);

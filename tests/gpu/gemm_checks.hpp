@@ -159,29 +159,34 @@ struct XLayout {
   std::int64_t extra_stride = 0, offset = 0;
 };
 
+// The W8A16 checks below run each 16-bit type of `x_dtypes` (both by default).
+
 // Exact inputs (exact_activation16, exact_operand) give the fp64 reference bit for bit on every
 // shape, x layout, 16-bit type and output type listed: the kernel reads x's [M, K] view and
 // nothing else.
 void check_w8a16_layouts(const GemmLauncher& launch, std::span<const GemmShape> shapes,
                          std::span<const XLayout> layouts, std::span<const DType> out_dtypes,
-                         std::mt19937_64& rng);
+                         std::mt19937_64& rng,
+                         std::span<const DType> x_dtypes = kActivation16Types);
 
 // The same with x's rows packed (XLayout{}) and every output type.
 void check_w8a16_exact(const GemmLauncher& launch, std::span<const GemmShape> shapes,
-                       std::mt19937_64& rng);
+                       std::mt19937_64& rng, std::span<const DType> x_dtypes = kActivation16Types);
 
 // Random inputs stay within the fp32 accumulation bound on every shape, both 16-bit types, bf16
 // and fp32 output.
 void check_w8a16_random(const GemmLauncher& launch, std::span<const GemmShape> shapes,
-                        std::mt19937_64& rng);
+                        std::mt19937_64& rng, std::span<const DType> x_dtypes = kActivation16Types);
 
 // A NaN weight scale, a NaN weight code and a NaN in x make exactly the outputs they feed NaN
 // (fp32 output, M = 20, N = 70, K = 256 and 544, both 16-bit types).
-void check_w8a16_nan_propagation(const GemmLauncher& launch, std::mt19937_64& rng);
+void check_w8a16_nan_propagation(const GemmLauncher& launch, std::mt19937_64& rng,
+                                 std::span<const DType> x_dtypes = kActivation16Types);
 
 // A bf16 and an fp32 bias are added exactly (exact inputs, every output type, K = 544) at
 // 9 x 21 and at m_large x 257.
-void check_w8a16_bias(const GemmLauncher& launch, std::int64_t m_large, std::mt19937_64& rng);
+void check_w8a16_bias(const GemmLauncher& launch, std::int64_t m_large, std::mt19937_64& rng,
+                      std::span<const DType> x_dtypes = kActivation16Types);
 
 // MXFP8.md's fp32 accumulation bound for one output of a K-long sum: gamma_{K+1} * abs_sum
 // (u = 2^-24), plus the fp64 reference's own summation error (gamma_K, u = 2^-53), plus half an

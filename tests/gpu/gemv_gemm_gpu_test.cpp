@@ -2,6 +2,7 @@
 // (MXFP8.md's checks), plus determinism and CUDA-graph capture with programmatic launch; and its
 // W8A16 variants (a bf16 or fp16 x used as it is) against the fp64 W8A16 oracle.
 #include <cmath>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -227,14 +228,99 @@ TEST_P(GemvGemmConfig, W8A16WithoutActivationIsRejected) {
   EXPECT_EQ(device::launch_gemv_gemm(p, GetParam(), nullptr), cudaErrorInvalidValue);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    EveryConfig, GemvGemmConfig,
-    ::testing::Range(0, static_cast<int>(device::gemv_gemm_instances().size())),
-    [](const ::testing::TestParamInfo<int>& param) {
-      return detail::GemvConfig::of(
-                 device::gemv_gemm_instances()[static_cast<std::size_t>(param.param)])
-          .name();
-    });
+// --- K parts: the batch-invariant mode's order (bf16 on scale-folded weights) ----------------
+// That these give the prefill kernel's bits is batch_invariance_gpu_test's; here, the contract
+// of any GEMV config. Scales stay in bf16's normal range (the flush bound of folded weights is
+// the prefill kernel's tests').
+class GemvKPartsConfig : public GemvGemmConfig {};
+
+// K of one part (32 to 2080: fewer chunks than warps, a short last chunk), two (4096, 4160),
+// three (6144) and eight (14336: every warp of the 8-warp tile busy).
+const GemmShape kPartsShapes[] = {{1, 1, 32},     {3, 33, 544},  {7, 70, 1024}, {16, 17, 2080},
+                                  {1, 130, 4096}, {5, 40, 4160}, {2, 5, 6144},  {1, 24, 14336}};
+constexpr DType kBf16Only[] = {DType::kBF16};
+
+TEST_P(GemvKPartsConfig, ExactInputsMatchFp64BitForBit) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  check_exact_on_shapes(runner(), kPartsShapes, rng);
+}
+
+TEST_P(GemvKPartsConfig, RandomInputsWithinDerivedTolerance) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  check_random_on_shapes(runner(), kPartsShapes, 1, rng);
+}
+
+TEST_P(GemvKPartsConfig, QuantizingInsideEqualsTheQuantizeKernelFirst) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  const GemmShape shapes[] = {{1, 70, 544}, {3, 33, 6144}};
+  check_quantizing_inside(launcher(), shapes, rng);
+}
+
+TEST_P(GemvKPartsConfig, NaNBiasAndDeterminism) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  check_nan_bias_determinism(runner(), {1024, 2, 257, 2048}, rng);
+}
+
+TEST_P(GemvKPartsConfig, GraphReplayMatchesEager) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  check_graph_replay(launcher(), {2, 130, 4096}, rng);
+}
+
+TEST_P(GemvKPartsConfig, W8A16Bf16MatchesFp64) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  check_w8a16_exact(launcher(), kPartsShapes, rng, kBf16Only);
+  check_w8a16_random(launcher(), kPartsShapes, rng, kBf16Only);
+  check_w8a16_nan_propagation(launcher(), rng, kBf16Only);
+  check_w8a16_bias(launcher(), 16, rng, kBf16Only);
+}
+
+// The prefill kernel's order is on bf16: an fp16 x is refused before any launch.
+TEST_P(GemvKPartsConfig, W8A16Fp16IsRefused) {
+  device::GemmParams p;
+  p.x_as_is = true;
+  p.x_is_f16 = true;
+  static const std::uint16_t kNeverRead[32] = {};
+  p.x = kNeverRead;
+  p.m = p.n = 1;
+  p.k = 32;
+  EXPECT_EQ(device::launch_gemv_gemm(p, GetParam(), nullptr), cudaErrorInvalidValue);
+}
+
+// Both modes stage 16-bit rows: the same shared memory.
+TEST_P(GemvKPartsConfig, SharedMemoryIsTheSameInBothModes) {
+  for (const std::int64_t m : {std::int64_t{1}, std::int64_t{8}}) {
+    for (const int k : {32, 4160, 14336}) {
+      EXPECT_EQ(device::gemv_gemm_smem_bytes(GetParam(), m, k, true),
+                device::gemv_gemm_smem_bytes(GetParam(), m, k, false));
+    }
+  }
+}
+
+std::vector<int> instances_where(bool k_parts) {
+  std::vector<int> v;
+  const auto instances = device::gemv_gemm_instances();
+  for (std::size_t i = 0; i < instances.size(); ++i) {
+    if (instances[i].k_parts == k_parts) v.push_back(static_cast<int>(i));
+  }
+  return v;
+}
+
+std::string config_name(const ::testing::TestParamInfo<int>& param) {
+  return detail::GemvConfig::of(
+             device::gemv_gemm_instances()[static_cast<std::size_t>(param.param)])
+      .name();
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryConfig, GemvGemmConfig, ::testing::ValuesIn(instances_where(false)),
+                         config_name);
+INSTANTIATE_TEST_SUITE_P(EveryConfig, GemvKPartsConfig, ::testing::ValuesIn(instances_where(true)),
+                         config_name);
 
 }  // namespace
 }  // namespace mxlinear::test

@@ -101,10 +101,10 @@ void add_select_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--batch-invariant", o->batch_invariant,
                 "the report of the batch-invariant mode, in which each output row's bits depend "
                 "only on that row of x, the weights and the mode, never on M or on the row's "
-                "place in the batch: every call of a layer runs on one kernel, on its configs "
-                "that sum K in one order that K fixes (its parts, added in order; no other K "
-                "split, no GEMV or decode kernels at small M), which costs speed; default: "
-                "MXLINEAR_BATCH_INVARIANT=1, else off");
+                "place in the batch: every call of a layer sums K in one order that K fixes "
+                "(its parts, added in order), on the configs that keep it (the prefill kernel's "
+                "and the GEMV's k-parts configs; no other K split, no decode kernel), which "
+                "costs speed; default: MXLINEAR_BATCH_INVARIANT=1, else off");
   cmd->add_flag("--json", o->json, "print the report as JSON");
   cmd->callback([o, &exit_code] { exit_code = run_select(*o); });
 }

@@ -76,9 +76,10 @@ MXL_HOST_DEVICE inline ChunkRange split_chunks(int split, int splits, int chunks
 // bits. A part of at least 16 chunks (2048 K) keeps its share of a cluster's meeting and a
 // tile's part changes small at large M; up to 8 parts (a portable cluster) give narrow layers
 // SMs at small M. 7 becomes 8: no cluster of 7 is compiled.
+inline constexpr int kMaxKParts = 8;
 MXL_HOST_DEVICE constexpr int batch_invariant_parts(int k) {
   const int parts = k_chunks(k) / 16;
-  return parts < 1 ? 1 : (parts >= 7 ? 8 : parts);
+  return parts < 1 ? 1 : (parts >= kMaxKParts - 1 ? kMaxKParts : parts);
 }
 
 // One thread's share of a block-cooperative copy of a [rows, words] array (a CTA's scale words):

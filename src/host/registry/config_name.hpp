@@ -17,7 +17,8 @@
 //   persistent   one CTA per SM walks the output tiles (prefill)
 //   streamk      the persistent walk over (tile, 128-K chunk) units, cut tiles met in the
 //                workspace (prefill)
-//   kparts       the batch-invariant mode's K parts summed apart in one CTA, K unsplit (prefill)
+//   kparts       the batch-invariant mode's K parts summed apart in one CTA, K unsplit (prefill;
+//                gemv: whole parts per warp, the prefill kernel's order)
 //   split<N>     K split over a cluster of N CTAs (absent: 1)
 //   waited       the next kernel may start launching once the CTAs have waited on the previous
 //                kernel (gemv)

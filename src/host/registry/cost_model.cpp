@@ -25,6 +25,7 @@ double tensor_efficiency(const WorkShape& w, const DeviceRates& r) {
     case WorkShape::Engine::kWgmmaPromoted:
       return r.wgmma_promoted_share;
     case WorkShape::Engine::kMmaPromoted:
+    case WorkShape::Engine::kMmaChained:
       return r.mma_promoted_share;
   }
   return r.mma_promoted_share;
@@ -36,7 +37,9 @@ double tensor_seconds(const WorkShape& w, double k, double m, const DeviceRates&
   const double flops = 2.0 * w.rows * w.tokens * k;
   double s = flops / (r.bf16_flops_per_sm_s * tensor_efficiency(w, r));
   if (w.engine != WorkShape::Engine::kWgmmaFolded) {
-    s += w.rows * k / (r.promoted_weights_per_warp_s * std::max(1, w.consumer_warps));
+    const double rate = w.engine == WorkShape::Engine::kMmaChained ? r.chained_weights_per_warp_s
+                                                                   : r.promoted_weights_per_warp_s;
+    s += w.rows * k / (rate * std::max(1, w.consumer_warps));
   }
   if (w.quantizes_tokens) s += std::min<double>(m, w.tokens) * k / r.quantized_per_cta_s;
   return s;
@@ -112,9 +115,10 @@ double estimated_seconds(const WorkShape& w, ActivationPass pass, const LinearSh
       const double slots = sms * cluster_fill(w.splits);
       const double per_sm = ceil_div(ctas, slots);
       // Folded CTAs on one SM take turns on its tensor pipe; promoted ones overlap their
-      // latency-bound widening.
-      const double side_by_side = w.engine == WorkShape::Engine::kWgmmaFolded
-                                      ? 1.0
+      // latency-bound widening; chained ones run side by side in waves of the CTAs it holds.
+      const double side_by_side = w.engine == WorkShape::Engine::kWgmmaFolded ? 1.0
+                                  : w.engine == WorkShape::Engine::kMmaChained
+                                      ? per_sm / ceil_div(per_sm, w.ctas_per_sm)
                                       : std::min<double>(w.ctas_per_sm, per_sm);
       busiest = std::max(per_sm * tensor_seconds(w, k_cta, m, r) / side_by_side,
                          per_sm * cta_bytes(w, k_cta, m) / r.sm_bytes_per_s);

@@ -22,6 +22,9 @@ struct WorkShape {
     kWgmmaPromoted,
     // bf16 wgmma on scale-folded operands, all of K accumulated in the tensor core (prefill).
     kWgmmaFolded,
+    // mma.sync on scale-folded operands, each warp one chain through whole K parts (the gemv's
+    // k-parts configs): a warp's chain is serial, so CTAs beyond those an SM holds wait a wave.
+    kMmaChained,
   };
   // How the CTAs cover the output tiles: one CTA per tile (and K split); one CTA per SM walking
   // the tiles; or that walk cut into equal runs of (tile, 128-K chunk) units.
@@ -62,6 +65,10 @@ struct DeviceRates {
   // engines' cost per weight, whatever the token count). It is latency-bound: the CTAs an SM
   // holds at once do it side by side.
   double promoted_weights_per_warp_s = 4e9;
+  // The same for a chained warp (kMmaChained): it folds each scale into bf16 weights and waits
+  // for each mma of its chain. Set against `mxlinear bench --all-configs --batch-invariant` of
+  // the gemv's k-parts configs at M = 1 on four layers (2.3e9 to 4.7e9 per warp).
+  double chained_weights_per_warp_s = 2.5e9;
   // The share of the bf16 rate a folded main loop reaches: tokens / (tokens + folded_tokens_offset)
   // (the widening of each weight is shared by the tile's tokens), times single_group_share where
   // a CTA has one consumer warpgroup (it widens and waits for its wgmma in turn, and a second CTA

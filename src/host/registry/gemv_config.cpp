@@ -10,6 +10,7 @@ GemvConfig GemvConfig::of(const device::GemvInstanceInfo& i, device::NextLaunch 
           .kwarps = i.warps,
           .stages = i.stages,
           .splits = i.splits,
+          .k_parts = i.k_parts,
           .next_launch = next};
 }
 

@@ -1,6 +1,6 @@
 // The gemv kernel's config: a compiled instance (tile) and the point at which the next kernel
 // may start launching. Its name spells each field (config_name.hpp has the vocabulary):
-// "w16_t8_kwarps8_st4_split2_waited".
+// "w16_t8_kwarps8_st4_split2_waited", "w16_t8_kwarps4_st8_kparts".
 #pragma once
 
 #include <optional>
@@ -13,11 +13,12 @@
 namespace mxlinear::detail {
 
 struct GemvConfig {
-  int rows = 16;   // weight rows per CTA: 16 per row tile
-  int tokens = 8;  // activation rows per CTA
-  int kwarps = 4;  // K ranges per row tile, one warp each
-  int stages = 0;  // slots of each warp's shared-memory weight ring; 0: through registers
-  int splits = 1;  // K ranges per cluster of CTAs
+  int rows = 16;         // weight rows per CTA: 16 per row tile
+  int tokens = 8;        // activation rows per CTA
+  int kwarps = 4;        // K ranges per row tile, one warp each
+  int stages = 0;        // slots of each warp's shared-memory weight ring; 0: through registers
+  int splits = 1;        // K ranges per cluster of CTAs
+  bool k_parts = false;  // the batch-invariant mode's K parts and order
   device::NextLaunch next_launch = device::NextLaunch::kAfterActivation;
 
   // The config of a compiled instance with the next kernel launching at `next`.
@@ -32,7 +33,8 @@ struct GemvConfig {
   template <class Config, class Tokens>
   static bool spell(Config& c, Tokens& t) {
     return t.number("w", c.rows) && t.number("t", c.tokens) && t.number("kwarps", c.kwarps, 1) &&
-           t.number("st", c.stages, 0) && t.number("split", c.splits, 1) &&
+           t.number("st", c.stages, 0) && t.flag("kparts", c.k_parts) &&
+           t.number("split", c.splits, 1) &&
            t.choice(c.next_launch, {{device::NextLaunch::kAfterWait, "waited"},
                                     {device::NextLaunch::kAtEntry, "early"}});
   }

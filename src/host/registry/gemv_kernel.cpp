@@ -6,10 +6,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "device/common/grid_walk.hpp"
 #include "device/kernels/gemv/gemv_gemm.hpp"
 #include "host/registry/configured_kernel.hpp"
 #include "host/registry/gemv_config.hpp"
@@ -20,6 +22,12 @@ namespace mxlinear {
 namespace {
 
 using detail::GemvConfig;
+
+int k_parts_of(std::int64_t k) {
+  return k < 1 || k > std::numeric_limits<int>::max()
+             ? 1
+             : device::batch_invariant_parts(static_cast<int>(k));
+}
 
 // Every instance with each next-launch point, the instances' default point first.
 const detail::ConfigTable<GemvConfig>& compiled_configs() {
@@ -65,10 +73,20 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
   // W8A16 only up to 8 tokens: its 16-bit rows double the staged bytes, and at M = 16 it ran at
   // 0.50-0.68x of cuBLAS bf16 on 6 of the seed's 8 shapes where the prefill kernel ran 0.88-1.17x
   // (H200, same run).
+  // The k-parts configs serve the batch-invariant mode only (their order costs idle warps).
   bool worth_sweeping(std::int64_t m, std::string_view config) const override {
-    if (as_is() && m > 8) return false;
-    return m <= 16 && (m > 8 || find(config).tokens <= 8);
+    const auto c = find(config);
+    if (c.k_parts || (as_is() && m > 8)) return false;
+    return m <= 16 && (m > 8 || c.tokens <= 8);
   }
+
+  // The k-parts configs sum K in the prefill kernel's order (gemv_gemm.cuh): they serve the
+  // batch-invariant mode beside it, at the few tokens where a GEMV is faster.
+  bool keeps_k_order(std::string_view config, std::int64_t) const override {
+    const auto c = find(config);
+    return c.instance >= 0 && c.k_parts;
+  }
+  std::string_view k_order_family() const override { return as_is() ? "prefill_a16" : "prefill"; }
 
   std::string default_config(std::int64_t m) const override {
     return GemvConfig::of(device::gemv_gemm_instances()[m <= 8 ? 1 : 2]).name();
@@ -108,16 +126,20 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
     if (c.instance < 0) return std::nullopt;
     const device::GemvInstanceInfo& info = device::gemv_gemm_instances()[c.instance];
     const int warps = c.rows / 16 * info.warps;
+    // K parts: a warp takes whole parts, so only as many warps as parts work.
+    const int working =
+        c.rows / 16 * (c.k_parts ? std::min(info.warps, k_parts_of(shape.k)) : info.warps);
     const int smem =
         device::gemv_gemm_smem_bytes(c.instance, shape.m, static_cast<int>(shape.k), as_is());
     return detail::WorkShape{
-        .engine = detail::WorkShape::Engine::kMmaPromoted,
+        .engine = c.k_parts ? detail::WorkShape::Engine::kMmaChained
+                            : detail::WorkShape::Engine::kMmaPromoted,
         .rows = c.rows,
         .tokens = c.tokens,
         .splits = c.splits,
         .ctas_per_sm = std::max(1, std::min(device::kSm90MaxThreadsPerSm / (warps * 32),
                                             device::ctas_per_sm_by_smem(smem))),
-        .consumer_warps = warps,
+        .consumer_warps = working,
         .activation_bytes_per_element = 2,
         .quantizes_tokens = !as_is()};
   }
@@ -128,6 +150,12 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
     require(can_run(shape.m, shape.k, config));
     require_token_tiles(shape, c.tokens, config);
     require_mode_activation(call);
+    if (c.k_parts && call.operand == ActivationOperand::kF16) {
+      require(
+          {fmt::format("config '{}' sums K in the prefill kernel's bf16 order; x is fp16, "
+                       "expected bf16",
+                       config)});
+    }
     device::GemmParams p = detail::gemm_params(call);
     p.next_launch = c.next_launch;
     require_layer(device::gemv_gemm_unsupported(p), shape);

@@ -127,6 +127,12 @@ class Kernel {
     (void)k;
     return false;
   }
+  // The kernels whose configs that keep the K order share one order, bit for bit, name the same
+  // family: the name of the kernel the batch-invariant mode selects for a layer (its anchor).
+  // A kernel of another's family joins that kernel's calls in the mode: the cost model or a
+  // tuned row may give it an M (the GEMV's k-parts configs join the prefill kernel). Default:
+  // the kernel's own name.
+  virtual std::string_view k_order_family() const { return name(); }
   // A tuned kernel claims a layer only where the tuned table has rows for its (N, K).
   virtual bool needs_tuned_rows() const { return false; }
   // Whether a tuning sweep should time this config at M, and the cost model consider it (the

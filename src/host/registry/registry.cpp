@@ -31,6 +31,11 @@ bool keeps_any_k_order(const Kernel& kernel, std::int64_t k) {
   return false;
 }
 
+// Whether `kernel` is `selected` or joins its K order (Kernel::k_order_family).
+bool in_order_family(const Kernel& kernel, const Kernel& selected) {
+  return &kernel == &selected || kernel.k_order_family() == selected.name();
+}
+
 bool contains(const std::vector<std::string>& v, std::string_view s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
@@ -156,6 +161,9 @@ LayerSelection Registry::select(const LayerDescription& layer,
       reason = c.reason;
     } else if (layer.batch_invariant && !keeps_any_k_order(*k, layer.k)) {
       reason = "no config keeps a fixed K order (batch-invariant mode)";
+    } else if (layer.batch_invariant && k->k_order_family() != k->name()) {
+      reason = fmt::format("its configs that keep the K order join {}'s (batch-invariant mode)",
+                           k->k_order_family());
     } else if (!layer.batch_invariant &&  // the mode prices the configs, tuned rows or not
                k->needs_tuned_rows() &&
                !table_.has_shape(device.arch, device.sms, layer.n, layer.k, k->name())) {
@@ -231,19 +239,23 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
 
 Dispatch Registry::invariant_dispatch(const LayerSelection& selection,
                                       const DeviceDescription& device, std::int64_t m) const {
-  // One kernel serves every M (its configs that keep the order share one order); so does a
-  // tuned row only where it names that kernel and such a config.
+  // One order serves every M: the selected kernel's configs that keep it, and those of the
+  // kernels of its family (Kernel::k_order_family); a tuned row only where it names such a
+  // config.
   Dispatch d;
   d.kernel = selection.kernel;
   const LayerDescription& layer = selection.layer;
   const bool w8a16 = mode_of(layer) == ActivationMode::kW8A16;
   if (const std::optional<TunedValue> row =
-          table_.lookup(device.arch, device.sms, layer.n, layer.k, m, w8a16);
-      row && row->kernel == d.kernel->name() &&
-      runnable(*d.kernel, row->config, layer, m, device).ok()) {
-    d.config = row->config;
-    d.why = fmt::format("batch-invariant, tuned row {}", row->source);
-    return d;
+          table_.lookup(device.arch, device.sms, layer.n, layer.k, m, w8a16)) {
+    const Kernel* k = find(row->kernel);
+    if (k && in_order_family(*k, *d.kernel) && !contains(env_.disabled, k->name()) &&
+        runnable(*k, row->config, layer, m, device).ok()) {
+      d.kernel = k;
+      d.config = row->config;
+      d.why = fmt::format("batch-invariant, tuned row {}", row->source);
+      return d;
+    }
   }
   if (env_.cost_model) {
     if (std::optional<Dispatch> chosen = modelled(selection, device, m)) {
@@ -319,10 +331,11 @@ std::optional<Dispatch> Registry::modelled(const LayerSelection& selection,
   problem.sms = device.sms;
   std::optional<Dispatch> best;
   for (const auto& kernel : kernels_) {
-    // The batch-invariant mode prices the selected kernel's configs that keep the K order, at
-    // every M (where they are not worth a sweep, they still give this M the layer's order).
+    // The batch-invariant mode prices the configs that keep the K order of the selected kernel
+    // and its family, at every M (where they are not worth a sweep, they still give this M the
+    // layer's order).
     if ((forced && kernel.get() != selection.kernel) || contains(env_.disabled, kernel->name()) ||
-        (layer.batch_invariant && kernel.get() != selection.kernel) ||
+        (layer.batch_invariant && !in_order_family(*kernel, *selection.kernel)) ||
         !kernel->is_supported(device).ok() || !kernel->can_implement(layer).ok()) {
       continue;
     }

@@ -32,7 +32,9 @@ std::string format_report(const std::vector<ReportRow>& rows, const DeviceDescri
   std::string s = fmt::format("mxlinear select on {}", device.to_string());
   if (!rows.empty()) s += fmt::format(", {}", describe(rows.front().selection.layer.operand));
   if (!rows.empty() && rows.front().selection.layer.batch_invariant) {
-    s += ", batch-invariant mode (each layer: one kernel, configs that keep one K order)";
+    s +=
+        ", batch-invariant mode (each layer: one K order, on its kernel's configs that keep it and "
+        "those of kernels that join it)";
   }
   s += "\n";
   std::vector<std::string> runs;

@@ -83,11 +83,37 @@ __device__ __forceinline__ void copy_activations(const GemmParams& p, int t0,
   }
 }
 
+// W8A16 staging: within each block's 64 bytes of a staged row, the 8 values lane (g, t) reads
+// (positions 8t .. 8t + 7) are split into halves, one per k16 step: positions 8t .. 8t + 3 at
+// byte 8t, 8t + 4 .. 8t + 7 at byte 32 + 8t. Each half is then one 8-byte read that 4 lanes of a
+// row take as 32 contiguous bytes (two wavefronts a warp with rows 32 bytes past a multiple of
+// 128 apart), and the two halves of a block feed different mma, so the register streamer's
+// schedule does not hold all 16 bytes of four blocks at once (one 16-byte read did, and spilled).
+__device__ __forceinline__ constexpr int x16_half_offset(int t, int half) {
+  return 32 * half + 8 * t;
+}
+
+// Stores positions 8q .. 8q + 7 of block b of staged row `token` dequantized to bf16 (their e4m3
+// bytes, low position first, times the block's scale), in the 16-bit layout above: what the
+// prefill kernel's activation pass writes for them (mx::e4m3x4_scaled_to_bf16x2x2).
+__device__ __forceinline__ void store_dequantized(const StagedActivation& s, int token, int b,
+                                                  int q, std::uint32_t lo4, std::uint32_t hi4,
+                                                  std::uint8_t scale_byte) {
+  const float scale = mx::scale_from_byte(scale_byte);
+  std::uint32_t w[4];
+  mx::e4m3x4_scaled_to_bf16x2x2(lo4, scale, w[0], w[1]);
+  mx::e4m3x4_scaled_to_bf16x2x2(hi4, scale, w[2], w[3]);
+  std::uint8_t* const block = s.values + token * s.stride + 2 * kBlockSize * b;
+  *reinterpret_cast<uint2*>(block + x16_half_offset(q, 0)) = make_uint2(w[0], w[1]);
+  *reinterpret_cast<uint2*>(block + x16_half_offset(q, 1)) = make_uint2(w[2], w[3]);
+}
+
 // Quantizes the CTA's tokens from p.x (bf16 or fp16, 16-byte aligned rows) into shared memory
 // with RCEIL through mx::quantize_values, as the quantize kernel does: the same bytes. Four
 // lanes per MX block, 8 values each (mx::block_extent_of_four_lanes), so the weights already in
-// flight keep their registers.
-template <int kThreads>
+// flight keep their registers. kDequantized: the quantized values are staged dequantized to
+// bf16 (store_dequantized) instead of as e4m3 bytes and scales.
+template <int kThreads, bool kDequantized = false>
 __device__ __forceinline__ void quantize_activations(const GemmParams& p, int t0,
                                                      const StagedActivation& s) {
   const int range = s.end_block - s.first_block;
@@ -111,21 +137,31 @@ __device__ __forceinline__ void quantize_activations(const GemmParams& p, int t0
     const std::uint8_t scale =
         mx::quantize_values(v, extent.amax, extent.non_finite, ScaleRule::kRceil, bytes);
     if (valid) {
-      *reinterpret_cast<uint2*>(s.values + t * s.stride + kBlockSize * b + 8 * q) =
-          make_uint2(bytes[0], bytes[1]);
-      if (q == 0) s.scales[t * s.blocks + b] = mx::scale_from_byte(scale);
+      if constexpr (kDequantized) {
+        store_dequantized(s, t, b, q, bytes[0], bytes[1], scale);
+      } else {
+        *reinterpret_cast<uint2*>(s.values + t * s.stride + kBlockSize * b + 8 * q) =
+            make_uint2(bytes[0], bytes[1]);
+        if (q == 0) s.scales[t * s.blocks + b] = mx::scale_from_byte(scale);
+      }
     }
   }
 }
 
-// W8A16 staging: within each block's 64 bytes of a staged row, the 8 values lane (g, t) reads
-// (positions 8t .. 8t + 7) are split into halves, one per k16 step: positions 8t .. 8t + 3 at
-// byte 8t, 8t + 4 .. 8t + 7 at byte 32 + 8t. Each half is then one 8-byte read that 4 lanes of a
-// row take as 32 contiguous bytes (two wavefronts a warp with rows 32 bytes past a multiple of
-// 128 apart), and the two halves of a block feed different mma, so the register streamer's
-// schedule does not hold all 16 bytes of four blocks at once (one 16-byte read did, and spilled).
-__device__ __forceinline__ constexpr int x16_half_offset(int t, int half) {
-  return 32 * half + 8 * t;
+// Stages the CTA's pre-quantized tokens (e4m3 rows 4-byte aligned, E8M0 scales) dequantized to
+// bf16 (store_dequantized): a thread per 8 positions of a block, two 4-byte loads and the scale.
+template <int kThreads>
+__device__ __forceinline__ void dequantize_activations(const GemmParams& p, int t0,
+                                                       const StagedActivation& s) {
+  const int range = s.end_block - s.first_block;
+  const int quarters = s.tokens * range * 4;
+  for (int e = static_cast<int>(threadIdx.x); e < quarters; e += kThreads) {
+    const int t = e / (4 * range), b = s.first_block + (e >> 2) % range, q = e & 3;
+    const std::int64_t row = t0 + t;
+    const auto* const words =
+        reinterpret_cast<const std::uint32_t*>(p.a + row * p.ld_a + kBlockSize * b + 8 * q);
+    store_dequantized(s, t, b, q, words[0], words[1], p.a_scales[row * p.ld_a_scales + b]);
+  }
 }
 
 // W8A16: copies the CTA's bf16 or fp16 tokens as they are into shared memory, from 16-byte words

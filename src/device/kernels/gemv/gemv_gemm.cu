@@ -44,9 +44,29 @@ using T8Kw4St4Split4 = GemvTile<GemvShape{.kwarps = 4, .stages = 4, .splits = 4}
 using W48T8Kw4St3 = GemvTile<GemvShape{.kwarps = 4, .stages = 3, .row_tiles = 3}>;
 using W48T8Kw4St4 = GemvTile<GemvShape{.kwarps = 4, .stages = 4, .row_tiles = 3}>;
 
+// The batch-invariant mode's K parts (k_parts: the prefill kernel's order): four or eight warps
+// per 16-row tile, each taking whole parts of K's batch_invariant_parts(K) (1 to 8) through an
+// 8-slot ring (4 slots for 8 warps, as T8Kw8St4); warps beyond the parts idle. At M = 1 on four
+// layers the faster of the two ran 1.0-1.4x the prefill kernel's configs of the mode (one and
+// two warps per tile, also measured, ran 1.3-2.5x): a part is one serial mma chain.
+using T8Kw4St8Parts = GemvTile<GemvShape{.kwarps = 4, .stages = 8, .k_parts = true}>;
+using T8Kw8St4Parts = GemvTile<GemvShape{.kwarps = 8, .stages = 4, .k_parts = true}>;
+
 // The W8A16 instance of a W8A8 tile: the same shape on a bf16 or fp16 activation used as it is.
 template <class Tile, ActivationOperand kOperand>
 using AsIs = GemvTile<Tile::kShape, kOperand>;
+
+// Whether both W8A16 variants of a tile take the same shared memory (k-parts tiles have no fp16
+// variant: the prefill kernel's order is on bf16).
+template <class Tile>
+constexpr bool one_w8a16_size() {
+  if constexpr (Tile::kKParts) {
+    return true;
+  } else {
+    return AsIs<Tile, ActivationOperand::kBf16>::smem_bytes(4096, 8) ==
+           AsIs<Tile, ActivationOperand::kF16>::smem_bytes(4096, 8);
+  }
+}
 
 template <class Tile>
 int staged_tokens(std::int64_t m) {
@@ -73,8 +93,13 @@ template <class Tile>
 cudaError_t launch_operand(const GemmParams& p, cudaStream_t stream) {
   if (!p.x_as_is) return launch<Tile>(p, stream);
   if (p.x == nullptr) return cudaErrorInvalidValue;
-  return p.x_is_f16 ? launch<AsIs<Tile, ActivationOperand::kF16>>(p, stream)
-                    : launch<AsIs<Tile, ActivationOperand::kBf16>>(p, stream);
+  if constexpr (Tile::kKParts) {
+    if (p.x_is_f16) return cudaErrorInvalidValue;
+    return launch<AsIs<Tile, ActivationOperand::kBf16>>(p, stream);
+  } else {
+    return p.x_is_f16 ? launch<AsIs<Tile, ActivationOperand::kF16>>(p, stream)
+                      : launch<AsIs<Tile, ActivationOperand::kBf16>>(p, stream);
+  }
 }
 
 template <class Tile>
@@ -83,26 +108,24 @@ int smem_bytes(std::int64_t m, int k) {
 }
 
 // The compiled instances, in the order of their indices; one list for the infos, sizers and
-// launchers. Every instance has W8A16 variants (bf16 and fp16 x), whose shared memory is the
-// same for both (16-bit rows, no scales).
+// launchers. Every instance has W8A16 variants (bf16 and fp16 x; k-parts tiles bf16 only), whose
+// shared memory is the same for both (16-bit rows, no scales).
 template <class... Tiles>
 struct Instances {
-  static constexpr std::array<GemvInstanceInfo, sizeof...(Tiles)> kInfos = {GemvInstanceInfo{
-      Tiles::kTokens, Tiles::kWarps, Tiles::kStages, Tiles::kSplits, Tiles::kCtaRows}...};
+  static constexpr std::array<GemvInstanceInfo, sizeof...(Tiles)> kInfos = {
+      GemvInstanceInfo{Tiles::kTokens, Tiles::kWarps, Tiles::kStages, Tiles::kSplits,
+                       Tiles::kCtaRows, Tiles::kKParts}...};
   static constexpr std::array<int (*)(std::int64_t, int), sizeof...(Tiles)> kSizers = {
       smem_bytes<Tiles>...};
   static constexpr std::array<int (*)(std::int64_t, int), sizeof...(Tiles)> kSizersAsIs = {
       smem_bytes<AsIs<Tiles, ActivationOperand::kBf16>>...};
   static constexpr std::array<cudaError_t (*)(const GemmParams&, cudaStream_t), sizeof...(Tiles)>
       kLaunchers = {launch_operand<Tiles>...};
-  static_assert(((AsIs<Tiles, ActivationOperand::kBf16>::smem_bytes(4096, 8) ==
-                  AsIs<Tiles, ActivationOperand::kF16>::smem_bytes(4096, 8)) &&
-                 ...),
-                "one W8A16 size for both 16-bit types");
+  static_assert((one_w8a16_size<Tiles>() && ...), "one W8A16 size for both 16-bit types");
 };
-using Compiled =
-    Instances<T8Kw4, T8Kw8, T16Kw8, T8Kw4St8, T8Kw8St4, T8Kw8St6, T8Kw4St3, T8Kw4St4, T8Kw8Split2,
-              T8Kw8St4Split2, T8Kw4St3Split4, T8Kw4St4Split4, W48T8Kw4St3, W48T8Kw4St4>;
+using Compiled = Instances<T8Kw4, T8Kw8, T16Kw8, T8Kw4St8, T8Kw8St4, T8Kw8St6, T8Kw4St3, T8Kw4St4,
+                           T8Kw8Split2, T8Kw8St4Split2, T8Kw4St3Split4, T8Kw4St4Split4, W48T8Kw4St3,
+                           W48T8Kw4St4, T8Kw4St8Parts, T8Kw8St4Parts>;
 
 }  // namespace
 

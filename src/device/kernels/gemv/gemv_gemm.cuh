@@ -33,6 +33,14 @@
 //   are widened exactly to x's type (e4m3 -> f16, and on to bf16 through fp32 for bf16 x), the
 //   same two mma (f16 or bf16) give each block's fp32 partial, and it is promoted with the
 //   weight scale alone: acc += partial * sw. W8A8 instances compile to the same code as before.
+// - K parts (k_parts, the batch-invariant mode): the prefill kernel's order, bit for bit. K's
+//   128-K chunks fall into batch_invariant_parts(K) parts; a warp takes whole parts, and chains
+//   each from zero through bf16 mma on scale-folded weights and the bf16 activation (W8A8: its
+//   MX values dequantized to bf16 as the prefill's pre-pass does; W8A16: bf16 x as it is), two
+//   k16 steps per block in the prefill's permuted K order (the same lane fragments); the parts'
+//   sums are added in part order. mma.sync m16n8k16 and wgmma m64nNk16 give the same fp32 bits
+//   for the same products, slots and accumulator (checked on the H200 over random operands with
+//   exponents spread over 2^-20 .. 2^20).
 #pragma once
 
 #include <cstdint>
@@ -51,11 +59,12 @@ namespace mxlinear::device {
 
 // A tile's shape, the template argument of GemvTile: GemvTile<GemvShape{.kwarps = 4, ...}>.
 struct GemvShape {
-  int token_tiles = 1;  // n8 mma tiles of tokens per CTA
-  int kwarps;           // K ranges per row tile, one warp each
-  int stages = 0;       // ring slots per warp; 0: weights through registers
-  int splits = 1;       // K ranges per cluster (grid.y)
-  int row_tiles = 1;    // 16-row tiles per CTA
+  int token_tiles = 1;   // n8 mma tiles of tokens per CTA
+  int kwarps;            // K ranges per row tile, one warp each
+  int stages = 0;        // ring slots per warp; 0: weights through registers
+  int splits = 1;        // K ranges per cluster (grid.y)
+  int row_tiles = 1;     // 16-row tiles per CTA
+  bool k_parts = false;  // the batch-invariant mode's K parts and order (a ring, no split)
 };
 
 // kOperandParam: the activation operand (ActivationOperand), e4m3 with scales by default.
@@ -64,8 +73,12 @@ struct GemvTile {
   static constexpr GemvShape kShape = kShapeParam;
   static constexpr ActivationOperand kOperand = kOperandParam;
   static constexpr bool kXAsIs = kOperand != ActivationOperand::kMx;  // W8A16
-  using Reader =
-      std::conditional_t<kXAsIs, gemv_detail::X16Reader<kOperand>, gemv_detail::ActivationReader>;
+  static constexpr bool kKParts = kShape.k_parts;
+  // Tokens staged as 16-bit rows: x as it is, or (k parts) the MX activation dequantized to bf16.
+  static constexpr bool kRows16 = kXAsIs || kKParts;
+  using Reader = std::conditional_t<
+      kKParts, gemv_detail::X16Reader<ActivationOperand::kBf16>,
+      std::conditional_t<kXAsIs, gemv_detail::X16Reader<kOperand>, gemv_detail::ActivationReader>>;
   static constexpr int kTokenTiles = kShape.token_tiles;  // n8 mma tiles of tokens per CTA
   static constexpr int kTokens = 8 * kTokenTiles;         // activation rows per CTA
   static constexpr int kWarps = kShape.kwarps;            // K ranges per row tile
@@ -88,7 +101,7 @@ struct GemvTile {
   // served a half-warp at a time, lanes (g .. g + 3, 0..3): 32 contiguous bytes of each of four
   // rows, which then fall into different banks.
   static constexpr int row_stride(int k) {
-    if constexpr (kXAsIs) {
+    if constexpr (kRows16) {
       return 2 * k + (k % 64 == 0 ? 32 : 96);
     } else {
       return k + kRowPad;
@@ -101,23 +114,26 @@ struct GemvTile {
   // them, if they keep to 72 registers (at 74 they fit 6).
   // Several row tiles: two CTAs per SM, so the next layer's CTA is resident beside this one.
   static constexpr int kMinCtasPerSm = kRowTiles > 1 ? 2
+                                       : kKParts     ? 16 / kWarps
                                        : kStages > 0 && kStages <= 4 && kWarps == 4
                                            ? 7
                                            : 16 / kWarps / kTokenTiles;
 
+  // Partial tiles per row tile: one per warp, or (k parts) one per part.
+  static constexpr int kPartialSlots = kKParts ? kMaxKParts : kWarps;
   // Shared memory at K for `tokens` = min(M, kTokens) staged rows: the weight ring, e4m3 rows
-  // and their scales decoded to fp32 (or 16-bit rows and no scales: W8A16), the warps' partial
-  // tiles for the reduction and, split, the other splits' sums of theirs, written by them (used
-  // in split 0).
+  // and their scales decoded to fp32 (or 16-bit rows and no scales: W8A16, k parts), the
+  // partial tiles for the reduction and, split, the other splits' sums of theirs, written by
+  // them (used in split 0).
   static constexpr int activation_offset() { return kRingBytes; }
   static constexpr int scale_offset(int k, int tokens) {
     return kRingBytes + tokens * row_stride(k);
   }
   static constexpr int reduce_offset(int k, int tokens) {
-    return scale_offset(k, tokens) + (kXAsIs ? 0 : tokens * (k / kBlockSize) * 4);
+    return scale_offset(k, tokens) + (kRows16 ? 0 : tokens * (k / kBlockSize) * 4);
   }
   static constexpr int cluster_sum_offset(int k, int tokens) {
-    return reduce_offset(k, tokens) + kCtaWarps * kRows * kTokens * 4;
+    return reduce_offset(k, tokens) + kRowTiles * kPartialSlots * kRows * kTokens * 4;
   }
   static constexpr int smem_bytes(int k, int tokens) {
     return cluster_sum_offset(k, tokens) + (kSplits - 1) * kRows * kTokens * 4;
@@ -125,6 +141,8 @@ struct GemvTile {
 
   static_assert(kTokenTiles >= 1 && kTokenTiles <= 2, "a first and a last token tile");
   static_assert(kWarps == 4 || kWarps == 8, "compiled K ranges");
+  static_assert(!kKParts || (kStages > 0 && kSplits == 1 && kOperand != ActivationOperand::kF16),
+                "k parts: a ring stage is a 128-K chunk; no split; the prefill's bf16 operand");
   static_assert(kSplits == 1 || kSplits == 2 || kSplits == 4, "a cluster of 1, 2 or 4 CTAs");
   static_assert(kRowTiles >= 1 && kRowTiles <= 3, "compiled row tiles");
   static_assert(kRowTiles == 1 || kSplits == 1, "a K split meets over one row tile");
@@ -164,8 +182,15 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
                            min(split_first * unit_blocks, blocks),
                            min(split_end * unit_blocks, blocks)};
   const int per_warp = (split_end - split_first + Tile::kWarps - 1) / Tile::kWarps;
-  const int first = min(split_first + warp * per_warp, split_end);
-  const int end = min(first + per_warp, split_end);
+  // K parts: this warp's whole parts [part_first, part_end) (none where there are fewer parts
+  // than warps), and their chunks, one ring stage each.
+  const int parts = Tile::kKParts ? batch_invariant_parts(p.k) : 1;
+  const int part_first = warp * parts / Tile::kWarps;
+  const int part_end = (warp + 1) * parts / Tile::kWarps;
+  const int first = Tile::kKParts ? split_chunks(part_first, parts, units).begin
+                                  : min(split_first + warp * per_warp, split_end);
+  const int end =
+      Tile::kKParts ? split_chunks(part_end, parts, units).begin : min(first + per_warp, split_end);
 
   // Static weights: in flight during the wait on the previous kernel.
   WeightRound<Tile::kRoundBlocks> rounds[2];
@@ -184,6 +209,12 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   if (p.next_launch == NextLaunch::kAfterWait) hopper::allow_dependent_launch();
   if constexpr (Tile::kXAsIs) {
     copy_x_rows<Tile::kThreads>(p, t0, s);
+  } else if constexpr (Tile::kKParts) {
+    if (p.x != nullptr) {
+      quantize_activations<Tile::kThreads, /*kDequantized=*/true>(p, t0, s);
+    } else {
+      dequantize_activations<Tile::kThreads>(p, t0, s);
+    }
   } else if (p.x != nullptr) {
     quantize_activations<Tile::kThreads>(p, t0, s);
   } else {
@@ -193,43 +224,54 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   if (p.next_launch == NextLaunch::kAfterActivation) hopper::allow_dependent_launch();
   stamps.mark(timeline::kPrologue);
 
-  float acc[Tile::kTokenTiles][4];
-#pragma unroll
-  for (int j = 0; j < Tile::kTokenTiles; ++j) {
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
-  }
-
   const typename Tile::Reader first_tile(s, 0, g, t), last_tile(s, Tile::kTokenTiles - 1, g, t);
 
-  if constexpr (Tile::kStages == 0) {
-    stream_in_registers(p, n0, g, t, first, end, rounds, acc, first_tile, last_tile);
-  } else {
-    stream_through_ring(p, n0, lane, first, end, blocks, ring, acc, first_tile, last_tile);
-  }
-  stamps.mark(timeline::kMainLoop);
-
-  // The warps' partial tiles [row tile][warp][row][token], added in warp order.
+  // The partial tiles [row tile][warp or part][row][token], added in warp or part order.
   auto* const partials = reinterpret_cast<float*>(smem + Tile::reduce_offset(p.k, staged));
   constexpr int kTile = Tile::kRows * Tile::kTokens;
+  if constexpr (Tile::kKParts) {
+    stream_parts_through_ring<Tile::kStages, Tile::kTokenTiles>(
+        p, n0, lane, part_first, part_end, parts, units, blocks, ring,
+        partials + cta_warp / Tile::kWarps * Tile::kPartialSlots * kTile, first_tile, last_tile);
+  } else {
+    float acc[Tile::kTokenTiles][4];
 #pragma unroll
-  for (int j = 0; j < Tile::kTokenTiles; ++j) {
-    const int token = 8 * j + 2 * t;
-    float* const mine = partials + cta_warp * kTile;
-    mine[g * Tile::kTokens + token] = acc[j][0];
-    mine[g * Tile::kTokens + token + 1] = acc[j][1];
-    mine[(g + 8) * Tile::kTokens + token] = acc[j][2];
-    mine[(g + 8) * Tile::kTokens + token + 1] = acc[j][3];
+    for (int j = 0; j < Tile::kTokenTiles; ++j) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
+    }
+    if constexpr (Tile::kStages == 0) {
+      stream_in_registers(p, n0, g, t, first, end, rounds, acc, first_tile, last_tile);
+    } else {
+      stream_through_ring(p, n0, lane, first, end, blocks, ring, acc, first_tile, last_tile);
+    }
+#pragma unroll
+    for (int j = 0; j < Tile::kTokenTiles; ++j) {
+      const int token = 8 * j + 2 * t;
+      float* const mine = partials + cta_warp * kTile;
+      mine[g * Tile::kTokens + token] = acc[j][0];
+      mine[g * Tile::kTokens + token + 1] = acc[j][1];
+      mine[(g + 8) * Tile::kTokens + token] = acc[j][2];
+      mine[(g + 8) * Tile::kTokens + token + 1] = acc[j][3];
+    }
   }
+  stamps.mark(timeline::kMainLoop);
   __syncthreads();
   stamps.mark(timeline::kReduced);
-  // e indexes [row tile][row][token] of the CTA's rows.
+  // e indexes [row tile][row][token] of the CTA's rows. K parts: ((p0 + p1) + p2) + ...; a
+  // part's sum is never -0 (its chain starts at +0), so p0 alone is what 0 + p0 would be.
   auto warp_sum = [&](int e) {
-    const float* const tile = partials + e / kTile * Tile::kWarps * kTile + e % kTile;
-    float v = 0.0f;
+    const float* const tile = partials + e / kTile * Tile::kPartialSlots * kTile + e % kTile;
+    if constexpr (Tile::kKParts) {
+      float v = tile[0];
+      for (int q = 1; q < parts; ++q) v += tile[q * kTile];
+      return v;
+    } else {
+      float v = 0.0f;
 #pragma unroll
-    for (int w = 0; w < Tile::kWarps; ++w) v += tile[w * kTile];
-    return v;
+      for (int w = 0; w < Tile::kWarps; ++w) v += tile[w * kTile];
+      return v;
+    }
   };
   auto store = [&](int e, float v) {
     const int n = cta_n0 + e / Tile::kTokens, m = t0 + e % Tile::kTokens;

@@ -14,11 +14,12 @@
 namespace mxlinear::device {
 
 struct GemvInstanceInfo {
-  int tokens;  // activation rows per CTA
-  int warps;   // K ranges per 16-row tile
-  int stages;  // slots of the per-warp shared-memory weight ring; 0: weights through registers
-  int splits;  // K ranges per cluster of CTAs (1: no cluster)
-  int rows;    // weight rows per CTA: 16 per row tile
+  int tokens;    // activation rows per CTA
+  int warps;     // K ranges per 16-row tile
+  int stages;    // slots of the per-warp shared-memory weight ring; 0: weights through registers
+  int splits;    // K ranges per cluster of CTAs (1: no cluster)
+  int rows;      // weight rows per CTA: 16 per row tile
+  bool k_parts;  // the batch-invariant mode's K parts and order (gemv_gemm.cuh); no fp16 x
 };
 
 std::span<const GemvInstanceInfo> gemv_gemm_instances();
@@ -39,7 +40,8 @@ std::string_view gemv_gemm_unsupported(const GemmParams& p);
 // out = deq(a) deq(w)^T (+ bias) for p.m > 0, launched as a programmatic dependent of the
 // previous kernel on the stream; with p.x_as_is (W8A16), out = x deq(w)^T (+ bias) with the bf16
 // or fp16 x (p.x_is_f16) as it is, by the instance's W8A16 variant (every instance has one;
-// cudaErrorInvalidValue without p.x). Returns the launch error, if any.
+// cudaErrorInvalidValue without p.x, and for fp16 x on a k-parts instance). Returns the launch
+// error, if any.
 cudaError_t launch_gemv_gemm(const GemmParams& p, int instance, cudaStream_t stream);
 
 }  // namespace mxlinear::device
