@@ -35,4 +35,8 @@ std::size_t Kernel::workspace_bytes(const LinearShape& shape, const std::string&
   return plan(p, config).scratch_bytes;
 }
 
+bool in_k_order_of(const Kernel& kernel, const Kernel& anchor) {
+  return &kernel == &anchor || kernel.k_order_family() == anchor.name();
+}
+
 }  // namespace mxlinear

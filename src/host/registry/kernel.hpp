@@ -183,6 +183,10 @@ class Kernel {
   std::size_t workspace_bytes(const LinearShape& shape, const std::string& config) const;
 };
 
+// Whether `kernel` serves `anchor`'s K order in the batch-invariant mode: it is `anchor`, or it
+// names `anchor` as its family (Kernel::k_order_family).
+bool in_k_order_of(const Kernel& kernel, const Kernel& anchor);
+
 // The current CUDA device's multiprocessors, 0 where there is none.
 int current_sms();
 

@@ -31,11 +31,6 @@ bool keeps_any_k_order(const Kernel& kernel, std::int64_t k) {
   return false;
 }
 
-// Whether `kernel` is `selected` or joins its K order (Kernel::k_order_family).
-bool in_order_family(const Kernel& kernel, const Kernel& selected) {
-  return &kernel == &selected || kernel.k_order_family() == selected.name();
-}
-
 bool contains(const std::vector<std::string>& v, std::string_view s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
@@ -249,7 +244,7 @@ Dispatch Registry::invariant_dispatch(const LayerSelection& selection,
   if (const std::optional<TunedValue> row =
           table_.lookup(device.arch, device.sms, layer.n, layer.k, m, w8a16)) {
     const Kernel* k = find(row->kernel);
-    if (k && in_order_family(*k, *d.kernel) && !contains(env_.disabled, k->name()) &&
+    if (k && in_k_order_of(*k, *d.kernel) && !contains(env_.disabled, k->name()) &&
         runnable(*k, row->config, layer, m, device).ok()) {
       d.kernel = k;
       d.config = row->config;
@@ -335,7 +330,7 @@ std::optional<Dispatch> Registry::modelled(const LayerSelection& selection,
     // and its family, at every M (where they are not worth a sweep, they still give this M the
     // layer's order).
     if ((forced && kernel.get() != selection.kernel) || contains(env_.disabled, kernel->name()) ||
-        (layer.batch_invariant && !in_order_family(*kernel, *selection.kernel)) ||
+        (layer.batch_invariant && !in_k_order_of(*kernel, *selection.kernel)) ||
         !kernel->is_supported(device).ok() || !kernel->can_implement(layer).ok()) {
       continue;
     }

@@ -114,7 +114,6 @@ struct GemvTile {
   // them, if they keep to 72 registers (at 74 they fit 6).
   // Several row tiles: two CTAs per SM, so the next layer's CTA is resident beside this one.
   static constexpr int kMinCtasPerSm = kRowTiles > 1 ? 2
-                                       : kKParts     ? 16 / kWarps
                                        : kStages > 0 && kStages <= 4 && kWarps == 4
                                            ? 7
                                            : 16 / kWarps / kTokenTiles;
@@ -245,22 +244,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
     } else {
       stream_through_ring(p, n0, lane, first, end, blocks, ring, acc, first_tile, last_tile);
     }
-#pragma unroll
-    for (int j = 0; j < Tile::kTokenTiles; ++j) {
-      const int token = 8 * j + 2 * t;
-      float* const mine = partials + cta_warp * kTile;
-      mine[g * Tile::kTokens + token] = acc[j][0];
-      mine[g * Tile::kTokens + token + 1] = acc[j][1];
-      mine[(g + 8) * Tile::kTokens + token] = acc[j][2];
-      mine[(g + 8) * Tile::kTokens + token + 1] = acc[j][3];
-    }
+    store_fragment_tile(acc, partials + cta_warp * kTile, g, t);
   }
   stamps.mark(timeline::kMainLoop);
   __syncthreads();
   stamps.mark(timeline::kReduced);
   // e indexes [row tile][row][token] of the CTA's rows. K parts: ((p0 + p1) + p2) + ...; a
   // part's sum is never -0 (its chain starts at +0), so p0 alone is what 0 + p0 would be.
-  auto warp_sum = [&](int e) {
+  auto tile_sum = [&](int e) {
     const float* const tile = partials + e / kTile * Tile::kPartialSlots * kTile + e % kTile;
     if constexpr (Tile::kKParts) {
       float v = tile[0];
@@ -281,14 +272,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   };
   if constexpr (Tile::kSplits == 1) {
     for (int e = static_cast<int>(threadIdx.x); e < Tile::kRowTiles * kTile; e += Tile::kThreads)
-      store(e, warp_sum(e));
+      store(e, tile_sum(e));
   } else {
     auto* const sums = reinterpret_cast<float*>(smem + Tile::cluster_sum_offset(p.k, staged));
     hopper::cluster_wait_acquire();  // the entry phase: every CTA of the cluster runs
     if (split > 0) {
       const std::uint32_t slot = ptx::smem_address(sums + (split - 1) * kTile);
       for (int e = static_cast<int>(threadIdx.x); e < kTile; e += Tile::kThreads) {
-        hopper::store_cluster_shared(slot + 4 * static_cast<std::uint32_t>(e), 0u, warp_sum(e));
+        hopper::store_cluster_shared(slot + 4 * static_cast<std::uint32_t>(e), 0u, tile_sum(e));
       }
       hopper::cluster_arrive_release();
       hopper::cluster_wait_acquire();  // split 0 has arrived: it no longer needs this CTA
@@ -296,7 +287,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
       hopper::cluster_arrive_release();
       hopper::cluster_wait_acquire();  // the other splits' sums are in `sums`
       for (int e = static_cast<int>(threadIdx.x); e < kTile; e += Tile::kThreads) {
-        float v = 0.0f + warp_sum(e);
+        float v = 0.0f + tile_sum(e);
 #pragma unroll
         for (int r = 1; r < Tile::kSplits; ++r) v += sums[(r - 1) * kTile + e];
         store(e, v);

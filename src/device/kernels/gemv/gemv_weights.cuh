@@ -285,6 +285,23 @@ __device__ __forceinline__ void stream_through_ring(const GemmParams& p, int n0,
   }
 }
 
+// Stores lane (g, t)'s accumulators of a 16-row tile of kTokenTiles * 8 tokens to `tile`
+// ([row][token], fp32): the mma's (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1) per token
+// tile.
+template <int kTokenTiles>
+__device__ __forceinline__ void store_fragment_tile(const float (&acc)[kTokenTiles][4], float* tile,
+                                                    int g, int t) {
+  constexpr int kTokens = 8 * kTokenTiles;
+#pragma unroll
+  for (int j = 0; j < kTokenTiles; ++j) {
+    const int token = 8 * j + 2 * t;
+    tile[g * kTokens + token] = acc[j][0];
+    tile[g * kTokens + token + 1] = acc[j][1];
+    tile[(g + 8) * kTokens + token] = acc[j][2];
+    tile[(g + 8) * kTokens + token + 1] = acc[j][3];
+  }
+}
+
 // The k-parts streamer: parts [part_first, part_end) of `parts`, their 128-K chunks (ring
 // stages, `chunks` in all) from stage `first` on, stages first .. first + kStages - 2 issued
 // before the wait on the previous kernel. Each part is one chain from zero; its sum goes to
@@ -314,15 +331,7 @@ __device__ __forceinline__ void stream_parts_through_ring(
       ring.template compute<true>(acc, s, blocks, g, t, first_tile, last_tile);
       __syncwarp();
     }
-    float* const mine = part_sums + part * 16 * kTokens;
-#pragma unroll
-    for (int j = 0; j < kTokenTiles; ++j) {
-      const int token = 8 * j + 2 * t;
-      mine[g * kTokens + token] = acc[j][0];
-      mine[g * kTokens + token + 1] = acc[j][1];
-      mine[(g + 8) * kTokens + token] = acc[j][2];
-      mine[(g + 8) * kTokens + token + 1] = acc[j][3];
-    }
+    store_fragment_tile(acc, part_sums + part * 16 * kTokens, g, t);
   }
 }
 
