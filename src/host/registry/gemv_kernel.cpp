@@ -6,12 +6,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "device/common/grid_walk.hpp"
 #include "device/kernels/gemv/gemv_gemm.hpp"
 #include "host/registry/configured_kernel.hpp"
 #include "host/registry/gemv_config.hpp"
@@ -22,12 +20,6 @@ namespace mxlinear {
 namespace {
 
 using detail::GemvConfig;
-
-int k_parts_of(std::int64_t k) {
-  return k < 1 || k > std::numeric_limits<int>::max()
-             ? 1
-             : device::batch_invariant_parts(static_cast<int>(k));
-}
 
 // Every instance with each next-launch point, the instances' default point first.
 const detail::ConfigTable<GemvConfig>& compiled_configs() {
@@ -128,7 +120,9 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
     const int warps = c.rows / 16 * info.warps;
     // K parts: a warp takes whole parts, so only as many warps as parts work.
     const int working =
-        c.rows / 16 * (c.k_parts ? std::min(info.warps, k_parts_of(shape.k)) : info.warps);
+        c.rows / 16 *
+        (c.k_parts ? std::min(info.warps, batch_invariant_parts_of(shape.k).value_or(1))
+                   : info.warps);
     const int smem =
         device::gemv_gemm_smem_bytes(c.instance, shape.m, static_cast<int>(shape.k), as_is());
     return detail::WorkShape{

@@ -1,7 +1,10 @@
 #include "host/registry/kernel.hpp"
 
 #include <cstdint>
+#include <limits>
+#include <optional>
 
+#include "device/common/grid_walk.hpp"
 #include "device/common/launch_util.hpp"
 
 namespace mxlinear {
@@ -37,6 +40,11 @@ std::size_t Kernel::workspace_bytes(const LinearShape& shape, const std::string&
 
 bool in_k_order_of(const Kernel& kernel, const Kernel& anchor) {
   return &kernel == &anchor || kernel.k_order_family() == anchor.name();
+}
+
+std::optional<int> batch_invariant_parts_of(std::int64_t k) {
+  if (k < 1 || k > std::numeric_limits<int>::max()) return std::nullopt;
+  return device::batch_invariant_parts(static_cast<int>(k));
 }
 
 }  // namespace mxlinear

@@ -187,6 +187,10 @@ class Kernel {
 // names `anchor` as its family (Kernel::k_order_family).
 bool in_k_order_of(const Kernel& kernel, const Kernel& anchor);
 
+// The batch-invariant mode's parts of K (device::batch_invariant_parts); none for a K outside
+// 1 .. INT_MAX, which no kernel runs.
+std::optional<int> batch_invariant_parts_of(std::int64_t k);
+
 // The current CUDA device's multiprocessors, 0 where there is none.
 int current_sms();
 

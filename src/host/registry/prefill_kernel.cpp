@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "device/common/grid_walk.hpp"
 #include "device/kernels/prefill/activation_bf16.hpp"
 #include "device/kernels/prefill/prefill_gemm.hpp"
 #include "host/cuda_check.hpp"
@@ -86,12 +85,12 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
   // the config chooses.
   bool keeps_k_order(std::string_view config, std::int64_t k) const override {
     const auto c = compiled_configs().find(config);
+    const std::optional<int> parts = batch_invariant_parts_of(k);
     if (c.instance < 0 || c.alternating || c.walk == detail::PrefillConfig::Walk::kStreamK ||
-        k < 1 || k > std::numeric_limits<int>::max()) {
+        !parts) {
       return false;
     }
-    const int parts = device::batch_invariant_parts(static_cast<int>(k));
-    return parts == 1 ? c.splits == 1 : (c.k_parts || c.splits == parts);
+    return *parts == 1 ? c.splits == 1 : (c.k_parts || c.splits == *parts);
   }
 
   // Every config reads the activation as bf16 from the start of its scratch: the linear's
