@@ -11,9 +11,9 @@ start=$(date +%s)
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
-"$venv/bin/pip" install -q --disable-pip-version-check \
+"$venv/bin/pip" install -q --no-cache-dir --disable-pip-version-check \
   "torch==2.11.0" "scikit-build-core>=0.10" ninja pytest safetensors numpy
-"$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation .
+"$venv/bin/pip" install -q --no-cache-dir --disable-pip-version-check --no-build-isolation .
 echo "python package: environment and build took $(( $(date +%s) - start )) s"
 cd python/tests
 status=0

@@ -16,7 +16,7 @@ vllm_version="${MXLINEAR_VLLM_VERSION:-0.34.0}"
 build_venv="${MXLINEAR_PYTHON_VENV:-$PWD/build/python-venv}"
 vllm_venv="${MXLINEAR_VLLM_VENV:-$PWD/build/vllm-venv}"
 wheels="$PWD/build/wheels"
-pip_flags=(-q --disable-pip-version-check)
+pip_flags=(-q --no-cache-dir --disable-pip-version-check)
 start=$(date +%s)
 
 if [ ! -x "$build_venv/bin/python" ]; then
