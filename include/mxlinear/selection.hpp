@@ -7,8 +7,10 @@
 // chooses among every kernel's configs.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -85,18 +87,23 @@ struct Dispatch {
 struct ReportRow {
   ModelLayer layer;
   LayerSelection selection;
-  std::vector<std::pair<std::int64_t, Dispatch>> per_m;  // dispatch at M = 1, 32, ..., 8192
+  std::vector<std::pair<std::int64_t, Dispatch>> per_m;  // dispatch at each M of the report
 };
 
+// The token counts a selection report shows unless its caller names others: one per regime, from
+// a decode step to a long prefill.
+inline constexpr std::array<std::int64_t, 6> kReportTokenCounts{1, 32, 128, 512, 2048, 8192};
+
 // The selection for every layer on `device` with `out_dtype` output and `operand`, and its dispatch
-// at M = 1, 32, ..., 8192: the built-in kernels, the shipped tuned tables and the process
-// environment (docs/TUNED_TABLES.md), as linear() uses them.
-// `batch_invariant`: the selection of the batch-invariant mode.
+// at each M of `ms` (ascending, each >= 1; anything else throws Error naming 'ms'): the built-in
+// kernels, the shipped tuned tables and the process environment (docs/TUNED_TABLES.md), as
+// linear() uses them. `batch_invariant`: the selection of the batch-invariant mode.
 std::vector<ReportRow> selection_report(const std::vector<ModelLayer>& layers,
                                         const DeviceDescription& device,
                                         DType out_dtype = DType::kBF16,
                                         ActivationOperand operand = ActivationOperand::kMx,
-                                        bool batch_invariant = false);
+                                        bool batch_invariant = false,
+                                        std::span<const std::int64_t> ms = kReportTokenCounts);
 
 // The kernels a layer's calls run on, in the order its per-M dispatch first uses them. It can
 // leave out the selected kernel: a tuned row may hand every M of the layer to another kernel.

@@ -4,6 +4,7 @@
 #include <Python.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,13 +97,21 @@ bool parse_out_dtype(const char* name, mxlinear::DType* out) {
   return true;
 }
 
-// _select(n, k, device, out_dtype) -> dict; device None: the current CUDA device (or the CPU).
+// _select(n, k, device, out_dtype, activation, x_dtype, batch_invariant, ms) -> dict; device
+// None: the current CUDA device (or the CPU). mxlinear.select resolves the process defaults and
+// puts ms (a tuple) in order before the call.
 PyObject* select(PyObject*, PyObject* args) {
   long long n = 0, k = 0;
   const char* device_spec = nullptr;
   const char* out_dtype_name = nullptr;
-  if (!PyArg_ParseTuple(args, "LLzs", &n, &k, &device_spec, &out_dtype_name)) return nullptr;
-  mxlinear::DType out_dtype{};
+  const char* activation_name = nullptr;
+  const char* x_dtype_name = nullptr;
+  int batch_invariant = 0;
+  PyObject* ms_arg = nullptr;
+  if (!PyArg_ParseTuple(args, "LLzssspO!", &n, &k, &device_spec, &out_dtype_name, &activation_name,
+                        &x_dtype_name, &batch_invariant, &PyTuple_Type, &ms_arg))
+    return nullptr;
+  mxlinear::DType out_dtype{}, x_dtype{};
   if (!parse_out_dtype(out_dtype_name, &out_dtype)) {
     PyErr_Format(PyExc_ValueError,
                  "mxlinear.select: argument 'out_dtype' is '%s'; expected bfloat16, float16 or "
@@ -116,13 +125,39 @@ PyObject* select(PyObject*, PyObject* args) {
                  k);
     return nullptr;
   }
+  const auto mode = mxlinear::parse_activation_mode(activation_name);
+  if (!mode) {
+    PyErr_Format(PyExc_ValueError,
+                 "mxlinear.select: argument 'activation' is '%s'; expected 'mx' or 'bf16'",
+                 activation_name);
+    return nullptr;
+  }
+  const auto operand = parse_out_dtype(x_dtype_name, &x_dtype)
+                           ? mxlinear::activation_operand(*mode, x_dtype)
+                           : std::nullopt;
+  if (!operand) {
+    PyErr_Format(PyExc_ValueError,
+                 "mxlinear.select: argument 'x_dtype' is '%s' with activation '%s'; expected "
+                 "bfloat16 or float16 (or float32 with 'mx')",
+                 x_dtype_name, activation_name);
+    return nullptr;
+  }
+  std::vector<std::int64_t> ms;
+  for (Py_ssize_t i = 0; i < PyTuple_Size(ms_arg); ++i) {
+    const long long m = PyLong_AsLongLong(PyTuple_GetItem(ms_arg, i));
+    if (m == -1 && PyErr_Occurred()) return nullptr;
+    ms.push_back(m);
+  }
   try {
     const auto device = device_spec == nullptr ? mxlinear::DeviceDescription::current()
                                                : mxlinear::DeviceDescription::parse(device_spec);
     const std::vector<mxlinear::ModelLayer> layers{{"layer", n, k, 1}};
-    const auto rows = mxlinear::selection_report(layers, device, out_dtype);
+    const auto rows =
+        mxlinear::selection_report(layers, device, out_dtype, *operand, batch_invariant != 0, ms);
     Ref out(row_dict(rows.front()));
     if (!out || !set(out.get(), "device", str(device.to_string())) ||
+        !set(out.get(), "activation", str(activation_name)) ||
+        !set(out.get(), "batch_invariant", PyBool_FromLong(batch_invariant)) ||
         !set(out.get(), "report", str(mxlinear::format_report(rows, device))))
       return nullptr;
     return out.release();
@@ -162,7 +197,8 @@ PyObject* default_batch_invariant(PyObject*, PyObject*) {
 
 PyMethodDef methods[] = {
     {"_select", select, METH_VARARGS,
-     "_select(n, k, device, out_dtype) -> dict: the selection report of one layer."},
+     "_select(n, k, device, out_dtype, activation, x_dtype, batch_invariant, ms) -> dict: the "
+     "selection report of one layer."},
     {"_default_activation", default_activation, METH_NOARGS,
      "_default_activation() -> 'mx' or 'bf16': MXLINEAR_ACTIVATION's mode, read once."},
     {"_default_batch_invariant", default_batch_invariant, METH_NOARGS,

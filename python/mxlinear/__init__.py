@@ -19,6 +19,8 @@ products in one fixed order serve the call. ``default_batch_invariant()`` tells 
 environment made it the default. The CPU reference is batch-invariant in either case.
 """
 
+from collections.abc import Sequence
+
 import torch
 
 from . import _C  # registers the C++ ops torch.ops.mxlinear.*
@@ -162,22 +164,64 @@ def linear(
 
 
 def select(
-    n: int, k: int, *, out_dtype: torch.dtype = torch.bfloat16, device: str | None = None
+    n: int,
+    k: int,
+    *,
+    out_dtype: torch.dtype = torch.bfloat16,
+    device: str | None = None,
+    activation: str | None = None,
+    x_dtype: torch.dtype = torch.bfloat16,
+    batch_invariant: bool | None = None,
+    ms: Sequence[int] | None = None,
 ) -> dict:
     """Which kernel serves an [N, K] layer, and which kernel and config each M dispatches to.
 
     ``device`` is None for the current CUDA device (the CPU when there is none), ``"cpu"``, or
-    ``"sm_90a:132"`` (an arch and SM count) to ask about a GPU that is not here. Returns a dict
-    with ``device``, ``n``, ``k``, ``kernel`` (None if every kernel refused), ``rejected``
-    ((kernel, reason) pairs), ``warnings``, ``dispatch`` ({M: {kernel, config, why}} for
-    M = 1, 32, ..., 8192), ``kernels_run`` and ``report`` (the text ``mxlinear select`` prints).
+    ``"sm_90a:132"`` (an arch and SM count) to ask about a GPU that is not here. ``activation``,
+    ``x_dtype`` (the activation's dtype) and ``batch_invariant`` are those of the calls asked
+    about, as ``linear`` takes them (None: the process default, from ``MXLINEAR_ACTIVATION`` and
+    ``MXLINEAR_BATCH_INVARIANT``). ``ms``: the token counts to report, in any order (default
+    1, 32, 128, 512, 2048, 8192). Returns a dict with ``device``, ``activation``,
+    ``batch_invariant``, ``n``, ``k``, ``kernel`` (None if every kernel refused), ``rejected``
+    ((kernel, reason) pairs), ``warnings``, ``dispatch`` ({M: {kernel, config, why}}, M
+    ascending), ``kernels_run`` and ``report`` (the text ``mxlinear select`` prints).
     """
-    if out_dtype not in _DTYPE_NAMES:
+    where = "mxlinear.select"
+    for name, dtype in (("out_dtype", out_dtype), ("x_dtype", x_dtype)):
+        if dtype not in _DTYPE_NAMES:
+            raise ValueError(
+                f"{where}: argument '{name}' is {dtype}; "
+                "expected torch.bfloat16, torch.float16 or torch.float32"
+            )
+    index = _activation_index(where, activation)
+    mode = default_activation() if index == _DEFAULT_ACTIVATION_INDEX else ACTIVATIONS[index]
+    invariant = _batch_invariant_index(where, batch_invariant)
+    if invariant == _DEFAULT_BATCH_INVARIANT_INDEX:
+        invariant = int(default_batch_invariant())
+    counts = _token_counts(where, ms)
+    return _C._select(
+        int(n), int(k), device, _DTYPE_NAMES[out_dtype], mode, _DTYPE_NAMES[x_dtype],
+        bool(invariant), counts,
+    )
+
+
+def _token_counts(where: str, ms: Sequence[int] | None) -> tuple[int, ...]:
+    """``ms`` as the report takes it: ascending, each once; None gives one count per regime."""
+    if ms is None:
+        return (1, 32, 128, 512, 2048, 8192)
+    # A sequence of ints >= 1 (a bool is an int to Python, but not a token count; a str is a
+    # sequence, but not of counts).
+    if (
+        isinstance(ms, (str, bytes))
+        or not isinstance(ms, Sequence)
+        or not ms
+        or not all(isinstance(m, int) and not isinstance(m, bool) and 1 <= m < 2**63 for m in ms)
+    ):
         raise ValueError(
-            f"mxlinear.select: argument 'out_dtype' is {out_dtype}; "
-            "expected torch.bfloat16, torch.float16 or torch.float32"
+            f"{where}: argument 'ms' is {ms!r}; expected a non-empty sequence of token counts "
+            "(ints from 1 to 2**63 - 1)"
         )
-    return _C._select(int(n), int(k), device, _DTYPE_NAMES[out_dtype])
+    return tuple(sorted(set(ms)))
 
 
 # The module layer, model conversion and checkpoint loading, over the functions above.

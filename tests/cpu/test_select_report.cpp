@@ -92,6 +92,49 @@ TEST(SelectReport, JsonSaysWhatRunsAndWhatClaimsTheLayer) {
   EXPECT_EQ(doc.at("layers").at(1).at("kernels_run"), nlohmann::json({"small", "tuned"}));
 }
 
+// The report shows the dispatch at the token counts its caller names, in that order, and says
+// which; the default is one count per regime.
+TEST(SelectReport, DispatchIsShownAtTheTokenCountsAsked) {
+  static const Registry r(kernels(), TunedTable{}, Environment{});
+  const std::vector<std::int64_t> ms{3, 17, 4096};
+  const auto rows =
+      r.report({{"a", 2560, 6144, 1}}, kH200, DType::kBF16, ActivationOperand::kMx, false, ms);
+  ASSERT_EQ(rows.size(), 1u);
+  std::vector<std::int64_t> shown;
+  for (const auto& [m, d] : rows[0].per_m) {
+    shown.push_back(m);
+    const Dispatch direct = r.dispatch(rows[0].selection, kH200, m);
+    EXPECT_EQ(d.kernel, direct.kernel) << m;
+    EXPECT_EQ(d.config, direct.config) << m;
+  }
+  EXPECT_EQ(shown, ms);
+  EXPECT_THAT(format_report(rows, kH200), HasSubstr("at M = 3, 17, 4096 ("));
+  std::vector<std::int64_t> defaults;
+  const auto default_rows = report();
+  for (const auto& [m, d] : default_rows[0].per_m) defaults.push_back(m);
+  EXPECT_THAT(defaults, ElementsAre(1, 32, 128, 512, 2048, 8192));
+}
+
+// Token counts the report cannot list in order are refused, naming the argument and the value.
+TEST(SelectReport, TokenCountsOutOfOrderOrBelowOneAreRefused) {
+  static const Registry r(kernels(), TunedTable{}, Environment{});
+  const std::vector<std::vector<std::int64_t>> bad{{}, {0}, {4, -1}, {8, 2}, {16, 16}};
+  for (const auto& ms : bad) {
+    try {
+      (void)r.report({{"a", 2560, 6144, 1}}, kH200, DType::kBF16, ActivationOperand::kMx, false,
+                     ms);
+      ADD_FAILURE() << "accepted " << ms.size() << " counts";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_EQ(e.argument(), "ms");
+      EXPECT_THAT(e.what(), HasSubstr("argument 'ms'"));
+      if (!ms.empty()) {
+        EXPECT_THAT(e.what(), HasSubstr(std::to_string(ms.back()) + "]"));
+      }
+    }
+  }
+}
+
 // A layer name from a user's CSV is escaped in the table and never breaks the JSON.
 TEST(SelectReport, UnprintableLayerNamesAreEscapedAndJsonStaysValid) {
   static const Registry r(kernels(), TunedTable{}, Environment{});

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli_support.hpp"
 #include "exit_codes.hpp"
@@ -22,6 +24,7 @@ struct SelectOptions {
   std::string activation;  // empty: MXLINEAR_ACTIVATION's mode
   std::string x_dtype = "bf16";
   bool batch_invariant = false;  // false: MXLINEAR_BATCH_INVARIANT's mode
+  std::vector<std::int64_t> ms{kReportTokenCounts.begin(), kReportTokenCounts.end()};
   bool json = false;
 };
 
@@ -68,7 +71,11 @@ int run_select(const SelectOptions& o) {
   const auto operand =
       activation_operand(mode, o.x_dtype == "fp16" ? DType::kF16 : DType::kBF16).value();
   const bool invariant = o.batch_invariant || registry.environment().batch_invariant;
-  const auto rows = registry.report(layers, device, out, operand, invariant);
+  // --m in any order, a count named twice once: the report lists them ascending.
+  std::vector<std::int64_t> ms = o.ms;
+  std::sort(ms.begin(), ms.end());
+  ms.erase(std::unique(ms.begin(), ms.end()), ms.end());
+  const auto rows = registry.report(layers, device, out, operand, invariant, ms);
   log_decisions(rows, device, out);
   if (o.json) {
     fmt::print("{}\n", select_report_json(rows, device));
@@ -105,6 +112,10 @@ void add_select_command(CLI::App& app, int& exit_code) {
                 "(its parts, added in order), on the configs that keep it (the prefill kernel's "
                 "and the GEMV's k-parts configs; no other K split, no decode kernel), which "
                 "costs speed; default: MXLINEAR_BATCH_INVARIANT=1, else off");
+  cmd->add_option("--m", o->ms, "token counts to show the dispatch of, in any order")
+      ->delimiter(',')
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "print the report as JSON");
   cmd->callback([o, &exit_code] { exit_code = run_select(*o); });
 }

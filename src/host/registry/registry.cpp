@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
@@ -12,6 +13,7 @@
 
 #include "host/log.hpp"
 #include "host/registry/shipped_tables.hpp"
+#include "host/validate.hpp"
 #include "mxlinear/version.hpp"
 
 namespace mxlinear {
@@ -424,7 +426,20 @@ std::size_t Registry::max_scratch_bytes(std::int64_t rows, std::int64_t k,
 
 std::vector<ReportRow> Registry::report(const std::vector<ModelLayer>& layers,
                                         const DeviceDescription& device, DType out_dtype,
-                                        ActivationOperand operand, bool batch_invariant) const {
+                                        ActivationOperand operand, bool batch_invariant,
+                                        std::span<const std::int64_t> ms) const {
+  // Checked before any layer: the report's text names its M as a list in this order.
+  if (ms.empty()) {
+    detail::fail(ErrorCode::kInvalidArgument, "selection_report", "ms",
+                 "is empty; expected at least one token count");
+  }
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    if (ms[i] < 1 || (i > 0 && ms[i] <= ms[i - 1])) {
+      detail::fail(ErrorCode::kInvalidArgument, "selection_report", "ms",
+                   fmt::format("is [{}]; expected token counts >= 1 in ascending order, each once",
+                               fmt::join(ms, ", ")));
+    }
+  }
   std::vector<ReportRow> rows;
   for (const ModelLayer& layer : layers) {
     ReportRow row;
@@ -436,7 +451,7 @@ std::vector<ReportRow> Registry::report(const std::vector<ModelLayer>& layers,
     desc.operand = operand;
     desc.batch_invariant = batch_invariant;
     row.selection = select(desc, device);
-    for (std::int64_t m : {1, 32, 128, 512, 2048, 8192}) {
+    for (const std::int64_t m : ms) {
       row.per_m.emplace_back(m, dispatch(row.selection, device, m));
     }
     rows.push_back(std::move(row));
@@ -446,8 +461,9 @@ std::vector<ReportRow> Registry::report(const std::vector<ModelLayer>& layers,
 
 std::vector<ReportRow> selection_report(const std::vector<ModelLayer>& layers,
                                         const DeviceDescription& device, DType out_dtype,
-                                        ActivationOperand operand, bool batch_invariant) {
-  return Registry::global().report(layers, device, out_dtype, operand, batch_invariant);
+                                        ActivationOperand operand, bool batch_invariant,
+                                        std::span<const std::int64_t> ms) {
+  return Registry::global().report(layers, device, out_dtype, operand, batch_invariant, ms);
 }
 
 bool is_cpu_reference(const Kernel& kernel) { return kernel.name() == "reference"; }

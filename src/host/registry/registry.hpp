@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -77,7 +78,8 @@ class Registry {
   std::vector<ReportRow> report(const std::vector<ModelLayer>& layers,
                                 const DeviceDescription& device, DType out_dtype,
                                 ActivationOperand operand = ActivationOperand::kMx,
-                                bool batch_invariant = false) const;
+                                bool batch_invariant = false,
+                                std::span<const std::int64_t> ms = kReportTokenCounts) const;
 
   // Whether `kernel` can serve an M-row call of `layer` on `device` with `config`: it implements
   // the layer, knows the config, the config runs this M and K, keeps a fixed K order where the

@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -11,9 +12,11 @@ namespace {
 // A dispatch's kernel, or NONE where no kernel can run the layer.
 std::string_view kernel_or_none(const Kernel* k) { return k ? kernel_name(k) : "NONE"; }
 
-std::string m_range(const ReportRow& r) {
-  if (r.per_m.empty()) return "";
-  return fmt::format("M = {}..{}", r.per_m.front().first, r.per_m.back().first);
+// The token counts of the report, e.g. "M = 1, 32, 128".
+std::string m_list(const ReportRow& r) {
+  std::vector<std::int64_t> ms;
+  for (const auto& [m, d] : r.per_m) ms.push_back(m);
+  return fmt::format("M = {}", fmt::join(ms, ", "));
 }
 
 }  // namespace
@@ -62,7 +65,7 @@ std::string format_report(const std::vector<ReportRow>& rows, const DeviceDescri
         "runs: the kernels the layer's calls run on at {} (the per-M dispatch below)\n"
         "selected: the kernel that claims the layer; a tuned row or the cost model may hand an "
         "M to another kernel\n",
-        m_range(rows.front()));
+        m_list(rows.front()));
   }
   s += "\nper-M dispatch, kernel/config (* = from a tuned row, ~ = chosen by the cost model):\n";
   for (const ReportRow& r : rows) {
