@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Summarises an `mxlinear bench --all-configs` JSON per kernel: for each figure the fastest
 config of each kernel that passed the check, its ratios against the anchors measured in the
-same run (above 1: ours is faster), geometric means per M over the distinct shapes, and every
-config that failed the correctness check. Usage: sweep_summary.py bench.json [kernel ...]
+same run (above 1: ours is faster), geometric means per M over the distinct shapes, every config
+that failed the correctness check, and (a sweep run with --batch-invariant) the batch-invariant
+mode's choice against the fastest config that keeps the K order. Usage: sweep_summary.py
+bench.json [kernel ...]
 """
 import json
 import math
@@ -105,6 +107,7 @@ def main():
             moved = row["m"] * row["k"] * (1 + 1 / 32 + 2)
             print(f"| {row['layer']} | {row['m']} | {us:.2f} | {best:.2f} | {us / best:.2f} | "
                   f"{moved / us / 1e6:.2f} |")
+    invariant_choices(doc["rows"])
     waves = [w for row in doc["rows"] for w in row.get("configs_waves", {}).values()]
     if waves:
         many = sum(1 for w in waves if w > 1)
@@ -118,6 +121,42 @@ def main():
             for layer, m, configs in wrong:
                 print(f"- {layer} M = {m}: " +
                       ", ".join(f"{c} (rel. error {e:.3g})" for c, e in configs.items()))
+
+
+def invariant_choices(rows):
+    """Per figure and activation mode, the batch-invariant mode's kernel/config against the fastest
+    timed config that keeps the K order (configs_keep_k_order), both as full linears from bf16 in
+    the sweep (configs_linear): how much the mode's choice leaves on the table."""
+    table, ratios = [], {}
+    for row in rows:
+        keep = row.get("configs_keep_k_order")
+        if not keep:
+            continue
+        linear = row.get("configs_linear", {})
+        for mode, w8a16, field in (("W8A8", False, "kernel_invariant"),
+                                   ("W8A16", True, "kernel_invariant_w8a16")):
+            timed = {c: linear[c] for c in keep
+                     if c in linear and c.split("/")[0].endswith("_a16") == w8a16}
+            chosen = row.get(field)
+            if not timed or chosen not in timed:
+                continue
+            fastest = min(timed, key=timed.get)
+            ratio = timed[chosen] / timed[fastest]
+            ratios.setdefault((mode, row["m"]), []).append(ratio)
+            table.append(f"| {row['layer']} | {row['n']}x{row['k']} | {row['m']} | {mode} | "
+                         f"{chosen} | {timed[chosen]:.2f} | {fastest} | {timed[fastest]:.2f} | "
+                         f"{ratio:.2f} |")
+    if not table:
+        return
+    print("\nThe batch-invariant mode's choice against the fastest config that keeps the K order, "
+          "both timed as the full linear from bf16 in this sweep (x fastest: above 1, the choice "
+          "is slower):\n")
+    print("| layer | N x K | M | mode | chosen | us | fastest | us | x fastest |\n"
+          "|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(table))
+    print("\n| mode | M | x fastest, geomean over the shapes | worst |\n|---|---|---|---|")
+    for (mode, m), values in sorted(ratios.items()):
+        print(f"| {mode} | {m} | {geomean(values):.3f} | {max(values):.2f} |")
 
 
 if __name__ == "__main__":

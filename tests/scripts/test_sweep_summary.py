@@ -76,6 +76,30 @@ class SweepSummary(unittest.TestCase):
         self.assertIn("1 of the 2 timed configs", out)
         self.assertNotIn("waves)", summary({"rows": [figure(256, 1, {"gemv/c": 3.0})]}, "gemv"))
 
+    def test_invariant_choice_against_the_fastest_config_that_keeps_the_k_order(self):
+        # W8A8: the mode chose b (12 us); c keeps the order too and runs 8; a is faster still
+        # but does not keep it. W8A16: the choice is the fastest. The second shape's W8A8
+        # choice is 1.5x its fastest: geomean sqrt(1.5 * 1.5) = 1.5, worst 1.5.
+        linear = {"prefill/a": 4.0, "prefill/b": 12.0, "gemv/c_kparts": 8.0,
+                  "prefill_a16/b": 10.0, "prefill_a16/d": 11.0}
+        keep = ["prefill/b", "gemv/c_kparts", "prefill_a16/b", "prefill_a16/d"]
+        doc = {"rows": [
+            figure(256, 16, {"prefill/a": 4.0}, linear=linear, configs_keep_k_order=keep,
+                   kernel_invariant="prefill/b", kernel_invariant_w8a16="prefill_a16/b"),
+            figure(512, 16, {"prefill/a": 4.0}, linear=linear, configs_keep_k_order=keep,
+                   kernel_invariant="prefill/b", kernel_invariant_w8a16="prefill_a16/b"),
+            # No sweep with --batch-invariant: nothing to compare.
+            figure(768, 16, {"prefill/a": 4.0}, linear=linear, kernel_invariant="prefill/b")]}
+        out = summary(doc, "prefill")
+        self.assertIn("| l256 | 256x1024 | 16 | W8A8 | prefill/b | 12.00 | gemv/c_kparts | 8.00 "
+                      "| 1.50 |", out)
+        self.assertIn("| l256 | 256x1024 | 16 | W8A16 | prefill_a16/b | 10.00 | prefill_a16/b "
+                      "| 10.00 | 1.00 |", out)
+        self.assertIn("| W8A8 | 16 | 1.500 | 1.50 |", out)
+        self.assertIn("| W8A16 | 16 | 1.000 | 1.00 |", out)
+        self.assertNotIn("| l768 |", out.split("keeps the K order")[1])
+        self.assertNotIn("keeps the K order", summary({"rows": [figure(256, 1, {"gemv/c": 3.0})]}))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -284,7 +284,15 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     // generic_a16, ...), so their keys in configs_linear are distinct.
     json configs = json::object(), configs_error = json::object(), configs_wrong = json::object(),
          configs_linear = json::object(), configs_linear_wrong = json::object(),
-         configs_waves = json::object();
+         configs_waves = json::object(), configs_keep_k_order = json::array();
+    // With --batch-invariant, the timed configs that keep K's order (the only ones the mode
+    // takes): what its choice is measured against.
+    const auto note_k_order = [&](const Kernel& kernel, const std::string& config,
+                                  const std::string& key) {
+      if (sweep.batch_invariant && kernel.keeps_k_order(config, k)) {
+        configs_keep_k_order.push_back(key);
+      }
+    };
     const DeviceDescription device = DeviceDescription::current();
     LayerDescription layer;
     layer.n = n;
@@ -338,6 +346,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
           configs_linear_wrong[key] = linear_err;
         } else {
           configs_linear[key] = median(full_call).median;
+          note_k_order(*kernel, config, key);
         }
       }
     }
@@ -369,6 +378,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
         // Its error beside the W8A8 configs' own: a tuned row carries the error of its config.
         configs_error[key] = config_err;
         configs_linear[key] = median(full_call).median;
+        note_k_order(*kernel, config, key);
       }
     }
     if (ok) row["configs"] = configs;
@@ -377,6 +387,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     if (!configs_wrong.empty()) row["configs_wrong"] = configs_wrong;
     if (!configs_linear_wrong.empty()) row["configs_linear_wrong"] = configs_linear_wrong;
     if (!configs_waves.empty()) row["configs_waves"] = configs_waves;
+    if (!configs_keep_k_order.empty()) row["configs_keep_k_order"] = configs_keep_k_order;
   }
   if (!std::isnan(tri_mx)) row["tri_mx_us"] = tri_mx;
   return row;
