@@ -11,6 +11,12 @@ import math
 import sys
 
 
+def is_w8a16(key):
+    """Whether a "kernel/config" key is a W8A16 kernel's: those are named *_a16 and serve only
+    W8A16 calls."""
+    return key.split("/")[0].endswith("_a16")
+
+
 def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
@@ -60,12 +66,12 @@ def main():
     for m, by_shape in sorted(ratios.items()):
         cols = [geomean([r[i] for r in by_shape.values() if not math.isnan(r[i])]) for i in range(3)]
         print(f"| {m} | {cols[0]:.2f} | {cols[1]:.2f} | {cols[2]:.2f} |")
-    # Per activation mode: the W8A16 kernels are named *_a16 and serve only W8A16 calls.
+    # Per activation mode (is_w8a16).
     for mode, w8a16 in (("W8A8", False), ("W8A16", True)):
         linear = {}
         for row in doc["rows"]:
             mine = [t for c, t in row.get("configs_linear", {}).items()
-                    if c.split("/")[0].endswith("_a16") == w8a16]
+                    if is_w8a16(c) == w8a16]
             if mine:
                 best = min(mine)
                 linear.setdefault(row["m"], []).append(
@@ -135,8 +141,7 @@ def invariant_choices(rows):
         linear = row.get("configs_linear", {})
         for mode, w8a16, field in (("W8A8", False, "kernel_invariant"),
                                    ("W8A16", True, "kernel_invariant_w8a16")):
-            timed = {c: linear[c] for c in keep
-                     if c in linear and c.split("/")[0].endswith("_a16") == w8a16}
+            timed = {c: linear[c] for c in keep if c in linear and is_w8a16(c) == w8a16}
             chosen = row.get(field)
             if not timed or chosen not in timed:
                 continue

@@ -84,7 +84,7 @@ PyObject* row_dict(const mxlinear::ReportRow& row) {
   return out.release();
 }
 
-bool parse_out_dtype(const char* name, mxlinear::DType* out) {
+bool parse_dtype(const char* name, mxlinear::DType* out) {
   const std::string s(name);
   if (s == "bfloat16")
     *out = mxlinear::DType::kBF16;
@@ -99,7 +99,7 @@ bool parse_out_dtype(const char* name, mxlinear::DType* out) {
 
 // _select(n, k, device, out_dtype, activation, x_dtype, batch_invariant, ms) -> dict; device
 // None: the current CUDA device (or the CPU). mxlinear.select resolves the process defaults and
-// puts ms (a tuple) in order before the call.
+// puts ms (None for the report's default counts, else a tuple) in order before the call.
 PyObject* select(PyObject*, PyObject* args) {
   long long n = 0, k = 0;
   const char* device_spec = nullptr;
@@ -108,11 +108,11 @@ PyObject* select(PyObject*, PyObject* args) {
   const char* x_dtype_name = nullptr;
   int batch_invariant = 0;
   PyObject* ms_arg = nullptr;
-  if (!PyArg_ParseTuple(args, "LLzssspO!", &n, &k, &device_spec, &out_dtype_name, &activation_name,
-                        &x_dtype_name, &batch_invariant, &PyTuple_Type, &ms_arg))
+  if (!PyArg_ParseTuple(args, "LLzssspO", &n, &k, &device_spec, &out_dtype_name, &activation_name,
+                        &x_dtype_name, &batch_invariant, &ms_arg))
     return nullptr;
   mxlinear::DType out_dtype{}, x_dtype{};
-  if (!parse_out_dtype(out_dtype_name, &out_dtype)) {
+  if (!parse_dtype(out_dtype_name, &out_dtype)) {
     PyErr_Format(PyExc_ValueError,
                  "mxlinear.select: argument 'out_dtype' is '%s'; expected bfloat16, float16 or "
                  "float32",
@@ -132,7 +132,7 @@ PyObject* select(PyObject*, PyObject* args) {
                  activation_name);
     return nullptr;
   }
-  const auto operand = parse_out_dtype(x_dtype_name, &x_dtype)
+  const auto operand = parse_dtype(x_dtype_name, &x_dtype)
                            ? mxlinear::activation_operand(*mode, x_dtype)
                            : std::nullopt;
   if (!operand) {
@@ -142,11 +142,20 @@ PyObject* select(PyObject*, PyObject* args) {
                  x_dtype_name, activation_name);
     return nullptr;
   }
-  std::vector<std::int64_t> ms;
-  for (Py_ssize_t i = 0; i < PyTuple_Size(ms_arg); ++i) {
-    const long long m = PyLong_AsLongLong(PyTuple_GetItem(ms_arg, i));
-    if (m == -1 && PyErr_Occurred()) return nullptr;
-    ms.push_back(m);
+  // None: the report's default counts.
+  std::vector<std::int64_t> ms(mxlinear::kReportTokenCounts.begin(),
+                               mxlinear::kReportTokenCounts.end());
+  if (ms_arg != Py_None) {
+    if (!PyTuple_Check(ms_arg)) {
+      PyErr_SetString(PyExc_TypeError, "mxlinear.select: argument 'ms' is not a tuple");
+      return nullptr;
+    }
+    ms.clear();
+    for (Py_ssize_t i = 0; i < PyTuple_Size(ms_arg); ++i) {
+      const long long m = PyLong_AsLongLong(PyTuple_GetItem(ms_arg, i));
+      if (m == -1 && PyErr_Occurred()) return nullptr;
+      ms.push_back(m);
+    }
   }
   try {
     const auto device = device_spec == nullptr ? mxlinear::DeviceDescription::current()

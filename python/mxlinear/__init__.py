@@ -205,10 +205,10 @@ def select(
     )
 
 
-def _token_counts(where: str, ms: Sequence[int] | None) -> tuple[int, ...]:
-    """``ms`` as the report takes it: ascending, each once; None gives one count per regime."""
+def _token_counts(where: str, ms: Sequence[int] | None) -> tuple[int, ...] | None:
+    """``ms`` as the report takes it: ascending, each once; None leaves the report's default."""
     if ms is None:
-        return (1, 32, 128, 512, 2048, 8192)
+        return None
     # A sequence of ints >= 1 (a bool is an int to Python, but not a token count; a str is a
     # sequence, but not of counts).
     if (
