@@ -2,9 +2,9 @@
 """Summarises an `mxlinear bench --all-configs` JSON per kernel: for each figure the fastest
 config of each kernel that passed the check, its ratios against the anchors measured in the
 same run (above 1: ours is faster), geometric means per M over the distinct shapes, every config
-that failed the correctness check, and (a sweep run with --batch-invariant) the batch-invariant
-mode's choice against the fastest config that keeps the K order. Usage: sweep_summary.py
-bench.json [kernel ...]
+that failed the correctness check, (a sweep run with --batch-invariant) the batch-invariant
+mode's choice against the fastest config that keeps the K order, and the cost model's estimates
+against the configs' times. Usage: sweep_summary.py bench.json [kernel ...]
 """
 import json
 import math
@@ -114,6 +114,7 @@ def main():
             print(f"| {row['layer']} | {row['m']} | {us:.2f} | {best:.2f} | {us / best:.2f} | "
                   f"{moved / us / 1e6:.2f} |")
     invariant_choices(doc["rows"])
+    model_against_sweep(doc["rows"])
     waves = [w for row in doc["rows"] for w in row.get("configs_waves", {}).values()]
     if waves:
         many = sum(1 for w in waves if w > 1)
@@ -162,6 +163,57 @@ def invariant_choices(rows):
     print("\n| mode | M | x fastest, geomean over the shapes | worst |\n|---|---|---|---|")
     for (mode, m), values in sorted(ratios.items()):
         print(f"| {mode} | {m} | {geomean(values):.3f} | {max(values):.2f} |")
+
+
+def model_against_sweep(rows):
+    """The cost model's estimate of each timed full linear (configs_estimated_us) against its time
+    (configs_linear): per figure and activation mode, the config the model rates fastest among
+    the timed ones against the fastest of them, over every timed config and (a --batch-invariant
+    sweep) over those that keep the K order; then estimate / time per config, geomean over the
+    figures, from the most underpriced up."""
+    picks, ratios, priced = [], {}, {}
+    for row in rows:
+        estimated = row.get("configs_estimated_us")
+        if not estimated:
+            continue
+        linear = row.get("configs_linear", {})
+        keep = set(row.get("configs_keep_k_order", []))
+        for key, us in estimated.items():
+            if key in linear:
+                priced.setdefault(key, []).append(us / linear[key])
+        for mode, w8a16 in (("W8A8", False), ("W8A16", True)):
+            for scope in ("all", "K order") if keep else ("all",):
+                timed = {c: linear[c] for c in estimated if c in linear and is_w8a16(c) == w8a16
+                         and (scope == "all" or c in keep)}
+                if not timed:
+                    continue
+                pick = min(timed, key=estimated.get)
+                fastest = min(timed, key=timed.get)
+                ratio = timed[pick] / timed[fastest]
+                ratios.setdefault((scope, mode, row["m"]), []).append(ratio)
+                if pick != fastest:
+                    picks.append(f"| {row['layer']} | {row['n']}x{row['k']} | {row['m']} | {mode} | "
+                                 f"{scope} | {pick} | {timed[pick]:.2f} ({estimated[pick]:.2f}) | "
+                                 f"{fastest} | {timed[fastest]:.2f} ({estimated[fastest]:.2f}) | "
+                                 f"{ratio:.2f} |")
+    if not priced:
+        return
+    print("\nThe cost model against the sweep: per figure, activation mode and set of timed "
+          "configs (all, or those that keep the K order), the config the model rates fastest "
+          "against the fastest measured, as full linears from bf16: time (estimate) in us; "
+          "figures where the two are the same config are left out:\n")
+    print("| layer | N x K | M | mode | configs | model's pick | us (est.) | fastest | us (est.) | "
+          "x fastest |\n|---|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(picks))
+    print("\n| configs | mode | M | x fastest, geomean over the shapes | worst |\n|---|---|---|---|---|")
+    for (scope, mode, m), values in sorted(ratios.items()):
+        print(f"| {scope} | {mode} | {m} | {geomean(values):.3f} | {max(values):.2f} |")
+    print("\nEstimate / time per config, geomean over the figures that timed it (below 1: the "
+          "model prices it cheaper than it runs):\n")
+    print("| config | estimate / time | lowest | highest | figures |\n|---|---|---|---|---|")
+    for key, values in sorted(priced.items(), key=lambda item: geomean(item[1])):
+        print(f"| {key} | {geomean(values):.2f} | {min(values):.2f} | {max(values):.2f} | "
+              f"{len(values)} |")
 
 
 if __name__ == "__main__":

@@ -497,6 +497,56 @@ TEST(Registry, CostModelGivesEveryUntunedCallATensorCoreConfig) {
   EXPECT_THAT(cli::select_report_json(rows, kH200), HasSubstr("\"estimated_us\": "));
 }
 
+// estimated_call_us is what the model ranks by: the estimate the dispatch reports, and no
+// config the model prices for that call (worth sweeping, or keeping the K order in the
+// batch-invariant mode) rated lower; none for a config that cannot run the call, or for M < 1.
+TEST(Registry, EstimatedCallUsIsWhatTheCostModelRanksBy) {
+  const Registry& r = Registry::global();
+  for (const bool invariant : {false, true}) {
+    for (const auto& [n, k] : {std::pair<std::int64_t, std::int64_t>{3000, 6144}, {1001, 2048}}) {
+      LayerDescription l = layer(n, k);
+      l.batch_invariant = invariant;
+      const LayerSelection s = r.select(l, kH200);
+      for (const std::int64_t m : {1, 16, 128, 1000, 4096}) {
+        SCOPED_TRACE(::testing::Message()
+                     << n << " x " << k << ", M = " << m << (invariant ? ", batch-invariant" : ""));
+        const Dispatch d = r.dispatch(s, kH200, m);
+        ASSERT_NE(d.kernel, nullptr);
+        ASSERT_THAT(d.why, HasSubstr("cost model")) << d.why;
+        EXPECT_EQ(estimated_call_us(*d.kernel, d.config, l, m, kH200), d.estimated_us);
+        int priced = 0;
+        for (const auto& kernel : r.kernels()) {
+          if (!kernel->is_supported(kH200).ok() || !kernel->can_implement(l).ok() ||
+              (invariant && !in_k_order_of(*kernel, *s.kernel))) {
+            continue;
+          }
+          for (const std::string& config : kernel->configs()) {
+            if (invariant ? !kernel->keeps_k_order(config, k)
+                          : !kernel->worth_sweeping(m, config)) {
+              continue;
+            }
+            if (const auto us = estimated_call_us(*kernel, config, l, m, kH200)) {
+              ++priced;
+              EXPECT_GE(*us, d.estimated_us) << kernel->name() << "/" << config;
+            }
+          }
+        }
+        EXPECT_GT(priced, 1);
+      }
+    }
+  }
+  const Kernel* prefill = r.find("prefill");
+  ASSERT_NE(prefill, nullptr);
+  const LayerDescription l = layer(3000, 6144);
+  EXPECT_GT(estimated_call_us(*prefill, "w128_t128_st4", l, 512, kH200).value_or(0), 0);
+  // Stream-K runs from 256 rows; split 8 needs 8 chunks of 128 K; M must be positive.
+  EXPECT_FALSE(estimated_call_us(*prefill, "w128_t256_st4_bk64_overlap_streamk", l, 16, kH200));
+  EXPECT_FALSE(
+      estimated_call_us(*prefill, "w64_t32_st4_overlap_split8", layer(3000, 512), 16, kH200));
+  EXPECT_FALSE(estimated_call_us(*prefill, "w128_t128_st4", l, 0, kH200));
+  EXPECT_FALSE(estimated_call_us(*prefill, "no_such_config", l, 64, kH200));
+}
+
 // One check decides whether a kernel may serve a call, in a fixed order: the layer, the config's
 // name, the config at this M and K, the device. Its refusals carry the argument and code that
 // linear_with() reports.

@@ -100,6 +100,34 @@ class SweepSummary(unittest.TestCase):
         self.assertNotIn("| l768 |", out.split("keeps the K order")[1])
         self.assertNotIn("keeps the K order", summary({"rows": [figure(256, 1, {"gemv/c": 3.0})]}))
 
+    def test_cost_model_pick_and_prices_against_the_sweep(self):
+        # W8A8: the model rates b fastest (5 us estimated) but a runs faster (4 against 8 us):
+        # 2.00 x fastest over all configs; among those keeping the K order (b and c) it picks b,
+        # the fastest of them. W8A16: one timed config, nothing to rank. prefill/b is priced at
+        # 5 / 8 in both figures; a at 6 / 4; the second figure does not estimate c.
+        linear = {"prefill/a": 4.0, "prefill/b": 8.0, "prefill/c": 10.0, "prefill_a16/a": 5.0}
+        est = {"prefill/a": 6.0, "prefill/b": 5.0, "prefill/c": 7.0, "prefill_a16/a": 5.0}
+        doc = {"rows": [
+            figure(256, 64, {"prefill/a": 3.0}, linear=linear, configs_estimated_us=est,
+                   configs_keep_k_order=["prefill/b", "prefill/c"]),
+            figure(512, 64, {"prefill/a": 3.0}, linear=linear,
+                   configs_estimated_us={k: v for k, v in est.items() if k != "prefill/c"}),
+            # No estimates (a bench before they were recorded): left out.
+            figure(768, 64, {"prefill/a": 3.0}, linear=linear)]}
+        out = summary(doc, "prefill")
+        section = out.split("The cost model against the sweep")[1]
+        self.assertIn("| l256 | 256x1024 | 64 | W8A8 | all | prefill/b | 8.00 (5.00) | prefill/a "
+                      "| 4.00 (6.00) | 2.00 |", section)
+        self.assertNotIn("| K order | prefill/", section)  # its pick is the fastest: not listed
+        self.assertIn("| all | W8A8 | 64 | 2.000 | 2.00 |", section)
+        self.assertIn("| K order | W8A8 | 64 | 1.000 | 1.00 |", section)
+        self.assertIn("| all | W8A16 | 64 | 1.000 | 1.00 |", section)
+        self.assertIn("| prefill/b | 0.62 | 0.62 | 0.62 | 2 |", section)
+        self.assertIn("| prefill/a | 1.50 | 1.50 | 1.50 | 2 |", section)
+        self.assertIn("| prefill/c | 0.70 | 0.70 | 0.70 | 1 |", section)
+        self.assertNotIn("| l768 |", section)
+        self.assertNotIn("The cost model against", summary({"rows": [figure(256, 1, {"g/c": 3.0})]}))
+
 
 if __name__ == "__main__":
     unittest.main()

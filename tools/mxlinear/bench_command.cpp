@@ -284,7 +284,8 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     // generic_a16, ...), so their keys in configs_linear are distinct.
     json configs = json::object(), configs_error = json::object(), configs_wrong = json::object(),
          configs_linear = json::object(), configs_linear_wrong = json::object(),
-         configs_waves = json::object(), configs_keep_k_order = json::array();
+         configs_waves = json::object(), configs_keep_k_order = json::array(),
+         configs_estimated = json::object();
     // With --batch-invariant, the timed configs that keep K's order (the only ones the mode
     // takes): what its choice is measured against.
     const auto note_k_order = [&](const Kernel& kernel, const std::string& config,
@@ -299,6 +300,14 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     layer.k = k;
     LayerDescription layer_w8a16 = layer;
     layer_w8a16.operand = ActivationOperand::kBf16;
+    // The cost model's estimate of a timed full linear, beside its time: what a change of the
+    // model is checked against (scripts/sweep_summary.py).
+    const auto note_estimate = [&](const Kernel& kernel, const std::string& config,
+                                   const LayerDescription& of, const std::string& key) {
+      if (const auto us = estimated_call_us(kernel, config, of, m, device)) {
+        configs_estimated[key] = *us;
+      }
+    };
     const auto poison = [&] {
       cuda(cudaMemsetAsync(out.ptr, 0xFF, static_cast<std::size_t>(mp * n) * 2, stream), "poison");
     };
@@ -347,6 +356,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
         } else {
           configs_linear[key] = median(full_call).median;
           note_k_order(*kernel, config, key);
+          note_estimate(*kernel, config, layer, key);
         }
       }
     }
@@ -379,6 +389,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
         configs_error[key] = config_err;
         configs_linear[key] = median(full_call).median;
         note_k_order(*kernel, config, key);
+        note_estimate(*kernel, config, layer_w8a16, key);
       }
     }
     if (ok) row["configs"] = configs;
@@ -388,6 +399,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     if (!configs_linear_wrong.empty()) row["configs_linear_wrong"] = configs_linear_wrong;
     if (!configs_waves.empty()) row["configs_waves"] = configs_waves;
     if (!configs_keep_k_order.empty()) row["configs_keep_k_order"] = configs_keep_k_order;
+    if (!configs_estimated.empty()) row["configs_estimated_us"] = configs_estimated;
   }
   if (!std::isnan(tri_mx)) row["tri_mx_us"] = tri_mx;
   return row;

@@ -316,16 +316,6 @@ std::optional<Dispatch> Registry::modelled(const LayerSelection& selection,
     }
   }
   const bool forced = env_.backend != "auto";
-  const detail::DeviceRates rates = detail::DeviceRates::of(device);
-  const LinearShape shape{m, layer.n, layer.k};
-  // The activation as most callers pass it: 16-bit with 16-byte aligned rows (bf16 in W8A8).
-  Problem problem;
-  problem.shape = shape;
-  problem.operand = layer.operand;
-  problem.x_dtype = layer.operand == ActivationOperand::kF16 ? DType::kF16 : DType::kBF16;
-  problem.x_self_quantizable = true;
-  problem.out_dtype = layer.out_dtype;
-  problem.sms = device.sms;
   std::optional<Dispatch> best;
   for (const auto& kernel : kernels_) {
     // The batch-invariant mode prices the configs that keep the K order of the selected kernel
@@ -341,18 +331,9 @@ std::optional<Dispatch> Registry::modelled(const LayerSelection& selection,
                                 : !kernel->worth_sweeping(m, config)) {
         continue;
       }
-      if (!kernel->can_run(m, layer.k, config).ok()) continue;
-      const std::optional<detail::WorkShape> work = kernel->work_shape(shape, config);
-      if (!work) continue;
-      const ActivationForm form = kernel->plan(problem, config).activation;
-      const detail::ActivationPass pass =
-          form == ActivationForm::kUnquantized || form == ActivationForm::kAsIs
-              ? detail::ActivationPass::kNone
-              : (form == ActivationForm::kDequantized ? detail::ActivationPass::kDequantize
-                                                      : detail::ActivationPass::kQuantize);
-      const double us = detail::estimated_seconds(*work, pass, shape, rates) * 1e6;
-      if (!best || us < best->estimated_us) {  // ties: the kernel and config listed first
-        best = Dispatch{kernel.get(), config, "", us};
+      const std::optional<double> us = estimated_call_us(*kernel, config, layer, m, device);
+      if (us && (!best || *us < best->estimated_us)) {  // ties: the kernel and config listed first
+        best = Dispatch{kernel.get(), config, "", *us};
       }
     }
   }
@@ -361,6 +342,31 @@ std::optional<Dispatch> Registry::modelled(const LayerSelection& selection,
   if (model_cache_->choices.size() >= ModelCache::kMaxChoices) model_cache_->choices.clear();
   model_cache_->choices.emplace(key, best);
   return best;
+}
+
+std::optional<double> estimated_call_us(const Kernel& kernel, const std::string& config,
+                                        const LayerDescription& layer, std::int64_t m,
+                                        const DeviceDescription& device) {
+  if (m < 1 || layer.n < 1 || layer.k < 1 || !kernel.can_run(m, layer.k, config).ok()) {
+    return std::nullopt;
+  }
+  const LinearShape shape{m, layer.n, layer.k};
+  const std::optional<detail::WorkShape> work = kernel.work_shape(shape, config);
+  if (!work) return std::nullopt;
+  Problem problem;
+  problem.shape = shape;
+  problem.operand = layer.operand;
+  problem.x_dtype = layer.operand == ActivationOperand::kF16 ? DType::kF16 : DType::kBF16;
+  problem.x_self_quantizable = true;
+  problem.out_dtype = layer.out_dtype;
+  problem.sms = device.sms;
+  const ActivationForm form = kernel.plan(problem, config).activation;
+  const detail::ActivationPass pass =
+      form == ActivationForm::kUnquantized || form == ActivationForm::kAsIs
+          ? detail::ActivationPass::kNone
+          : (form == ActivationForm::kDequantized ? detail::ActivationPass::kDequantize
+                                                  : detail::ActivationPass::kQuantize);
+  return detail::estimated_seconds(*work, pass, shape, detail::DeviceRates::of(device)) * 1e6;
 }
 
 CallVerdict Registry::runnable(const Kernel& kernel, std::string_view config,

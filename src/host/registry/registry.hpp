@@ -146,6 +146,15 @@ std::string selection_log_line(std::int64_t n, std::int64_t k, DType out,
                                const DeviceDescription& device, std::string_view kernel);
 std::string dispatch_log_line(std::int64_t m, std::int64_t n, std::int64_t k, const Dispatch& d);
 
+// The cost model's estimate, in microseconds, of an M-row call of `layer` on `device` with
+// `kernel` and `config`, the activation as most callers pass it (16-bit, 16-byte aligned rows);
+// nullopt where the config cannot run M and K or describes no work to price. What the registry
+// ranks configs by where no tuned row covers a call, and what `mxlinear bench --all-configs`
+// records beside each config's time.
+std::optional<double> estimated_call_us(const Kernel& kernel, const std::string& config,
+                                        const LayerDescription& layer, std::int64_t m,
+                                        const DeviceDescription& device);
+
 // The built-in kernels in preference order, and the context their tuned rows are parsed with.
 std::vector<std::shared_ptr<const Kernel>> builtin_kernels();
 TableContext table_context(const std::vector<std::shared_ptr<const Kernel>>& kernels);
