@@ -130,6 +130,15 @@ def main():
                       ", ".join(f"{c} (rel. error {e:.3g})" for c, e in configs.items()))
 
 
+def ratio_summary(columns, ratios):
+    """A table of `ratios` ({(column values...): [choice time / fastest time per shape]}): per key
+    the geometric mean over the shapes and the worst."""
+    print(f"\n| {' | '.join(columns)} | x fastest, geomean over the shapes | worst |")
+    print("|" + "---|" * (len(columns) + 2))
+    for key, values in sorted(ratios.items()):
+        print(f"| {' | '.join(str(v) for v in key)} | {geomean(values):.3f} | {max(values):.2f} |")
+
+
 def invariant_choices(rows):
     """Per figure and activation mode, the batch-invariant mode's kernel/config against the fastest
     timed config that keeps the K order (configs_keep_k_order), both as full linears from bf16 in
@@ -160,9 +169,7 @@ def invariant_choices(rows):
     print("| layer | N x K | M | mode | chosen | us | fastest | us | x fastest |\n"
           "|---|---|---|---|---|---|---|---|---|")
     print("\n".join(table))
-    print("\n| mode | M | x fastest, geomean over the shapes | worst |\n|---|---|---|---|")
-    for (mode, m), values in sorted(ratios.items()):
-        print(f"| {mode} | {m} | {geomean(values):.3f} | {max(values):.2f} |")
+    ratio_summary(("mode", "M"), ratios)
 
 
 def model_against_sweep(rows):
@@ -205,9 +212,7 @@ def model_against_sweep(rows):
     print("| layer | N x K | M | mode | configs | model's pick | us (est.) | fastest | us (est.) | "
           "x fastest |\n|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(picks))
-    print("\n| configs | mode | M | x fastest, geomean over the shapes | worst |\n|---|---|---|---|---|")
-    for (scope, mode, m), values in sorted(ratios.items()):
-        print(f"| {scope} | {mode} | {m} | {geomean(values):.3f} | {max(values):.2f} |")
+    ratio_summary(("configs", "mode", "M"), ratios)
     print("\nEstimate / time per config, geomean over the figures that timed it (below 1: the "
           "model prices it cheaper than it runs):\n")
     print("| config | estimate / time | lowest | highest | figures |\n|---|---|---|---|---|")

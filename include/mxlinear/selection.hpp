@@ -7,6 +7,7 @@
 // chooses among every kernel's configs.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -93,6 +94,14 @@ struct ReportRow {
 // The token counts a selection report shows unless its caller names others: one per regime, from
 // a decode step to a long prefill.
 inline constexpr std::array<std::int64_t, 6> kReportTokenCounts{1, 32, 128, 512, 2048, 8192};
+
+// Token counts named in any order, a count named twice once, as a report takes them: ascending.
+inline std::vector<std::int64_t> report_token_counts(std::span<const std::int64_t> any_order) {
+  std::vector<std::int64_t> ms(any_order.begin(), any_order.end());
+  std::sort(ms.begin(), ms.end());
+  ms.erase(std::unique(ms.begin(), ms.end()), ms.end());
+  return ms;
+}
 
 // The selection for every layer on `device` with `out_dtype` output and `operand`, and its dispatch
 // at each M of `ms` (ascending, each >= 1; anything else throws Error naming 'ms'): the built-in

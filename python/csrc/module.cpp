@@ -99,7 +99,7 @@ bool parse_dtype(const char* name, mxlinear::DType* out) {
 
 // _select(n, k, device, out_dtype, activation, x_dtype, batch_invariant, ms) -> dict; device
 // None: the current CUDA device (or the CPU). mxlinear.select resolves the process defaults and
-// puts ms (None for the report's default counts, else a tuple) in order before the call.
+// checks ms (None for the report's default counts, else a tuple of counts in any order).
 PyObject* select(PyObject*, PyObject* args) {
   long long n = 0, k = 0;
   const char* device_spec = nullptr;
@@ -156,6 +156,7 @@ PyObject* select(PyObject*, PyObject* args) {
       if (m == -1 && PyErr_Occurred()) return nullptr;
       ms.push_back(m);
     }
+    ms = mxlinear::report_token_counts(ms);
   }
   try {
     const auto device = device_spec == nullptr ? mxlinear::DeviceDescription::current()

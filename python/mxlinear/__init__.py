@@ -206,7 +206,8 @@ def select(
 
 
 def _token_counts(where: str, ms: Sequence[int] | None) -> tuple[int, ...] | None:
-    """``ms`` as the report takes it: ascending, each once; None leaves the report's default."""
+    """``ms`` checked and passed as a tuple (the module puts it in order, each count once); None
+    leaves the report's default."""
     if ms is None:
         return None
     # A sequence of ints >= 1 (a bool is an int to Python, but not a token count; a str is a
@@ -221,7 +222,7 @@ def _token_counts(where: str, ms: Sequence[int] | None) -> tuple[int, ...] | Non
             f"{where}: argument 'ms' is {ms!r}; expected a non-empty sequence of token counts "
             "(ints from 1 to 2**63 - 1)"
         )
-    return tuple(sorted(set(ms)))
+    return tuple(ms)
 
 
 # The module layer, model conversion and checkpoint loading, over the functions above.

@@ -286,24 +286,21 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
          configs_linear = json::object(), configs_linear_wrong = json::object(),
          configs_waves = json::object(), configs_keep_k_order = json::array(),
          configs_estimated = json::object();
-    // With --batch-invariant, the timed configs that keep K's order (the only ones the mode
-    // takes): what its choice is measured against.
-    const auto note_k_order = [&](const Kernel& kernel, const std::string& config,
-                                  const std::string& key) {
-      if (sweep.batch_invariant && kernel.keeps_k_order(config, k)) {
-        configs_keep_k_order.push_back(key);
-      }
-    };
     const DeviceDescription device = DeviceDescription::current();
     LayerDescription layer;
     layer.n = n;
     layer.k = k;
     LayerDescription layer_w8a16 = layer;
     layer_w8a16.operand = ActivationOperand::kBf16;
-    // The cost model's estimate of a timed full linear, beside its time: what a change of the
-    // model is checked against (scripts/sweep_summary.py).
-    const auto note_estimate = [&](const Kernel& kernel, const std::string& config,
-                                   const LayerDescription& of, const std::string& key) {
+    // Beside a timed full linear of `of`'s mode: with --batch-invariant, whether it keeps K's
+    // order (the mode takes only those: what its choice is measured against), and the cost
+    // model's estimate of it (what a change of the model is checked against; both read by
+    // scripts/sweep_summary.py).
+    const auto note_timed_linear = [&](const Kernel& kernel, const std::string& config,
+                                       const LayerDescription& of, const std::string& key) {
+      if (sweep.batch_invariant && kernel.keeps_k_order(config, k)) {
+        configs_keep_k_order.push_back(key);
+      }
       if (const auto us = estimated_call_us(kernel, config, of, m, device)) {
         configs_estimated[key] = *us;
       }
@@ -355,8 +352,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
           configs_linear_wrong[key] = linear_err;
         } else {
           configs_linear[key] = median(full_call).median;
-          note_k_order(*kernel, config, key);
-          note_estimate(*kernel, config, layer, key);
+          note_timed_linear(*kernel, config, layer, key);
         }
       }
     }
@@ -388,8 +384,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
         // Its error beside the W8A8 configs' own: a tuned row carries the error of its config.
         configs_error[key] = config_err;
         configs_linear[key] = median(full_call).median;
-        note_k_order(*kernel, config, key);
-        note_estimate(*kernel, config, layer_w8a16, key);
+        note_timed_linear(*kernel, config, layer_w8a16, key);
       }
     }
     if (ok) row["configs"] = configs;

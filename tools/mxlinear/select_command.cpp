@@ -71,11 +71,8 @@ int run_select(const SelectOptions& o) {
   const auto operand =
       activation_operand(mode, o.x_dtype == "fp16" ? DType::kF16 : DType::kBF16).value();
   const bool invariant = o.batch_invariant || registry.environment().batch_invariant;
-  // --m in any order, a count named twice once: the report lists them ascending.
-  std::vector<std::int64_t> ms = o.ms;
-  std::sort(ms.begin(), ms.end());
-  ms.erase(std::unique(ms.begin(), ms.end()), ms.end());
-  const auto rows = registry.report(layers, device, out, operand, invariant, ms);
+  const auto rows =
+      registry.report(layers, device, out, operand, invariant, report_token_counts(o.ms));
   log_decisions(rows, device, out);
   if (o.json) {
     fmt::print("{}\n", select_report_json(rows, device));
