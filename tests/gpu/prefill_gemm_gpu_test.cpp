@@ -440,6 +440,34 @@ TEST(PrefillRegistryEntry, SaysWhetherALaunchFitsOneWave) {
   EXPECT_FALSE((*it)->launch_footprint({0, 6144, 768}, "w64_t64_st4_overlap").has_value());
 }
 
+// An instance whose producer warpgroup gives its registers to the consumers (setmaxnreg) must
+// start with enough of them: 2 x 128 consumer threads at 232 and 128 producer threads at 40 are
+// 64,512 registers, 168 a thread of 384. With fewer, a consumer's setmaxnreg.inc would wait
+// forever; the launcher refuses such an instance. The others move none.
+TEST(PrefillRegisterMoves, EveryMovingInstanceStartsWithTheRegistersItsMovesNeed) {
+  MXL_REQUIRE_GPU();
+  const int count = static_cast<int>(device::prefill_gemm_instances().size());
+  int moving = 0;
+  for (int instance = 0; instance < count; ++instance) {
+    device::PrefillRegisterMoves moves{-1, -1};
+    ASSERT_EQ(device::prefill_gemm_register_moves(instance, &moves), cudaSuccess) << instance;
+    const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(instance)];
+    if (moves.needed == 0) {
+      EXPECT_EQ(moves.compiled, 0) << "instance " << instance;
+      EXPECT_LT(i.tokens, 192) << "instance " << instance << " should move registers";
+      continue;
+    }
+    ++moving;
+    EXPECT_EQ(moves.needed, 168) << "instance " << instance;
+    EXPECT_GE(moves.compiled, moves.needed) << "instance " << instance;
+  }
+  EXPECT_GT(moving, 0);
+  device::PrefillRegisterMoves moves;
+  EXPECT_EQ(device::prefill_gemm_register_moves(-1, &moves), cudaErrorInvalidValue);
+  EXPECT_EQ(device::prefill_gemm_register_moves(count, &moves), cudaErrorInvalidValue);
+  EXPECT_EQ(device::prefill_gemm_register_moves(0, nullptr), cudaErrorInvalidValue);
+}
+
 TEST_P(PrefillGemmInstance, NaNBiasAndDeterminism) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();

@@ -222,6 +222,16 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
       detail::check_cuda(device::launch_activation_bf16(a, call.stream),
                          "linear: launching the prefill activation pre-pass");
     }
+    device::PrefillRegisterMoves moves;
+    detail::check_cuda(device::prefill_gemm_register_moves(c.instance, &moves),
+                       "linear: reading the prefill kernel's register count");
+    if (moves.compiled < moves.needed) {
+      detail::fail(ErrorCode::kUnsupported, "prefill kernel", "config",
+                   fmt::format("is '{}', whose warpgroups move registers (setmaxnreg) and need {} "
+                               "a thread at launch; this build's kernel has {}, so it is not "
+                               "launched (it would wait forever)",
+                               config, moves.needed, moves.compiled));
+    }
     require_launched(device::launch_prefill_gemm(p, call.workspace.data, shape.k, c.instance,
                                                  c.splits, call.stream),
                      config);

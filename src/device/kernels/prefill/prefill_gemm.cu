@@ -164,12 +164,39 @@ cudaError_t grid_of(int m, int n, int k, int splits, int stream_k_ctas, dim3* gr
   return cudaSuccess;
 }
 
+// PrefillRegisterMoves of a tile: the consumers' registers after setmaxnreg.inc and the
+// producer warpgroup's after .dec, spread over the CTA's threads, against ptxas's count (asked
+// once: it is a property of the binary).
+template <class Tile>
+cudaError_t register_moves(PrefillRegisterMoves* out) {
+  *out = {};
+  if constexpr (Tile::kMovesRegisters) {
+    struct Answer {
+      cudaError_t error;
+      PrefillRegisterMoves moves;
+    };
+    static const Answer kAnswer = [] {
+      cudaFuncAttributes attributes{};
+      const cudaError_t e = cudaFuncGetAttributes(&attributes, prefill_gemm_kernel<Tile>);
+      constexpr int kMoved = Tile::kConsumerThreads * Tile::kConsumerRegisters +
+                             (Tile::kThreads - Tile::kConsumerThreads) * Tile::kProducerRegisters;
+      return Answer{e, {attributes.numRegs, (kMoved + Tile::kThreads - 1) / Tile::kThreads}};
+    }();
+    if (kAnswer.error != cudaSuccess) return kAnswer.error;
+    *out = kAnswer.moves;
+  }
+  return cudaSuccess;
+}
+
 template <class Tile>
 cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf16, int splits,
                    cudaStream_t stream) {
   if (cudaError_t e = ensure_max_dynamic_smem<prefill_gemm_kernel<Tile>>(kSm90MaxSmemPerCta);
       e != cudaSuccess)
     return e;
+  PrefillRegisterMoves moves;
+  if (cudaError_t e = register_moves<Tile>(&moves); e != cudaSuccess) return e;
+  if (moves.compiled < moves.needed) return cudaErrorInvalidConfiguration;
   const int smem = Tile::smem_bytes(chunks_per_cta(p.k, splits));
   if (smem > kSm90MaxSmemPerCta) return cudaErrorInvalidValue;
   CUtensorMap w_map{}, a_map{};
@@ -251,6 +278,12 @@ using Launcher = cudaError_t (*)(const GemmParams&, const void*, std::int64_t, i
 template <class... Tiles>
 constexpr std::array<Launcher, sizeof...(Tiles)> launchers_of(TileList<Tiles...>) {
   return {launch<Tiles>...};
+}
+
+using MovesQuery = cudaError_t (*)(PrefillRegisterMoves*);
+template <class... Tiles>
+constexpr std::array<MovesQuery, sizeof...(Tiles)> moves_queries_of(TileList<Tiles...>) {
+  return {register_moves<Tiles>...};
 }
 
 using Query = cudaError_t (*)(int, int, int, int, PrefillFootprint*);
@@ -336,6 +369,14 @@ cudaError_t prefill_gemm_footprint(int instance, int m, int n, int k, int splits
   }
   constexpr auto kQueries = queries_of(CompiledTiles{});
   return kQueries[static_cast<std::size_t>(instance)](m, n, k, splits, out);
+}
+
+cudaError_t prefill_gemm_register_moves(int instance, PrefillRegisterMoves* out) {
+  if (instance < 0 || instance >= static_cast<int>(kInstances.size()) || out == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  constexpr auto kQueries = moves_queries_of(CompiledTiles{});
+  return kQueries[static_cast<std::size_t>(instance)](out);
 }
 
 // This translation unit's buffer pointer (timeline.cuh).

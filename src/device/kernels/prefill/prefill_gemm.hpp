@@ -76,6 +76,16 @@ struct PrefillFootprint {
 cudaError_t prefill_gemm_footprint(int instance, int m, int n, int k, int splits,
                                    PrefillFootprint* out);
 
+// The registers a thread an instance whose producer warpgroup gives its registers to the
+// consumers (setmaxnreg) needs at launch, and what ptxas gave it: with fewer than `needed`, a
+// consumer's setmaxnreg.inc would wait forever for registers no warp frees, so the launcher
+// refuses such an instance (cudaErrorInvalidConfiguration). Both 0 for instances that move none.
+struct PrefillRegisterMoves {
+  int compiled = 0;
+  int needed = 0;
+};
+cudaError_t prefill_gemm_register_moves(int instance, PrefillRegisterMoves* out);
+
 // Empty when p suits the prefill kernel (K % 32 == 0, 16-byte aligned weight rows, the
 // driver's TMA encoder), else what is wrong. The activation operand is checked by the launcher.
 std::string_view prefill_gemm_unsupported(const GemmParams& p);

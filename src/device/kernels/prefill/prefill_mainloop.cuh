@@ -98,6 +98,8 @@ struct PrefillTile {
   // 128 x 40 <= 64 Ki); otherwise one producer warp and no register moves. (Without the move,
   // ptxas serialized the 192-token overlapped variant's wgmma: C7512.) So do 128 tokens whose
   // K parts two warpgroups sum in registers (128 accumulator registers; 224 a thread spilled).
+  // The moves need ptxas to give the kernel 168 registers a thread at launch, or a consumer's
+  // setmaxnreg.inc would wait forever: the launcher checks (prefill_gemm_register_moves).
   static constexpr bool kMovesRegisters =
       kTokens >= 192 || (kShape.k_parts && kTokens == 128 && kConsumerGroups == 2);
   static constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;
