@@ -222,22 +222,28 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
       detail::check_cuda(device::launch_activation_bf16(a, call.stream),
                          "linear: launching the prefill activation pre-pass");
     }
-    device::PrefillRegisterMoves moves;
-    detail::check_cuda(device::prefill_gemm_register_moves(c.instance, &moves),
-                       "linear: reading the prefill kernel's register count");
-    if (moves.compiled < moves.needed) {
-      detail::fail(ErrorCode::kUnsupported, "prefill kernel", "config",
-                   fmt::format("is '{}', whose warpgroups move registers (setmaxnreg) and need {} "
-                               "a thread at launch; this build's kernel has {}, so it is not "
-                               "launched (it would wait forever)",
-                               config, moves.needed, moves.compiled));
-    }
-    require_launched(device::launch_prefill_gemm(p, call.workspace.data, shape.k, c.instance,
-                                                 c.splits, call.stream),
-                     config);
+    const cudaError_t launched = device::launch_prefill_gemm(p, call.workspace.data, shape.k,
+                                                             c.instance, c.splits, call.stream);
+    if (launched == cudaErrorInvalidConfiguration) explain_register_moves(c.instance, config);
+    require_launched(launched, config);
   }
 
  private:
+  // A launch the launcher refused as an invalid configuration: if the instance's register moves
+  // lack registers (prefill_gemm_register_moves), says so, naming the config and both counts.
+  static void explain_register_moves(int instance, const std::string& config) {
+    device::PrefillRegisterMoves moves;
+    if (device::prefill_gemm_register_moves(instance, &moves) != cudaSuccess ||
+        moves.compiled >= moves.needed) {
+      return;
+    }
+    detail::fail(ErrorCode::kUnsupported, "prefill kernel", "config",
+                 fmt::format("is '{}', whose warpgroups move registers (setmaxnreg) and need {} a "
+                             "thread at launch; this build's kernel has {}, so it is not launched "
+                             "(it would wait forever)",
+                             config, moves.needed, moves.compiled));
+  }
+
   // A call's scratch: the bf16 activation from byte 0; for a stream-K config then one fp32
   // partial tile per CTA of a launch of at most `stream_k_ctas` CTAs (one per SM), and after
   // those a flag word per CTA, which must be zero when the GEMM starts; for a k-parts config
