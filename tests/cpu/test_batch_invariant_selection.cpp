@@ -122,6 +122,21 @@ TEST(BatchInvariantSelection, WhichConfigsKeepTheKOrder) {
 // layer (its kernel's, or where the prefill kernel claims it, also the GEMV's k-parts configs,
 // which join it), configs that keep the order and can run the call, and for 16-byte rows the
 // tensor-core kernel of the form (fp16 x cannot fold scales exactly: the generic kernel).
+// The cost model sees a k-parts tile's part count (its part changes cost), K's parts, and a
+// tile without k parts as one part.
+TEST(BatchInvariantSelection, TheModelSeesTheKParts) {
+  const Registry r(builtin_kernels(), TunedTable{}, Environment::from({}));
+  const Kernel& prefill = kernel_named(r, "prefill");
+  for (const std::int64_t k : {2048, 6144, 14336, 28672}) {
+    const LinearShape shape{128, 4096, k};
+    const auto parts = prefill.work_shape(shape, "w128_t128_st4_kparts");
+    const auto twin = prefill.work_shape(shape, "w128_t128_st4");
+    ASSERT_TRUE(parts.has_value() && twin.has_value()) << k;
+    EXPECT_EQ(parts->k_parts, device::batch_invariant_parts(static_cast<int>(k))) << k;
+    EXPECT_EQ(twin->k_parts, 1) << k;
+  }
+}
+
 TEST(BatchInvariantSelection, EveryCallOfALayerRunsOneOrderOnConfigsThatKeepIt) {
   const Registry r(builtin_kernels(), Registry::global().table(), Environment::from({}));
   auto rng = make_rng();

@@ -71,6 +71,29 @@ TEST(CostModel, SplitsPayWhereSmsIdleAndCostWhereTheyDoNot) {
   EXPECT_GT(us(folded(128, 256, 2), 8192, 8192, 4096), us(folded(128, 256, 1), 8192, 8192, 4096));
 }
 
+// A tile that sums K parts apart stops at each part change, the longer the wider the tile;
+// one part costs nothing.
+TEST(CostModel, EachPartChangeCostsAndCostsMoreOnWiderTiles) {
+  const auto with_parts = [](WorkShape w, int parts) {
+    w.k_parts = parts;
+    return w;
+  };
+  for (const WorkShape& w : {folded(64, 32), folded(128, 128), folded(128, 256)}) {
+    for (const std::int64_t m : {1, 128, 4096}) {
+      EXPECT_DOUBLE_EQ(us(with_parts(w, 1), m, 6144, 6144), us(w, m, 6144, 6144));
+      EXPECT_LT(us(with_parts(w, 2), m, 6144, 6144), us(with_parts(w, 3), m, 6144, 6144));
+      EXPECT_LT(us(w, m, 6144, 6144), us(with_parts(w, 2), m, 6144, 6144));
+    }
+  }
+  // Per CTA and part change, on a call of one wave each: the 128 x 256 tile's stop is 16 times
+  // the 64 x 32 tile's (it grows with rows x tokens).
+  const double narrow = us(with_parts(folded(64, 32), 3), 32, 64 * 100, 6144) -
+                        us(folded(64, 32), 32, 64 * 100, 6144);
+  const double wide = us(with_parts(folded(128, 256), 3), 256, 128 * 100, 6144) -
+                      us(folded(128, 256), 256, 128 * 100, 6144);
+  EXPECT_NEAR(wide / narrow, 16.0, 1e-6);
+}
+
 TEST(CostModel, ClustersOfThreeFillFewerSlotsThanPairs) {
   EXPECT_LT(cluster_fill(3), cluster_fill(2));
   EXPECT_DOUBLE_EQ(cluster_fill(1), 1.0);

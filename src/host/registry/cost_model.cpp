@@ -42,7 +42,9 @@ double tensor_seconds(const WorkShape& w, double k, double m, const DeviceRates&
     s += w.rows * k / (rate * std::max(1, w.consumer_warps));
   }
   if (w.quantizes_tokens) s += std::min<double>(m, w.tokens) * k / r.quantized_per_cta_s;
-  return s;
+  // A part change stops the tile's main loop while the wgmma pipeline drains and the part joins
+  // the running sum: both grow with the tile.
+  return s + (w.k_parts - 1) * r.part_change_s * (w.rows * w.tokens) / (128.0 * 128.0);
 }
 
 // Bytes one CTA streams for a piece of `rows` x `tokens` x `k`: its weights and its tokens (no

@@ -40,6 +40,8 @@ struct WorkShape {
   int consumer_warps = 4;   // warps widening and promoting the weights (promoted engines)
   double activation_bytes_per_element = 1.03125;  // what the kernel reads of x: e4m3 + scales
   bool quantizes_tokens = false;                  // each CTA quantizes its tokens' K range itself
+  // K parts a CTA sums apart (the batch-invariant mode's k-parts tiles; 1 elsewhere).
+  int k_parts = 1;
 };
 
 // What the linear runs ahead of the kernel for a bf16 activation (CallPlan::activation).
@@ -85,6 +87,7 @@ struct DeviceRates {
   double launch_s = 1.44e-6;            // a kernel launch on a stream
   double cluster_meeting_s = 1.36e-6;   // a cluster barrier of the split meeting
   double meeting_bytes_per_s = 6.25e9;  // a split's share received through distributed smem
+  double part_change_s = 4e-6;          // a k-parts tile's stop at each part change, 128 x 128
 
   static DeviceRates of(const DeviceDescription& device);
 };

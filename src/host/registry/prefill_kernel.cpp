@@ -175,7 +175,8 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
             std::max(1, std::min(by_smem, c.rows >= 128 || (c.k_parts && c.tokens >= 128) ? 1 : 2)),
         // Alternating warpgroups share one 64-row tile's stages: two consumers of its work.
         .consumer_groups = c.alternating ? 2 : c.rows / 64,
-        .activation_bytes_per_element = 2};  // the bf16 pre-pass output
+        .activation_bytes_per_element = 2,  // the bf16 pre-pass output
+        .k_parts = c.k_parts ? batch_invariant_parts_of(shape.k).value_or(1) : 1};
   }
 
   void run(const KernelCall& call, const std::string& config) const override {
