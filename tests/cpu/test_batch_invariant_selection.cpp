@@ -118,10 +118,6 @@ TEST(BatchInvariantSelection, WhichConfigsKeepTheKOrder) {
   EXPECT_FALSE(kernel_named(r, "prefill").keeps_k_order("w64_t32_st4_overlap", 0));
 }
 
-// Random layers in each activation form and alignment, every M from 1 to 20000: one K order per
-// layer (its kernel's, or where the prefill kernel claims it, also the GEMV's k-parts configs,
-// which join it), configs that keep the order and can run the call, and for 16-byte rows the
-// tensor-core kernel of the form (fp16 x cannot fold scales exactly: the generic kernel).
 // The cost model sees a k-parts tile's part count (its part changes cost), K's parts, and a
 // tile without k parts as one part.
 TEST(BatchInvariantSelection, TheModelSeesTheKParts) {
@@ -137,6 +133,10 @@ TEST(BatchInvariantSelection, TheModelSeesTheKParts) {
   }
 }
 
+// Random layers in each activation form and alignment, every M from 1 to 20000: one K order per
+// layer (its kernel's, or where the prefill kernel claims it, also the GEMV's k-parts configs,
+// which join it), configs that keep the order and can run the call, and for 16-byte rows the
+// tensor-core kernel of the form (fp16 x cannot fold scales exactly: the generic kernel).
 TEST(BatchInvariantSelection, EveryCallOfALayerRunsOneOrderOnConfigsThatKeepIt) {
   const Registry r(builtin_kernels(), Registry::global().table(), Environment::from({}));
   auto rng = make_rng();
