@@ -109,7 +109,7 @@ TEST(BatchInvariantSelection, WhichConfigsKeepTheKOrder) {
         EXPECT_FALSE(k.worth_sweeping(1, c)) << c;
       }
     }
-    EXPECT_EQ(kparts, name == "decode" ? 0 : 6) << name;  // 2 tiles x 3 next-launch points
+    EXPECT_EQ(kparts, name == "decode" ? 0 : 12) << name;  // 4 tiles x 3 next-launch points
     EXPECT_EQ(k.k_order_family(), name == "gemv"       ? "prefill"
                                   : name == "gemv_a16" ? "prefill_a16"
                                                        : "decode");
@@ -175,14 +175,19 @@ TEST(BatchInvariantSelection, EveryCallOfALayerRunsOneOrderOnConfigsThatKeepIt) 
   }
 }
 
-// The default mode of the same layers still runs the GEMV at one token: the mode is what
-// restricts the choice.
+// The default mode of the same layers still runs a GEMV config that splits K its own way at one
+// token: the mode is what restricts the choice (to configs that keep the K order, GEMV k-parts
+// configs among them).
 TEST(BatchInvariantSelection, TheDefaultModeOfTheSameLayerIsUnrestricted) {
   const Registry& r = Registry::global();
   LayerDescription l = invariant_layer(2560, 6144, ActivationOperand::kMx);
-  EXPECT_EQ(r.dispatch(r.select(l, kH200), kH200, 1).kernel->name(), "prefill");
+  const Dispatch invariant = r.dispatch(r.select(l, kH200), kH200, 1);
+  EXPECT_TRUE(invariant.kernel->keeps_k_order(invariant.config, 6144)) << invariant.config;
   l.batch_invariant = false;
-  EXPECT_EQ(r.dispatch(r.select(l, kH200), kH200, 1).kernel->name(), "gemv");
+  const Dispatch unrestricted = r.dispatch(r.select(l, kH200), kH200, 1);
+  EXPECT_EQ(unrestricted.kernel->name(), "gemv");
+  EXPECT_FALSE(unrestricted.kernel->keeps_k_order(unrestricted.config, 6144))
+      << unrestricted.config;
 }
 
 // A shipped row is taken only where it names the invariant kernel and a config that keeps the
@@ -272,21 +277,27 @@ TEST(BatchInvariantSelection, SwitchFromTheEnvironment) {
   EXPECT_THAT(r.warnings()[0], HasSubstr("MXLINEAR_BATCH_INVARIANT is 'yes'; expected 1 or 0"));
 }
 
-// The selection report says which mode it describes, and names no kernel that cuts K otherwise
-// than in its parts (the reference model's K have one part or, at K = 6144, three).
+// The selection report says which mode it describes, and names no config that cuts K otherwise
+// than in its parts (the reference model's K have one part or, at K = 6144, three): no GEMV
+// config but the k-parts ones.
 TEST(BatchInvariantSelection, TheReportSaysSo) {
   const Registry& r = Registry::global();
   const auto rows = r.report(builtin_model("minimax-m3.1-flash-tp4"), kH200, DType::kBF16,
                              ActivationOperand::kMx, true);
   const std::string text = format_report(rows, kH200);
   EXPECT_THAT(text, HasSubstr("batch-invariant mode"));
-  EXPECT_THAT(text, Not(HasSubstr("gemv")));
+  const std::string gemv_cutting_k =
+      "gemv[a-z0-9_]*/w[0-9]+_t[0-9]+_kwarps[0-9]+(_st[0-9]+)?(_split[0-9]+)?(_waited|_early)?"
+      "[^a-z0-9_]";
+  EXPECT_THAT(text, Not(::testing::ContainsRegex(gemv_cutting_k)));
+  EXPECT_THAT(text, Not(::testing::ContainsRegex("decode[a-z0-9_]*/")));
   EXPECT_THAT(text, Not(::testing::ContainsRegex("_split[^3]")));
   EXPECT_THAT(text, Not(HasSubstr("_alt")));
   EXPECT_THAT(text, Not(HasSubstr("_streamk")));
-  EXPECT_THAT(
-      format_report(r.report(builtin_model("minimax-m3.1-flash-tp4"), kH200, DType::kBF16), kH200),
-      Not(HasSubstr("batch-invariant")));
+  const std::string unrestricted =
+      format_report(r.report(builtin_model("minimax-m3.1-flash-tp4"), kH200, DType::kBF16), kH200);
+  EXPECT_THAT(unrestricted, Not(HasSubstr("batch-invariant")));
+  EXPECT_THAT(unrestricted, ::testing::ContainsRegex(gemv_cutting_k));  // the check can fail
 }
 
 }  // namespace

@@ -361,7 +361,9 @@ TEST(GemvKernel, ClaimsTheSmallestMAndSaysWhatItNeeds) {
                                               "w48_t8_kwarps4_st3",
                                               "w48_t8_kwarps4_st4",
                                               "w16_t8_kwarps4_st8_kparts",
-                                              "w16_t8_kwarps8_st4_kparts"};
+                                              "w16_t8_kwarps8_st4_kparts",
+                                              "w8_t8_kwarps4_st8_kparts",
+                                              "w8_t16_kwarps4_st6_kparts"};
   std::vector<std::string> expected;
   for (const char* suffix : {"", "_waited", "_early"}) {
     for (const std::string& i : instances) expected.push_back(i + suffix);
@@ -450,6 +452,7 @@ TEST(GemvKernel, UnknownConfigOrTooLargeKIsRejected) {
                         "w16_t8_kwarps8_st4_split2, "
                         "w16_t8_kwarps4_st3_split4, w16_t8_kwarps4_st4_split4, w48_t8_kwarps4_st3, "
                         "w48_t8_kwarps4_st4, w16_t8_kwarps4_st8_kparts, w16_t8_kwarps8_st4_kparts, "
+                        "w8_t8_kwarps4_st8_kparts, w8_t16_kwarps4_st6_kparts, "
                         "w16_t8_kwarps4_waited, "));
   EXPECT_THAT(unknown.what(), HasSubstr("w16_t8_kwarps8_st4_kparts_early"));
   const FakeCall wide(16, 64, 16384);  // sixteen tokens' e4m3 rows: 263 KB
@@ -703,33 +706,40 @@ TEST(HopperKernels, BlockPermutationMatchesTheWeightFragments) {
   }
 }
 
-// The GEMV ring: the copies (lane (r, h), chunks 4h..4h+3) fill every byte of a slot's rows
-// once, each lane's fragment read finds bytes 32 * block + 8t .. + 7 of its row, and the 8 rows
-// g = 0..7 of one read instruction fall in distinct 16-byte chunks for each t pair (two
+// The GEMV ring, for slots of 16 and of 8 rows: the lanes' copies fill every byte of a slot's
+// rows once, each lane's fragment read finds bytes 32 * block + 8t .. + 7 of its row, and the 8
+// rows g = 0..7 of one read instruction fall in distinct 16-byte chunks for each t pair (two
 // wavefronts per warp read).
 TEST(GemvRing, CopiesAndFragmentReadsAgreeOnEveryByte) {
   namespace ring = device::gemv_ring;
-  std::vector<int> owner(ring::kScaleOffset, -1);  // byte of the slot -> row * 128 + column
-  for (int lane = 0; lane < 32; ++lane) {
-    const int r = lane / 2, h = lane % 2;
-    for (int c = 4 * h; c < 4 * h + 4; ++c) {
-      for (int b = 0; b < 16; ++b) {
-        const int at = ring::chunk_offset(r, c) + b;
-        ASSERT_GE(at, 0);
-        ASSERT_LT(at, ring::kScaleOffset);
-        EXPECT_EQ(owner[static_cast<std::size_t>(at)], -1) << "slot byte " << at << " copied twice";
-        owner[static_cast<std::size_t>(at)] = r * ring::kRowBytes + 16 * c + b;
+  for (const int rows : {16, 8}) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows");
+    EXPECT_EQ(ring::slot_bytes(rows), ring::scale_offset(rows) + 4 * rows);
+    // byte of the slot -> row * 128 + column
+    std::vector<int> owner(static_cast<std::size_t>(ring::scale_offset(rows)), -1);
+    for (int lane = 0; lane < 32; ++lane) {
+      const ring::LaneCopy copy = ring::lane_copy(rows, lane);
+      ASSERT_EQ(copy.count * 32, ring::kRowChunks * rows) << "lane " << lane;
+      for (int c = copy.first; c < copy.first + copy.count; ++c) {
+        for (int b = 0; b < 16; ++b) {
+          const int at = ring::chunk_offset(copy.row, c) + b;
+          ASSERT_GE(at, 0);
+          ASSERT_LT(at, ring::scale_offset(rows));
+          EXPECT_EQ(owner[static_cast<std::size_t>(at)], -1)
+              << "slot byte " << at << " copied twice";
+          owner[static_cast<std::size_t>(at)] = copy.row * ring::kRowBytes + 16 * c + b;
+        }
       }
     }
-  }
-  for (int row = 0; row < ring::kRows; ++row) {
-    for (int t = 0; t < 4; ++t) {
-      for (int block = 0; block < ring::kStageBlocks; ++block) {
-        for (int e = 0; e < 8; ++e) {
-          const int at = ring::fragment_offset(row, t, block) + e;
-          EXPECT_EQ(owner[static_cast<std::size_t>(at)],
-                    row * ring::kRowBytes + 32 * block + 8 * t + e)
-              << "row " << row << ", t " << t << ", block " << block << ", byte " << e;
+    for (int row = 0; row < rows; ++row) {
+      for (int t = 0; t < 4; ++t) {
+        for (int block = 0; block < ring::kStageBlocks; ++block) {
+          for (int e = 0; e < 8; ++e) {
+            const int at = ring::fragment_offset(row, t, block) + e;
+            EXPECT_EQ(owner[static_cast<std::size_t>(at)],
+                      row * ring::kRowBytes + 32 * block + 8 * t + e)
+                << "row " << row << ", t " << t << ", block " << block << ", byte " << e;
+          }
         }
       }
     }

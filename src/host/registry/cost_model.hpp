@@ -39,7 +39,8 @@ struct WorkShape {
   int consumer_groups = 1;  // warpgroups sharing a tile's tensor work
   int consumer_warps = 4;   // warps widening and promoting the weights (promoted engines)
   double activation_bytes_per_element = 1.03125;  // what the kernel reads of x: e4m3 + scales
-  bool quantizes_tokens = false;                  // each CTA quantizes its tokens' K range itself
+  // Each CTA quantizes its tokens' K range itself (or, k parts, widens them to bf16 rows).
+  bool quantizes_tokens = false;
   // K parts a CTA sums apart (the batch-invariant mode's k-parts tiles; 1 elsewhere).
   int k_parts = 1;
 };

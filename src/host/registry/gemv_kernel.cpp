@@ -86,12 +86,15 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
 
   // At a few tokens a separate quantize kernel costs a large share of the GEMV; each CTA
   // quantizes its tokens itself instead (16-byte aligned bf16/fp16 rows), or in W8A16 stages
-  // them as they are. No scratch.
-  CallPlan plan(const Problem& problem, std::string_view) const override {
+  // them as they are. No scratch. The k-parts configs take the quantize kernel's e4m3 and
+  // scales: on the 8-row tiles at M = 1, each CTA quantizing its row to bf16 itself added
+  // 2.7-4.8 us to the W8A16 call's time (2560 x 6144 to 10240 x 5120; each CTA quantizes all
+  // of K), the quantize kernel and each CTA's widening of its e4m3 row 2.0-3.0 us.
+  CallPlan plan(const Problem& problem, std::string_view config) const override {
     CallPlan p;
     if (as_is() && problem.operand != ActivationOperand::kMx) {
       p.activation = ActivationForm::kAsIs;
-    } else if (problem.x_self_quantizable) {
+    } else if (problem.x_self_quantizable && !find(config).k_parts) {
       p.activation = ActivationForm::kUnquantized;
     }
     return p;
@@ -109,20 +112,20 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
                      "M = {}, K = {}", m, k);
   }
 
-  // 16-row tiles of 8 or 16 tokens, their K over the CTA's warps and over a cluster; it reads
-  // the 16-bit activation and quantizes it itself. Its CTAs are small: residency is bounded by
-  // the SM's threads and shared memory.
+  // 16-row (k parts: also 8-row) tiles of 8 or 16 tokens, their K over the CTA's warps and over
+  // a cluster; it reads the 16-bit activation and quantizes it itself. Its CTAs are small:
+  // residency is bounded by the SM's threads and shared memory.
   std::optional<detail::WorkShape> work_shape(const LinearShape& shape,
                                               std::string_view config) const override {
     const auto c = find(config);
     if (c.instance < 0) return std::nullopt;
     const device::GemvInstanceInfo& info = device::gemv_gemm_instances()[c.instance];
-    const int warps = c.rows / 16 * info.warps;
+    const int row_tiles = c.rows / info.tile_rows;
+    const int warps = row_tiles * info.warps;
     // K parts: a warp takes whole parts, so only as many warps as parts work.
     const int working =
-        c.rows / 16 *
-        (c.k_parts ? std::min(info.warps, batch_invariant_parts_of(shape.k).value_or(1))
-                   : info.warps);
+        row_tiles * (c.k_parts ? std::min(info.warps, batch_invariant_parts_of(shape.k).value_or(1))
+                               : info.warps);
     const int smem =
         device::gemv_gemm_smem_bytes(c.instance, shape.m, static_cast<int>(shape.k), as_is());
     return detail::WorkShape{

@@ -9,9 +9,9 @@ namespace mxlinear::device {
 namespace {
 
 // The instances compiled, each alias spelling its config name (16 weight rows unless it says
-// W48): 8 tokens with 4 or 8 K ranges per CTA and 16 tokens with 8, weights through registers;
-// 8 tokens through a per-warp shared-memory ring of 8 (4 warps) or 4 (8 warps) slots, about
-// 70 KiB per CTA with one token.
+// W48 or W8): 8 tokens with 4 or 8 K ranges per CTA and 16 tokens with 8, weights through
+// registers; 8 tokens through a per-warp shared-memory ring of 8 (4 warps) or 4 (8 warps) slots,
+// about 70 KiB per CTA with one token.
 using T8Kw4 = GemvTile<GemvShape{.kwarps = 4}>;
 using T8Kw8 = GemvTile<GemvShape{.kwarps = 8}>;
 using T16Kw8 = GemvTile<GemvShape{.token_tiles = 2, .kwarps = 8}>;
@@ -51,6 +51,18 @@ using W48T8Kw4St4 = GemvTile<GemvShape{.kwarps = 4, .stages = 4, .row_tiles = 3}
 // two warps per tile, also measured, ran 1.3-2.5x): a part is one serial mma chain.
 using T8Kw4St8Parts = GemvTile<GemvShape{.kwarps = 4, .stages = 8, .k_parts = true}>;
 using T8Kw8St4Parts = GemvTile<GemvShape{.kwarps = 8, .stages = 4, .k_parts = true}>;
+// Eight rows per warp, the weights as the mma's B operand: twice the chains of a layer (qkv
+// at K = 6144: 960 instead of 480, 7 an SM), each half as long, and one mma takes up to 16
+// tokens. 8 tokens (~48 KiB per CTA at M = 1, K = 6144: four CTAs an SM) and 16, whose 6-slot
+// ring leaves room for 16 bf16 rows of K = 6144. At M = 1 on pre-quantized activations they ran
+// 12.7, 22.7 and 31.6 us on 2560 x 6144, 6144 x 6144 and 10240 x 5120, where the 16-row tiles
+// ran 14.2, 27.8 and 40.4 at best; W8A16 calls 12.0, 22.1 and 30.4, where the configs the mode
+// took before ran 13.3, 24.3 and 38.7. From M = 4 on, their CTAs' staging of the tokens costs
+// more than the prefill kernel takes; where K is one part (6144 x 2048) one warp of four works
+// and they gain nothing.
+using W8T8Kw4St8Parts = GemvTile<GemvShape{.kwarps = 4, .stages = 8, .k_parts = true, .rows = 8}>;
+using W8T16Kw4St6Parts =
+    GemvTile<GemvShape{.token_tiles = 2, .kwarps = 4, .stages = 6, .k_parts = true, .rows = 8}>;
 
 // The W8A16 instance of a W8A8 tile: the same shape on a bf16 or fp16 activation used as it is.
 template <class Tile, ActivationOperand kOperand>
@@ -114,7 +126,7 @@ template <class... Tiles>
 struct Instances {
   static constexpr std::array<GemvInstanceInfo, sizeof...(Tiles)> kInfos = {
       GemvInstanceInfo{Tiles::kTokens, Tiles::kWarps, Tiles::kStages, Tiles::kSplits,
-                       Tiles::kCtaRows, Tiles::kKParts}...};
+                       Tiles::kCtaRows, Tiles::kRows, Tiles::kKParts}...};
   static constexpr std::array<int (*)(std::int64_t, int), sizeof...(Tiles)> kSizers = {
       smem_bytes<Tiles>...};
   static constexpr std::array<int (*)(std::int64_t, int), sizeof...(Tiles)> kSizersAsIs = {
@@ -123,9 +135,10 @@ struct Instances {
       kLaunchers = {launch_operand<Tiles>...};
   static_assert((one_w8a16_size<Tiles>() && ...), "one W8A16 size for both 16-bit types");
 };
-using Compiled = Instances<T8Kw4, T8Kw8, T16Kw8, T8Kw4St8, T8Kw8St4, T8Kw8St6, T8Kw4St3, T8Kw4St4,
-                           T8Kw8Split2, T8Kw8St4Split2, T8Kw4St3Split4, T8Kw4St4Split4, W48T8Kw4St3,
-                           W48T8Kw4St4, T8Kw4St8Parts, T8Kw8St4Parts>;
+using Compiled =
+    Instances<T8Kw4, T8Kw8, T16Kw8, T8Kw4St8, T8Kw8St4, T8Kw8St6, T8Kw4St3, T8Kw4St4, T8Kw8Split2,
+              T8Kw8St4Split2, T8Kw4St3Split4, T8Kw4St4Split4, W48T8Kw4St3, W48T8Kw4St4,
+              T8Kw4St8Parts, T8Kw8St4Parts, W8T8Kw4St8Parts, W8T16Kw4St6Parts>;
 
 }  // namespace
 

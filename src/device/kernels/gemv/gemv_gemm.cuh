@@ -40,7 +40,9 @@
 //   k16 steps per block in the prefill's permuted K order (the same lane fragments); the parts'
 //   sums are added in part order. mma.sync m16n8k16 and wgmma m64nNk16 give the same fp32 bits
 //   for the same products, slots and accumulator (checked on the H200 over random operands with
-//   exponents spread over 2^-20 .. 2^20).
+//   exponents spread over 2^-20 .. 2^20). A part is a serial chain, so a layer has N / 16 x P
+//   of them; 8-row tiles (GemvShape::rows = 8) put the weights in the mma's B operand and the
+//   tokens in A, 8 rows a warp: twice the chains, each half as long, up to 16 tokens an mma.
 #pragma once
 
 #include <cstdint>
@@ -65,6 +67,7 @@ struct GemvShape {
   int splits = 1;        // K ranges per cluster (grid.y)
   int row_tiles = 1;     // 16-row tiles per CTA
   bool k_parts = false;  // the batch-invariant mode's K parts and order (a ring, no split)
+  int rows = 16;         // weight rows per row tile: 16 (mma A), or 8 (k parts, mma B)
 };
 
 // kOperandParam: the activation operand (ActivationOperand), e4m3 with scales by default.
@@ -87,11 +90,11 @@ struct GemvTile {
   static constexpr int kRowTiles = kShape.row_tiles;      // 16-row tiles per CTA
   static constexpr int kCtaWarps = kWarps * kRowTiles;
   static constexpr int kThreads = 32 * kCtaWarps;
-  static constexpr int kRows = 16;  // weight rows per row tile (mma M)
+  static constexpr int kRows = kShape.rows;  // weight rows per row tile (mma M, or N: 8)
   static constexpr int kCtaRows = kRows * kRowTiles;
   // The register streamer's round: 8 blocks, 4 KiB per warp, two rounds in flight.
   static constexpr int kRoundBlocks = 8;
-  using Ring = gemv_detail::WeightRing<kStages == 0 ? 2 : kStages>;
+  using Ring = gemv_detail::WeightRing<kStages == 0 ? 2 : kStages, kRows>;
   static constexpr int kRingBytes = kStages == 0 ? 0 : kCtaWarps * Ring::kWarpBytes;
   // Activation rows are padded by 32 bytes so the 8 token rows of a fragment read fall into
   // different bank groups (K % 128 == 0 would put them all in the same banks).
@@ -113,10 +116,11 @@ struct GemvTile {
   // 4-warp rings are small enough in shared memory for 7 CTAs per SM, the next layer's among
   // them, if they keep to 72 registers (at 74 they fit 6).
   // Several row tiles: two CTAs per SM, so the next layer's CTA is resident beside this one.
+  // 8-row tiles keep one accumulator tile for both token tiles.
   static constexpr int kMinCtasPerSm = kRowTiles > 1 ? 2
                                        : kStages > 0 && kStages <= 4 && kWarps == 4
                                            ? 7
-                                           : 16 / kWarps / kTokenTiles;
+                                           : 16 / kWarps / (kRows == 8 ? 1 : kTokenTiles);
 
   // Partial tiles per row tile: one per warp, or (k parts) one per part.
   static constexpr int kPartialSlots = kKParts ? kMaxKParts : kWarps;
@@ -145,6 +149,7 @@ struct GemvTile {
   static_assert(kSplits == 1 || kSplits == 2 || kSplits == 4, "a cluster of 1, 2 or 4 CTAs");
   static_assert(kRowTiles >= 1 && kRowTiles <= 3, "compiled row tiles");
   static_assert(kRowTiles == 1 || kSplits == 1, "a K split meets over one row tile");
+  static_assert(kRows == 16 || (kRows == 8 && kKParts), "8-row tiles: k parts, weights as B");
 };
 
 // Grid: x = kCtaRows-row weight tiles, y = K splits (clusters of (1, kSplits, 1) when kSplits > 1),
@@ -229,7 +234,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   auto* const partials = reinterpret_cast<float*>(smem + Tile::reduce_offset(p.k, staged));
   constexpr int kTile = Tile::kRows * Tile::kTokens;
   if constexpr (Tile::kKParts) {
-    stream_parts_through_ring<Tile::kStages, Tile::kTokenTiles>(
+    stream_parts_through_ring<Tile::kStages, Tile::kRows, Tile::kTokenTiles>(
         p, n0, lane, part_first, part_end, parts, units, blocks, ring,
         partials + cta_warp / Tile::kWarps * Tile::kPartialSlots * kTile, first_tile, last_tile);
   } else {

@@ -1,5 +1,5 @@
 // Host-side entry to the MX GEMV (mma.sync fed through registers or a per-warp cp.async ring,
-// 8 or 16 tokens and 16 or 48 weight rows per CTA): its compiled instances and a launcher.
+// 8 or 16 tokens and 8, 16 or 48 weight rows per CTA): its compiled instances and a launcher.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,12 +14,13 @@
 namespace mxlinear::device {
 
 struct GemvInstanceInfo {
-  int tokens;    // activation rows per CTA
-  int warps;     // K ranges per 16-row tile
-  int stages;    // slots of the per-warp shared-memory weight ring; 0: weights through registers
-  int splits;    // K ranges per cluster of CTAs (1: no cluster)
-  int rows;      // weight rows per CTA: 16 per row tile
-  bool k_parts;  // the batch-invariant mode's K parts and order (gemv_gemm.cuh); no fp16 x
+  int tokens;     // activation rows per CTA
+  int warps;      // K ranges per 16-row tile
+  int stages;     // slots of the per-warp shared-memory weight ring; 0: weights through registers
+  int splits;     // K ranges per cluster of CTAs (1: no cluster)
+  int rows;       // weight rows per CTA: tile_rows per row tile
+  int tile_rows;  // weight rows per row tile: 16, or 8 (k parts, the weights as the mma's B)
+  bool k_parts;   // the batch-invariant mode's K parts and order (gemv_gemm.cuh); no fp16 x
 };
 
 std::span<const GemvInstanceInfo> gemv_gemm_instances();

@@ -86,6 +86,32 @@ __device__ __forceinline__ void accumulate_block_in_order(float (&acc)[kTokenTil
   }
 }
 
+// The same block for a warp of 8 weight rows (the k-parts tiles of 8 rows): the weights are the
+// mma's B operand, so each m16n8k16 takes up to 16 tokens (its A rows) against the warp's 8 rows,
+// and a layer has twice the chains of the 16-row tiles. Lane (g, t) widens bytes 8t..8t+7 of
+// row g's block, the k slots that the 16-row tiles give row g (bytes 0-3: step 0, pairs
+// (2t, 2t+1) and (2t+8, 2t+9); bytes 4-7: step 1), and the tokens' fragments keep the slots they
+// have as B there, so each output sums the same products in the same slots: mma.sync gives the
+// same fp32 bits whichever operand holds a factor (the GPU tests check these rows against the
+// prefill kernel's). acc: (token g, row 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1); with one token
+// tile, tokens 8-15 are zeros.
+template <int kTokenTiles, class Reader>
+__device__ __forceinline__ void accumulate_block_in_order_b(float (&acc)[4], uint2 w, float sw,
+                                                            int b, const Reader& first_tile,
+                                                            const Reader& last_tile) {
+  static_assert(Reader::kOperand == ActivationOperand::kBf16, "bf16 fragments");
+  std::uint32_t w0[2], w1[2];  // k16 steps 0 and 1: {slots 2t, 2t+1; slots 2t+8, 2t+9}
+  mx::e4m3x4_scaled_to_bf16x2x2(w.x, sw, w0[0], w0[1]);
+  mx::e4m3x4_scaled_to_bf16x2x2(w.y, sw, w1[0], w1[1]);
+  std::uint32_t lo[4], hi[4] = {0u, 0u, 0u, 0u};  // tokens g and g + 8: steps 0 and 1
+  first_tile.fragments(b, lo);
+  if constexpr (kTokenTiles == 2) last_tile.fragments(b, hi);
+  const std::uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
+  const std::uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+  mma_16816<ActivationOperand::kBf16>(acc, a0, w0[0], w0[1], acc);
+  mma_16816<ActivationOperand::kBf16>(acc, a1, w1[0], w1[1], acc);
+}
+
 // Runs block(i) for i < min(count, kBlocks) (count warp-uniform). A whole run is one branch-free
 // sequence, so the scheduler overlaps its blocks' shared-memory loads and mma chains; with a
 // branch before each block (the K tail's guard), every block waited out its own chain (~290
@@ -183,16 +209,18 @@ __device__ __forceinline__ void stream_in_registers(const GemmParams& p, int n0,
   }
 }
 
-// The shared-memory streamer: the warp's range in stages of 4 blocks, kStages slots laid out as
-// gemv_ring_layout.hpp says, kStages - 1 stages in flight; lanes 0-15 copy the scale words
-// (cp.async where the scale rows are 4-byte aligned, else plain loads and stores, which wait out a
-// round trip per stage). Needs 16-byte aligned weight rows.
-template <int kStages>
+// The shared-memory streamer: the warp's range in stages of 4 blocks of its kRows rows, kStages
+// slots laid out as gemv_ring_layout.hpp says, kStages - 1 stages in flight; lanes 0 .. kRows - 1
+// copy the scale words (cp.async where the scale rows are 4-byte aligned, else plain loads and
+// stores, which wait out a round trip per stage). Needs 16-byte aligned weight rows.
+template <int kStages, int kRows = 16>
 struct WeightRing {
   static constexpr int kStageBlocks = gemv_ring::kStageBlocks;
-  static constexpr int kSlotBytes = gemv_ring::kSlotBytes;
+  static constexpr int kSlotBytes = gemv_ring::slot_bytes(kRows);
+  static constexpr int kScaleOffset = gemv_ring::scale_offset(kRows);
   static constexpr int kWarpBytes = kStages * kSlotBytes;
   static_assert(kStages >= 2 && kSlotBytes % 16 == 0, "16-byte aligned slots");
+  static_assert(kRows == 16 || kRows == 8, "16 rows, or 8 (k parts, weights as B)");
 
   std::uint8_t* ring;  // this warp's slots
   bool scale_words;    // 4-byte aligned scale rows: copied by cp.async
@@ -205,22 +233,24 @@ struct WeightRing {
       std::uint8_t* slot = ring + (s % kStages) * kSlotBytes;
       const int b0 = kStageBlocks * s;
       const int valid_bytes = kBlockSize * min(kStageBlocks, blocks - b0);
-      const int r = lane >> 1, h = lane & 1;
-      const int n = n0 + r;
+      constexpr int kChunksPerLane = gemv_ring::lane_copy(kRows, 0).count;
+      const gemv_ring::LaneCopy copy = gemv_ring::lane_copy(kRows, lane);
+      const int n = n0 + copy.row;
       const std::int64_t at = n < p.n ? n : 0;
       const std::uint8_t* src = p.w + at * p.ld_w + kBlockSize * b0;
 #pragma unroll
-      for (int c = 4 * h; c < 4 * h + 4; ++c) {
+      for (int i = 0; i < kChunksPerLane; ++i) {
+        const int c = copy.first + i;
         const bool valid = n < p.n && 16 * (c + 1) <= valid_bytes;
-        ptx::cp_async_16(ptx::smem_address(slot + gemv_ring::chunk_offset(r, c)),
+        ptx::cp_async_16(ptx::smem_address(slot + gemv_ring::chunk_offset(copy.row, c)),
                          valid ? src + 16 * c : src, valid ? 16 : 0);
       }
-      if (lane < 16) {
+      if (lane < kRows) {
         const int ns = n0 + lane;
         const std::int64_t row = ns < p.n ? ns : 0;
         const std::uint8_t* scales = p.w_scales + row * p.ld_w_scales + b0;
         const int count = ns < p.n ? valid_bytes / kBlockSize : 0;
-        std::uint8_t* dst = slot + gemv_ring::kScaleOffset + 4 * lane;
+        std::uint8_t* dst = slot + kScaleOffset + 4 * lane;
         // A partial word (the K tail) is read byte by byte: cp.async reads all 4 bytes whatever
         // its source size, past the end of a scale row that ends the allocation (memcheck
         // caught it on a 1 x 32 weight).
@@ -241,9 +271,9 @@ struct WeightRing {
   __device__ __forceinline__ void compute(float (&acc)[kTokenTiles][4], int s, int blocks, int g,
                                           int t, const Reader& first_tile,
                                           const Reader& last_tile) const {
+    static_assert(kRows == 16, "16 rows as the mma's A operand");
     const std::uint8_t* slot = ring + (s % kStages) * kSlotBytes;
-    const auto* scale_words =
-        reinterpret_cast<const std::uint32_t*>(slot + gemv_ring::kScaleOffset);
+    const auto* scale_words = reinterpret_cast<const std::uint32_t*>(slot + kScaleOffset);
     // Lane (g, t) decodes block t's scales of rows g and g + 8; the others come by shuffle.
     const float lo[1] = {mx::scale_from_byte((scale_words[g] >> (8 * t)) & 0xFFu)};
     const float hi[1] = {mx::scale_from_byte((scale_words[g + 8] >> (8 * t)) & 0xFFu)};
@@ -261,6 +291,24 @@ struct WeightRing {
       }
     };
     for_each_block<kStageBlocks>(blocks - b0, block);
+  }
+
+  // The 8-row ring's stage in the batch-invariant order (accumulate_block_in_order_b).
+  template <int kTokenTiles, class Reader>
+  __device__ __forceinline__ void compute_in_order_b(float (&acc)[1][4], int s, int blocks, int g,
+                                                     int t, const Reader& first_tile,
+                                                     const Reader& last_tile) const {
+    static_assert(kRows == 8, "8 rows as the mma's B operand");
+    const std::uint8_t* slot = ring + (s % kStages) * kSlotBytes;
+    const auto* scale_words = reinterpret_cast<const std::uint32_t*>(slot + kScaleOffset);
+    // Lane (g, t) decodes block t's scale of row g; the others come by shuffle.
+    const float decoded[1] = {mx::scale_from_byte((scale_words[g] >> (8 * t)) & 0xFFu)};
+    const int b0 = kStageBlocks * s;
+    for_each_block<kStageBlocks>(blocks - b0, [&](int i) {
+      const uint2 w = *reinterpret_cast<const uint2*>(slot + gemv_ring::fragment_offset(g, t, i));
+      accumulate_block_in_order_b<kTokenTiles>(acc[0], w, shuffled_scale(decoded, i, g), b0 + i,
+                                               first_tile, last_tile);
+    });
   }
 };
 
@@ -302,24 +350,41 @@ __device__ __forceinline__ void store_fragment_tile(const float (&acc)[kTokenTil
   }
 }
 
+// Stores lane (g, t)'s accumulators of an 8-row tile (accumulate_block_in_order_b) of
+// kTokenTiles * 8 tokens to `tile` ([row][token], fp32): (token g, row 2t), (g, 2t + 1), and
+// with two token tiles (g + 8, 2t), (g + 8, 2t + 1).
+template <int kTokenTiles>
+__device__ __forceinline__ void store_fragment_tile_b(const float (&acc)[1][4], float* tile, int g,
+                                                      int t) {
+  constexpr int kTokens = 8 * kTokenTiles;
+  tile[2 * t * kTokens + g] = acc[0][0];
+  tile[(2 * t + 1) * kTokens + g] = acc[0][1];
+  if constexpr (kTokenTiles == 2) {
+    tile[2 * t * kTokens + g + 8] = acc[0][2];
+    tile[(2 * t + 1) * kTokens + g + 8] = acc[0][3];
+  }
+}
+
 // The k-parts streamer: parts [part_first, part_end) of `parts`, their 128-K chunks (ring
 // stages, `chunks` in all) from stage `first` on, stages first .. first + kStages - 2 issued
 // before the wait on the previous kernel. Each part is one chain from zero; its sum goes to
-// tile `part` of `part_sums` ([part][row][token] of kTokenTiles * 8 tokens), where the CTA adds
-// the parts in part order.
-template <int kStages, int kTokenTiles, class Reader>
+// tile `part` of `part_sums` ([part][row][token] of kRows rows and kTokenTiles * 8 tokens),
+// where the CTA adds the parts in part order.
+template <int kStages, int kRows, int kTokenTiles, class Reader>
 __device__ __forceinline__ void stream_parts_through_ring(
     const GemmParams& p, int n0, int lane, int part_first, int part_end, int parts, int chunks,
-    int blocks, const WeightRing<kStages>& ring, float* part_sums, const Reader& first_tile,
+    int blocks, const WeightRing<kStages, kRows>& ring, float* part_sums, const Reader& first_tile,
     const Reader& last_tile) {
   constexpr int kTokens = 8 * kTokenTiles;
+  // 16 rows: a fragment tile per token tile; 8 rows: one mma tile holds every token.
+  constexpr int kAccTiles = kRows == 16 ? kTokenTiles : 1;
   const int g = lane >> 2, t = lane & 3;
   const int end = split_chunks(part_end, parts, chunks).begin;
   int s = split_chunks(part_first, parts, chunks).begin;
   for (int part = part_first; part < part_end; ++part) {
-    float acc[kTokenTiles][4];
+    float acc[kAccTiles][4];
 #pragma unroll
-    for (int j = 0; j < kTokenTiles; ++j) {
+    for (int j = 0; j < kAccTiles; ++j) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
     }
@@ -328,10 +393,19 @@ __device__ __forceinline__ void stream_parts_through_ring(
       ring.issue(p, n0, lane, s + kStages - 1, end, blocks);
       ptx::cp_async_wait<kStages - 1>();
       __syncwarp();
-      ring.template compute<true>(acc, s, blocks, g, t, first_tile, last_tile);
+      if constexpr (kRows == 16) {
+        ring.template compute<true>(acc, s, blocks, g, t, first_tile, last_tile);
+      } else {
+        ring.template compute_in_order_b<kTokenTiles>(acc, s, blocks, g, t, first_tile, last_tile);
+      }
       __syncwarp();
     }
-    store_fragment_tile(acc, part_sums + part * 16 * kTokens, g, t);
+    float* const tile = part_sums + part * kRows * kTokens;
+    if constexpr (kRows == 16) {
+      store_fragment_tile(acc, tile, g, t);
+    } else {
+      store_fragment_tile_b<kTokenTiles>(acc, tile, g, t);
+    }
   }
 }
 
