@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 
@@ -131,6 +132,35 @@ TEST(BatchInvariantSelection, TheModelSeesTheKParts) {
     EXPECT_EQ(parts->k_parts, device::batch_invariant_parts(static_cast<int>(k))) << k;
     EXPECT_EQ(twin->k_parts, 1) << k;
   }
+}
+
+// The GEMV's k-parts configs as the model sees them: 16 or 8 weight rows per warp, one warp per
+// part working (at most the tile's warps); and in W8A8 they take the quantize kernel's output
+// where the GEMV's other configs quantize x in each CTA.
+TEST(BatchInvariantSelection, TheModelSeesTheGemvChains) {
+  const Registry r(builtin_kernels(), TunedTable{}, Environment::from({}));
+  const Kernel& gemv = kernel_named(r, "gemv");
+  for (const std::int64_t k : {2048, 6144, 14336}) {
+    const LinearShape shape{1, 2560, k};
+    const int parts = device::batch_invariant_parts(static_cast<int>(k));
+    const auto eight = gemv.work_shape(shape, "w8_t8_kwarps4_st8_kparts");
+    const auto sixteen = gemv.work_shape(shape, "w16_t8_kwarps8_st4_kparts");
+    ASSERT_TRUE(eight.has_value() && sixteen.has_value()) << k;
+    EXPECT_EQ(eight->rows, 8) << k;
+    EXPECT_EQ(eight->consumer_warps, std::min(4, parts)) << k;
+    EXPECT_EQ(sixteen->rows, 16) << k;
+    EXPECT_EQ(sixteen->consumer_warps, std::min(8, parts)) << k;
+    EXPECT_EQ(eight->engine, detail::WorkShape::Engine::kMmaChained);
+  }
+  Problem problem;
+  problem.shape = {1, 2560, 6144};
+  problem.x_self_quantizable = true;
+  EXPECT_EQ(gemv.plan(problem, "w8_t8_kwarps4_st8_kparts").activation, ActivationForm::kQuantized);
+  EXPECT_EQ(gemv.plan(problem, "w16_t8_kwarps4_st8_kparts").activation, ActivationForm::kQuantized);
+  EXPECT_EQ(gemv.plan(problem, "w16_t8_kwarps8").activation, ActivationForm::kUnquantized);
+  problem.operand = ActivationOperand::kBf16;
+  EXPECT_EQ(kernel_named(r, "gemv_a16").plan(problem, "w8_t8_kwarps4_st8_kparts").activation,
+            ActivationForm::kAsIs);
 }
 
 // Random layers in each activation form and alignment, every M from 1 to 20000: one K order per
