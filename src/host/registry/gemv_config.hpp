@@ -13,7 +13,7 @@
 namespace mxlinear::detail {
 
 struct GemvConfig {
-  int rows = 16;         // weight rows per CTA: 16 per row tile
+  int rows = 16;         // weight rows per CTA: 16 per row tile (8 for 8-row k-parts tiles)
   int tokens = 8;        // activation rows per CTA
   int kwarps = 4;        // K ranges per row tile, one warp each
   int stages = 0;        // slots of each warp's shared-memory weight ring; 0: through registers

@@ -65,7 +65,7 @@ struct GemvShape {
   int kwarps;            // K ranges per row tile, one warp each
   int stages = 0;        // ring slots per warp; 0: weights through registers
   int splits = 1;        // K ranges per cluster (grid.y)
-  int row_tiles = 1;     // 16-row tiles per CTA
+  int row_tiles = 1;     // row tiles per CTA (of `rows` rows)
   bool k_parts = false;  // the batch-invariant mode's K parts and order (a ring, no split)
   int rows = 16;         // weight rows per row tile: 16 (mma A), or 8 (k parts, mma B)
 };
@@ -87,7 +87,7 @@ struct GemvTile {
   static constexpr int kWarps = kShape.kwarps;            // K ranges per row tile
   static constexpr int kStages = kShape.stages;           // ring slots per warp; 0: registers
   static constexpr int kSplits = kShape.splits;           // K ranges per cluster (grid.y)
-  static constexpr int kRowTiles = kShape.row_tiles;      // 16-row tiles per CTA
+  static constexpr int kRowTiles = kShape.row_tiles;      // row tiles per CTA
   static constexpr int kCtaWarps = kWarps * kRowTiles;
   static constexpr int kThreads = 32 * kCtaWarps;
   static constexpr int kRows = kShape.rows;  // weight rows per row tile (mma M, or N: 8)

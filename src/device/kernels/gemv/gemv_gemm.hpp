@@ -15,7 +15,7 @@ namespace mxlinear::device {
 
 struct GemvInstanceInfo {
   int tokens;     // activation rows per CTA
-  int warps;      // K ranges per 16-row tile
+  int warps;      // K ranges per row tile
   int stages;     // slots of the per-warp shared-memory weight ring; 0: weights through registers
   int splits;     // K ranges per cluster of CTAs (1: no cluster)
   int rows;       // weight rows per CTA: tile_rows per row tile
