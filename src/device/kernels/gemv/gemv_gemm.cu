@@ -57,9 +57,10 @@ using T8Kw8St4Parts = GemvTile<GemvShape{.kwarps = 8, .stages = 4, .k_parts = tr
 // ring leaves room for 16 bf16 rows of K = 6144. At M = 1 on pre-quantized activations they ran
 // 12.7, 22.7 and 31.6 us on 2560 x 6144, 6144 x 6144 and 10240 x 5120, where the 16-row tiles
 // ran 14.2, 27.8 and 40.4 at best; W8A16 calls 12.0, 22.1 and 30.4, where the configs the mode
-// took before ran 13.3, 24.3 and 38.7. From M = 4 on, their CTAs' staging of the tokens costs
-// more than the prefill kernel takes; where K is one part (6144 x 2048) one warp of four works
-// and they gain nothing.
+// took before ran 13.3, 24.3 and 38.7. Each staged token is a bf16 row of shared memory (12 KiB
+// at K = 6144), so from M = 4 fewer CTAs fit an SM and 2560 x 6144 runs in waves (24.0 us at
+// M = 4, 39.8 at M = 8); where K is one part (6144 x 2048) one warp of four works and they gain
+// nothing.
 using W8T8Kw4St8Parts = GemvTile<GemvShape{.kwarps = 4, .stages = 8, .k_parts = true, .rows = 8}>;
 using W8T16Kw4St6Parts =
     GemvTile<GemvShape{.token_tiles = 2, .kwarps = 4, .stages = 6, .k_parts = true, .rows = 8}>;
