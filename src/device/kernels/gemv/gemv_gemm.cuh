@@ -117,10 +117,11 @@ struct GemvTile {
   // them, if they keep to 72 registers (at 74 they fit 6).
   // Several row tiles: two CTAs per SM, so the next layer's CTA is resident beside this one.
   // 8-row tiles keep one accumulator tile for both token tiles.
-  static constexpr int kMinCtasPerSm = kRowTiles > 1 ? 2
-                                       : kStages > 0 && kStages <= 4 && kWarps == 4
-                                           ? 7
-                                           : 16 / kWarps / (kRows == 8 ? 1 : kTokenTiles);
+  static constexpr int kMinCtasPerSm =
+      kRowTiles > 1 ? 2
+      : kStages > 0 && kStages <= 4 && kWarps == 4
+          ? 7
+          : 16 / kWarps / gemv_detail::kAccTilesOf<kRows, kTokenTiles>;
 
   // Partial tiles per row tile: one per warp, or (k parts) one per part.
   static constexpr int kPartialSlots = kKParts ? kMaxKParts : kWarps;

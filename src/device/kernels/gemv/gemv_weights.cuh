@@ -112,6 +112,12 @@ __device__ __forceinline__ void accumulate_block_in_order_b(float (&acc)[4], uin
   mma_16816<ActivationOperand::kBf16>(acc, a1, w1[0], w1[1], acc);
 }
 
+// Accumulator tiles (4 fp32 a lane each) of a warp with kRows weight rows and kTokenTiles tiles
+// of 8 tokens: one per token tile with the weights as the mma's A operand (16 rows), one for up
+// to 16 tokens with the weights as B (8 rows).
+template <int kRows, int kTokenTiles>
+inline constexpr int kAccTilesOf = kRows == 16 ? kTokenTiles : 1;
+
 // Runs block(i) for i < min(count, kBlocks) (count warp-uniform). A whole run is one branch-free
 // sequence, so the scheduler overlaps its blocks' shared-memory loads and mma chains; with a
 // branch before each block (the K tail's guard), every block waited out its own chain (~290
@@ -266,17 +272,27 @@ struct WeightRing {
     ptx::cp_async_commit();
   }
 
+  // Stage s's slot: its rows' bytes, then their scale words.
+  __device__ __forceinline__ const std::uint8_t* slot_of(int s) const {
+    return ring + (s % kStages) * kSlotBytes;
+  }
+
+  // The scale of block `block` of row `row` in `slot`, decoded. Lane (g, t) decodes block t's of
+  // its rows; the others come by shuffle (shuffled_scale).
+  __device__ __forceinline__ static float decoded_scale(const std::uint8_t* slot, int row,
+                                                        int block) {
+    const auto* const words = reinterpret_cast<const std::uint32_t*>(slot + kScaleOffset);
+    return mx::scale_from_byte((words[row] >> (8 * block)) & 0xFFu);
+  }
+
   // kInOrder: the batch-invariant order (accumulate_block_in_order), else per-block promotion.
   template <bool kInOrder, int kTokenTiles, class Reader>
   __device__ __forceinline__ void compute(float (&acc)[kTokenTiles][4], int s, int blocks, int g,
                                           int t, const Reader& first_tile,
                                           const Reader& last_tile) const {
     static_assert(kRows == 16, "16 rows as the mma's A operand");
-    const std::uint8_t* slot = ring + (s % kStages) * kSlotBytes;
-    const auto* scale_words = reinterpret_cast<const std::uint32_t*>(slot + kScaleOffset);
-    // Lane (g, t) decodes block t's scales of rows g and g + 8; the others come by shuffle.
-    const float lo[1] = {mx::scale_from_byte((scale_words[g] >> (8 * t)) & 0xFFu)};
-    const float hi[1] = {mx::scale_from_byte((scale_words[g + 8] >> (8 * t)) & 0xFFu)};
+    const std::uint8_t* const slot = slot_of(s);
+    const float lo[1] = {decoded_scale(slot, g, t)}, hi[1] = {decoded_scale(slot, g + 8, t)};
     const int b0 = kStageBlocks * s;
     const auto block = [&](int i) {
       const uint2 w_lo =
@@ -299,10 +315,8 @@ struct WeightRing {
                                                      int t, const Reader& first_tile,
                                                      const Reader& last_tile) const {
     static_assert(kRows == 8, "8 rows as the mma's B operand");
-    const std::uint8_t* slot = ring + (s % kStages) * kSlotBytes;
-    const auto* scale_words = reinterpret_cast<const std::uint32_t*>(slot + kScaleOffset);
-    // Lane (g, t) decodes block t's scale of row g; the others come by shuffle.
-    const float decoded[1] = {mx::scale_from_byte((scale_words[g] >> (8 * t)) & 0xFFu)};
+    const std::uint8_t* const slot = slot_of(s);
+    const float decoded[1] = {decoded_scale(slot, g, t)};
     const int b0 = kStageBlocks * s;
     for_each_block<kStageBlocks>(blocks - b0, [&](int i) {
       const uint2 w = *reinterpret_cast<const uint2*>(slot + gemv_ring::fragment_offset(g, t, i));
@@ -376,8 +390,7 @@ __device__ __forceinline__ void stream_parts_through_ring(
     int blocks, const WeightRing<kStages, kRows>& ring, float* part_sums, const Reader& first_tile,
     const Reader& last_tile) {
   constexpr int kTokens = 8 * kTokenTiles;
-  // 16 rows: a fragment tile per token tile; 8 rows: one mma tile holds every token.
-  constexpr int kAccTiles = kRows == 16 ? kTokenTiles : 1;
+  constexpr int kAccTiles = kAccTilesOf<kRows, kTokenTiles>;
   const int g = lane >> 2, t = lane & 3;
   const int end = split_chunks(part_end, parts, chunks).begin;
   int s = split_chunks(part_first, parts, chunks).begin;
