@@ -110,7 +110,7 @@ TEST(BatchInvariantSelection, WhichConfigsKeepTheKOrder) {
         EXPECT_FALSE(k.worth_sweeping(1, c)) << c;
       }
     }
-    EXPECT_EQ(kparts, name == "decode" ? 0 : 12) << name;  // 4 tiles x 3 next-launch points
+    EXPECT_EQ(kparts, name == "decode" ? 0 : 15) << name;  // 5 tiles x 3 next-launch points
     EXPECT_EQ(k.k_order_family(), name == "gemv"       ? "prefill"
                                   : name == "gemv_a16" ? "prefill_a16"
                                                        : "decode");
@@ -151,6 +151,13 @@ TEST(BatchInvariantSelection, TheModelSeesTheGemvChains) {
     EXPECT_EQ(sixteen->rows, 16) << k;
     EXPECT_EQ(sixteen->consumer_warps, std::min(8, parts)) << k;
     EXPECT_EQ(eight->engine, detail::WorkShape::Engine::kMmaChained);
+    // The scaled domain: W8A8's 8-row tiles of one token tile, priced at its own rate.
+    EXPECT_TRUE(eight->unscaled_chain) << k;
+    EXPECT_FALSE(sixteen->unscaled_chain) << k;
+    EXPECT_FALSE(gemv.work_shape(shape, "w8_t16_kwarps4_st6_kparts")->unscaled_chain) << k;
+    EXPECT_FALSE(
+        kernel_named(r, "gemv_a16").work_shape(shape, "w8_t8_kwarps4_st8_kparts")->unscaled_chain)
+        << k;
   }
   Problem problem;
   problem.shape = {1, 2560, 6144};

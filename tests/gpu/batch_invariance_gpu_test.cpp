@@ -58,14 +58,21 @@ struct Layer {
   Activation16 fixed, pool;
 };
 
-// tiny_scales: every weight scale 2^-127 .. 2^-121, so that most scale-folded weights are bf16
-// subnormals (the rounding every kernel of the order must share).
+// Weight scales: as random_operand draws them; tiny, every one 2^-127 .. 2^-121, so that most
+// scale-folded weights are bf16 subnormals (the rounding every kernel of the order must share);
+// or the GEMV's scaled-domain window edges, 2^-30 or 2^10 at random, so that its accumulators
+// move by 2^40 from block to block.
+enum class WeightScales { kRandom, kTiny, kWindowEdges };
+
 Layer make_layer(std::int64_t n, std::int64_t k, DType dtype, std::mt19937_64& rng,
-                 bool tiny_scales = false) {
+                 WeightScales scales = WeightScales::kRandom) {
   MxOperand w = random_operand(n, k, rng);
-  if (tiny_scales) {
+  if (scales == WeightScales::kTiny) {
     std::uniform_int_distribution<int> tiny(0, 6);
     for (auto& b : w.scales) b = static_cast<std::uint8_t>(tiny(rng));
+  } else if (scales == WeightScales::kWindowEdges) {
+    std::bernoulli_distribution high(0.5);
+    for (auto& b : w.scales) b = high(rng) ? 137 : 97;
   }
   DeviceMx dw = upload(w);
   Layer l{n, k, std::move(w), std::move(dw), {}, {}};
@@ -172,14 +179,20 @@ std::vector<std::uint16_t> head(const std::vector<std::uint16_t>& ref, std::int6
 
 struct Shape {
   std::int64_t n, k, max_m;
-  bool tiny_scales = false;  // make_layer's
+  WeightScales scales = WeightScales::kRandom;  // make_layer's
 };
 // Long K (14336, 25600), N not a multiple of 128 (200, 1000, 96, 520), K not a multiple of 128
 // (4160: two parts, the last chunk short), a seed layer, and tiny weight scales; the largest M
 // keeps each case's activation near 100 MB.
-const Shape kShapes[] = {{2560, 6144, 8192}, {200, 1024, 8192},      {1000, 14336, 4096},
-                         {96, 25600, 2048},  {6144, 2048, 8192},     {1300, 4096, 4096},
-                         {520, 4160, 4096},  {264, 8192, 2048, true}};
+const Shape kShapes[] = {{2560, 6144, 8192},
+                         {200, 1024, 8192},
+                         {1000, 14336, 4096},
+                         {96, 25600, 2048},
+                         {6144, 2048, 8192},
+                         {1300, 4096, 4096},
+                         {520, 4160, 4096},
+                         {264, 8192, 2048, WeightScales::kTiny},
+                         {1000, 6144, 2048, WeightScales::kWindowEdges}};
 
 class BatchInvariance : public ::testing::TestWithParam<int> {};
 
@@ -190,9 +203,9 @@ TEST_P(BatchInvariance, FixedRowsGiveTheSameBitsAtEveryM) {
   for (const Mode& mode : kModes) {
     SCOPED_TRACE(::testing::Message() << mode.name << ", " << s.n << " x " << s.k);
     auto rng = make_rng();
-    const Layer l = make_layer(s.n, s.k, mode.x_dtype, rng, s.tiny_scales);
+    const Layer l = make_layer(s.n, s.k, mode.x_dtype, rng, s.scales);
     const std::vector<std::uint16_t> ref = fixed_outputs(l, mode, kFixedRows, rng);
-    check_reference(l, mode, ref, s.tiny_scales);
+    check_reference(l, mode, ref, s.scales == WeightScales::kTiny);
     for (const std::int64_t m : {1,   2,   3,   4,   5,    13,   16,   32,   33,   64,  100,
                                  128, 256, 300, 512, 1000, 1024, 2048, 2500, 4096, 8192}) {
       if (m > s.max_m) continue;
@@ -221,7 +234,7 @@ TEST_P(BatchInvariance, EveryConfigTheModeCanSelectGivesTheSameBits) {
   for (const Mode& mode : kModes) {
     SCOPED_TRACE(::testing::Message() << mode.name << ", " << s.n << " x " << s.k);
     auto rng = make_rng();
-    const Layer l = make_layer(s.n, s.k, mode.x_dtype, rng, s.tiny_scales);
+    const Layer l = make_layer(s.n, s.k, mode.x_dtype, rng, s.scales);
     const std::vector<std::uint16_t> ref = fixed_outputs(l, mode, kFixedRows, rng);
     LayerDescription layer;
     layer.n = s.n;
@@ -257,11 +270,14 @@ TEST_P(BatchInvariance, EveryConfigTheModeCanSelectGivesTheSameBits) {
 // Named by the shape ("n2560_k6144"), for the sanitizer runs' filters.
 std::string shape_name(const ::testing::TestParamInfo<int>& p) {
   const Shape s = kShapes[p.param];
-  return (::testing::Message() << "n" << s.n << "_k" << s.k << (s.tiny_scales ? "_tiny" : ""))
+  return (::testing::Message() << "n" << s.n << "_k" << s.k
+                               << (s.scales == WeightScales::kTiny          ? "_tiny"
+                                   : s.scales == WeightScales::kWindowEdges ? "_edges"
+                                                                            : ""))
       .GetString();
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, BatchInvariance, ::testing::Range(0, 8), shape_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, BatchInvariance, ::testing::Range(0, 9), shape_name);
 
 }  // namespace
 }  // namespace mxlinear::test

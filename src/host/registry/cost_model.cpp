@@ -37,8 +37,9 @@ double tensor_seconds(const WorkShape& w, double k, double m, const DeviceRates&
   const double flops = 2.0 * w.rows * w.tokens * k;
   double s = flops / (r.bf16_flops_per_sm_s * tensor_efficiency(w, r));
   if (w.engine != WorkShape::Engine::kWgmmaFolded) {
-    const double rate = w.engine == WorkShape::Engine::kMmaChained ? r.chained_weights_per_warp_s
-                                                                   : r.promoted_weights_per_warp_s;
+    const double rate = w.engine != WorkShape::Engine::kMmaChained ? r.promoted_weights_per_warp_s
+                        : w.unscaled_chain ? r.unscaled_chained_weights_per_warp_s
+                                           : r.chained_weights_per_warp_s;
     s += w.rows * k / (rate * std::max(1, w.consumer_warps));
   }
   if (w.quantizes_tokens) s += std::min<double>(m, w.tokens) * k / r.quantized_per_cta_s;

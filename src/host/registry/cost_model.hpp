@@ -43,6 +43,8 @@ struct WorkShape {
   bool quantizes_tokens = false;
   // K parts a CTA sums apart (the batch-invariant mode's k-parts tiles; 1 elsewhere).
   int k_parts = 1;
+  // A chained warp in the scaled domain (the 8-row gemv tiles in W8A8): unscaled f16 operands.
+  bool unscaled_chain = false;
 };
 
 // What the linear runs ahead of the kernel for a bf16 activation (CallPlan::activation).
@@ -72,6 +74,9 @@ struct DeviceRates {
   // for each mma of its chain. Set against `mxlinear bench --all-configs --batch-invariant` of
   // the gemv's k-parts configs at M = 1 on four layers (2.3e9 to 4.7e9 per warp).
   double chained_weights_per_warp_s = 2.5e9;
+  // The same in the scaled domain (WorkShape::unscaled_chain): ~28 instructions a block and warp
+  // where the folded chain issues ~48.
+  double unscaled_chained_weights_per_warp_s = 4.3e9;
   // The share of the bf16 rate a folded main loop reaches: tokens / (tokens + folded_tokens_offset)
   // (the widening of each weight is shared by the tile's tokens), times single_group_share where
   // a CTA has one consumer warpgroup (it widens and waits for its wgmma in turn, and a second CTA

@@ -138,7 +138,10 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
                                             device::ctas_per_sm_by_smem(smem))),
         .consumer_warps = working,
         .activation_bytes_per_element = 2,
-        .quantizes_tokens = !as_is()};
+        .quantizes_tokens = !as_is(),
+        // The scaled domain's per-block cost grows with the token tiles (each moves its own
+        // accumulators): priced at its rate with one.
+        .unscaled_chain = c.k_parts && info.tile_rows == 8 && c.tokens == 8 && !as_is()};
   }
 
   void run(const KernelCall& call, const std::string& config) const override {

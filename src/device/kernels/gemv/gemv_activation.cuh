@@ -25,7 +25,30 @@ struct StagedActivation {
   float* scales;
   int stride, blocks, tokens;
   int first_block, end_block;
+  // The scaled domain (scaled_domain below): a byte per token and block, `exp_stride` apart.
+  std::uint8_t* exps = nullptr;
+  int exp_stride = 0;
 };
+
+// The scaled domain of the 8-row k-parts tiles (W8A8). A part's chain there multiplies the MX
+// operands without their scales (e4m3 -> f16, exactly) and keeps the accumulator divided by
+// 2^(e_a + e_w), the block's scale exponents, multiplying it by 2^(old - new) where they change:
+// every value the chain holds is the scaled chain's divided by a power of two, so where nothing
+// is subnormal and nothing overflows in either, f16 mma.sync gives the bf16 chain's bits divided
+// by it (checked on the H200 over random operands and scales across the window), with a
+// quarter of the widening's instructions. Sufficient: e_a and e_w in [-30, 10] (scale bytes
+// 97 .. 137). Every value a chain holds is a multiple of its products' grid (an mma rounds to no
+// finer grid), which is then >= 2^-78 in the scaled chain and >= 2^-98 in the unscaled one, so
+// neither is ever subnormal, and for K < 2^20 neither gets near 2^128. A CTA whose activation or
+// weight scales leave the window runs the scaled chain instead.
+namespace scaled_domain {
+inline constexpr std::uint32_t kLowByte = 97;  // the scale byte of 2^-30
+inline constexpr std::uint32_t kSpan = 40;     // .. 2^10
+
+__device__ __forceinline__ bool in_window(std::uint32_t scale_byte) {
+  return scale_byte - kLowByte <= kSpan;
+}
+}  // namespace scaled_domain
 
 // Copies the CTA's pre-quantized tokens into shared memory, every load of a batch in flight
 // before its first store: 16-byte words where the rows allow, else 4-byte ones (4-byte aligned
@@ -162,6 +185,67 @@ __device__ __forceinline__ void dequantize_activations(const GemmParams& p, int 
         reinterpret_cast<const std::uint32_t*>(p.a + row * p.ld_a + kBlockSize * b + 8 * q);
     store_dequantized(s, t, b, q, words[0], words[1], p.a_scales[row * p.ld_a_scales + b]);
   }
+}
+
+// The scaled domain's staging walks the CTA's (token, block, quarter) units, a quarter being 8
+// values of a block; each thread's loads of kStageBatch units go out before any is used (one
+// unit at a time waited out a round trip each: ~4 us at K = 6144).
+inline constexpr int kStageBatch = 4;
+
+struct StageUnit {
+  int token, block, quarter;
+  bool valid;
+};
+__device__ __forceinline__ StageUnit stage_unit(const StagedActivation& s, int e, int units) {
+  const int range = s.end_block - s.first_block;
+  const bool valid = e < units;
+  return {valid ? e / (4 * range) : 0, s.first_block + (e >> 2) % range, e & 3, valid};
+}
+
+// Stores 8 staged 16-bit values (4 pairs, the lowest k first) of `unit` in the 16-bit layout.
+__device__ __forceinline__ void store_unit(const StagedActivation& s, const StageUnit& unit,
+                                           const std::uint32_t (&h)[4]) {
+  std::uint8_t* const block = s.values + unit.token * s.stride + 2 * kBlockSize * unit.block;
+  *reinterpret_cast<uint2*>(block + x16_half_offset(unit.quarter, 0)) = make_uint2(h[0], h[1]);
+  *reinterpret_cast<uint2*>(block + x16_half_offset(unit.quarter, 1)) = make_uint2(h[2], h[3]);
+}
+
+// The scaled domain, W8A8: the CTA's pre-quantized tokens as f16 without their scales, in the
+// 16-bit layout above, and each block's scale byte less kLowByte in s.exps. Returns false where
+// a scale this thread read leaves the window.
+template <int kThreads>
+__device__ __forceinline__ bool stage_unscaled_mx(const GemmParams& p, int t0,
+                                                  const StagedActivation& s) {
+  const int units = s.tokens * (s.end_block - s.first_block) * 4;
+  bool ok = true;
+  for (int e0 = static_cast<int>(threadIdx.x); e0 < units; e0 += kStageBatch * kThreads) {
+    uint2 codes[kStageBatch];
+    std::uint32_t scales[kStageBatch];
+#pragma unroll
+    for (int i = 0; i < kStageBatch; ++i) {
+      const StageUnit u = stage_unit(s, e0 + i * kThreads, units);
+      const std::int64_t row = t0 + u.token;
+      const auto* const words = reinterpret_cast<const std::uint32_t*>(
+          p.a + row * p.ld_a + kBlockSize * u.block + 8 * u.quarter);
+      codes[i] = u.valid ? make_uint2(words[0], words[1]) : make_uint2(0u, 0u);
+      scales[i] = u.valid ? p.a_scales[row * p.ld_a_scales + u.block] : scaled_domain::kLowByte;
+    }
+#pragma unroll
+    for (int i = 0; i < kStageBatch; ++i) {
+      const StageUnit u = stage_unit(s, e0 + i * kThreads, units);
+      if (!u.valid) continue;
+      std::uint32_t h[4];
+      ptx::e4m3x4_to_f16x2x2(codes[i].x, h[0], h[1]);
+      ptx::e4m3x4_to_f16x2x2(codes[i].y, h[2], h[3]);
+      store_unit(s, u, h);
+      ok = ok && scaled_domain::in_window(scales[i]);
+      if (u.quarter == 0) {
+        s.exps[u.token * s.exp_stride + u.block] =
+            static_cast<std::uint8_t>(scales[i] - scaled_domain::kLowByte);
+      }
+    }
+  }
+  return ok;
 }
 
 // W8A16: copies the CTA's bf16 or fp16 tokens as they are into shared memory, from 16-byte words

@@ -60,8 +60,11 @@ using T8Kw8St4Parts = GemvTile<GemvShape{.kwarps = 8, .stages = 4, .k_parts = tr
 // took before ran 13.3, 24.3 and 38.7. Each staged token is a bf16 row of shared memory (12 KiB
 // at K = 6144), so from M = 4 fewer CTAs fit an SM and 2560 x 6144 runs in waves (24.0 us at
 // M = 4, 39.8 at M = 8); where K is one part (6144 x 2048) one warp of four works and they gain
-// nothing.
+// nothing. In the scaled domain (W8A8) and with rings only for the warps with a part, 8 and 6
+// slots ran 12.1 and 12.2 us, 24.7 and 19.9, 28.8 and 28.6 on those shapes (6 slots: six CTAs
+// an SM hold 6144 x 6144's 768 in one wave).
 using W8T8Kw4St8Parts = GemvTile<GemvShape{.kwarps = 4, .stages = 8, .k_parts = true, .rows = 8}>;
+using W8T8Kw4St6Parts = GemvTile<GemvShape{.kwarps = 4, .stages = 6, .k_parts = true, .rows = 8}>;
 using W8T16Kw4St6Parts =
     GemvTile<GemvShape{.token_tiles = 2, .kwarps = 4, .stages = 6, .k_parts = true, .rows = 8}>;
 
@@ -139,7 +142,7 @@ struct Instances {
 using Compiled =
     Instances<T8Kw4, T8Kw8, T16Kw8, T8Kw4St8, T8Kw8St4, T8Kw8St6, T8Kw4St3, T8Kw4St4, T8Kw8Split2,
               T8Kw8St4Split2, T8Kw4St3Split4, T8Kw4St4Split4, W48T8Kw4St3, W48T8Kw4St4,
-              T8Kw4St8Parts, T8Kw8St4Parts, W8T8Kw4St8Parts, W8T16Kw4St6Parts>;
+              T8Kw4St8Parts, T8Kw8St4Parts, W8T8Kw4St8Parts, W8T8Kw4St6Parts, W8T16Kw4St6Parts>;
 
 }  // namespace
 

@@ -43,6 +43,10 @@
 //   exponents spread over 2^-20 .. 2^20). A part is a serial chain, so a layer has N / 16 x P
 //   of them; 8-row tiles (GemvShape::rows = 8) put the weights in the mma's B operand and the
 //   tokens in A, 8 rows a warp: twice the chains, each half as long, up to 16 tokens an mma.
+//   In W8A8 the 8-row tiles chain in the scaled domain (gemv_activation.cuh) where the CTA's
+//   weight and activation scales lie in its window: f16 mma on the unscaled e4m3 operands, the
+//   accumulator moved by a power of two where a block's scales change, the same bits; ~28
+//   instructions a block and warp instead of ~48. Only warps with a part get a ring.
 #pragma once
 
 #include <cstdint>
@@ -95,7 +99,15 @@ struct GemvTile {
   // The register streamer's round: 8 blocks, 4 KiB per warp, two rounds in flight.
   static constexpr int kRoundBlocks = 8;
   using Ring = gemv_detail::WeightRing<kStages == 0 ? 2 : kStages, kRows>;
-  static constexpr int kRingBytes = kStages == 0 ? 0 : kCtaWarps * Ring::kWarpBytes;
+  // Warps with a ring: every warp, or in k-parts tiles only those with a part (P(K) < kWarps
+  // leaves warps idle).
+  static constexpr int ring_warps(int k) {
+    const int parts = batch_invariant_parts(k);
+    return kKParts ? kRowTiles * (parts < kWarps ? parts : kWarps) : kCtaWarps;
+  }
+  static constexpr int ring_bytes(int k) {
+    return kStages == 0 ? 0 : ring_warps(k) * Ring::kWarpBytes;
+  }
   // Activation rows are padded by 32 bytes so the 8 token rows of a fragment read fall into
   // different bank groups (K % 128 == 0 would put them all in the same banks).
   static constexpr int kRowPad = 32;
@@ -125,16 +137,27 @@ struct GemvTile {
 
   // Partial tiles per row tile: one per warp, or (k parts) one per part.
   static constexpr int kPartialSlots = kKParts ? kMaxKParts : kWarps;
+  // 8-row k-parts tiles chain in the scaled domain where the scales allow (gemv_activation.cuh).
+  // (W8A16 tiles keep the exponent bytes' room unused: one layout in both modes.)
+  static constexpr bool kExponentRows = kKParts && kRows == 8;
+  static constexpr bool kScaledDomain = kExponentRows && !kXAsIs;
+  // Bytes from one token's exponent bytes (scaled domain) to the next: a word per 128-K chunk.
+  static constexpr int exp_stride(int k) { return (k / kBlockSize + 3) / 4 * 4; }
   // Shared memory at K for `tokens` = min(M, kTokens) staged rows: the weight ring, e4m3 rows
-  // and their scales decoded to fp32 (or 16-bit rows and no scales: W8A16, k parts), the
-  // partial tiles for the reduction and, split, the other splits' sums of theirs, written by
-  // them (used in split 0).
-  static constexpr int activation_offset() { return kRingBytes; }
+  // and their scales decoded to fp32 (or 16-bit rows and no scales: W8A16, k parts; and for the
+  // scaled domain a byte per token and block), the partial tiles for the reduction and, split,
+  // the other splits' sums of theirs, written by them (used in split 0).
+  static constexpr int activation_offset(int k) { return ring_bytes(k); }
   static constexpr int scale_offset(int k, int tokens) {
-    return kRingBytes + tokens * row_stride(k);
+    return ring_bytes(k) + tokens * row_stride(k);
   }
+  static constexpr int exp_offset(int k, int tokens) { return scale_offset(k, tokens); }
   static constexpr int reduce_offset(int k, int tokens) {
-    return scale_offset(k, tokens) + (kRows16 ? 0 : tokens * (k / kBlockSize) * 4);
+    if constexpr (kExponentRows) {
+      return exp_offset(k, tokens) + (tokens * exp_stride(k) + 15) / 16 * 16;
+    } else {
+      return scale_offset(k, tokens) + (kRows16 ? 0 : tokens * (k / kBlockSize) * 4);
+    }
   }
   static constexpr int cluster_sum_offset(int k, int tokens) {
     return reduce_offset(k, tokens) + kRowTiles * kPartialSlots * kRows * kTokens * 4;
@@ -179,13 +202,15 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   const int split_first = split * units / Tile::kSplits;
   const int split_end = (split + 1) * units / Tile::kSplits;
   const int unit_blocks = Tile::kStages == 0 ? 1 : 4;
-  const StagedActivation s{smem + Tile::activation_offset(),
+  const StagedActivation s{smem + Tile::activation_offset(p.k),
                            reinterpret_cast<float*>(smem + Tile::scale_offset(p.k, staged)),
                            Tile::row_stride(p.k),
                            blocks,
                            min(p.m - t0, Tile::kTokens),
                            min(split_first * unit_blocks, blocks),
-                           min(split_end * unit_blocks, blocks)};
+                           min(split_end * unit_blocks, blocks),
+                           smem + Tile::exp_offset(p.k, staged),
+                           Tile::exp_stride(p.k)};
   const int per_warp = (split_end - split_first + Tile::kWarps - 1) / Tile::kWarps;
   // K parts: this warp's whole parts [part_first, part_end) (none where there are fewer parts
   // than warps), and their chunks, one ring stage each.
@@ -201,31 +226,56 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   WeightRound<Tile::kRoundBlocks> rounds[2];
   const bool scale_words =
       reinterpret_cast<std::uintptr_t>(p.w_scales) % 4 == 0 && (p.n <= 1 || p.ld_w_scales % 4 == 0);
-  const typename Tile::Ring ring{smem + cta_warp * Tile::Ring::kWarpBytes, scale_words};
+  // A k-parts warp's ring: its row tile's slot for its one part (or, with more parts than
+  // warps, for the warp); a warp without a part issues no copy into it.
+  const int ring_slot = Tile::kKParts && parts <= Tile::kWarps
+                            ? cta_warp / Tile::kWarps * parts + min(part_first, parts - 1)
+                            : cta_warp;
+  const typename Tile::Ring ring{smem + ring_slot * Tile::Ring::kWarpBytes, scale_words};
   if constexpr (Tile::kStages == 0) {
     rounds[0].load(p, n0, g, t, first, end);
   } else {
 #pragma unroll
     for (int i = 0; i < Tile::kStages - 1; ++i) ring.issue(p, n0, lane, first + i, end, blocks);
   }
+  // The scaled domain needs the CTA's weight scales in its window (read before the wait: static)
+  // and an activation staged from e4m3 codes and scales.
+  const bool unscaled_staging = Tile::kScaledDomain && p.x == nullptr;
+  bool in_window = unscaled_staging;
+  if constexpr (Tile::kScaledDomain) {
+    if (unscaled_staging) {
+      in_window = weight_scales_in_window<Tile::kThreads, Tile::kCtaRows>(p, cta_n0, blocks);
+    }
+  }
   if (p.next_launch == NextLaunch::kAtEntry) hopper::allow_dependent_launch();
   hopper::wait_prerequisite_grids();
   stamps.mark(timeline::kWaited);
   if (p.next_launch == NextLaunch::kAfterWait) hopper::allow_dependent_launch();
-  if constexpr (Tile::kXAsIs) {
-    copy_x_rows<Tile::kThreads>(p, t0, s);
-  } else if constexpr (Tile::kKParts) {
-    if (p.x != nullptr) {
-      quantize_activations<Tile::kThreads, /*kDequantized=*/true>(p, t0, s);
-    } else {
-      dequantize_activations<Tile::kThreads>(p, t0, s);
+  // Scaled domain: stage the unscaled form; where any scale leaves the window (the CTA agrees at
+  // the barrier), stage the scaled one over it and chain in the prefill kernel's form.
+  bool scaled_domain = false;
+  if constexpr (Tile::kScaledDomain) {
+    if (unscaled_staging) {
+      in_window = stage_unscaled_mx<Tile::kThreads>(p, t0, s) && in_window;
+      scaled_domain = __syncthreads_and(in_window) != 0;
     }
-  } else if (p.x != nullptr) {
-    quantize_activations<Tile::kThreads>(p, t0, s);
-  } else {
-    copy_activations<Tile::kThreads, (Tile::kStages > 0)>(p, t0, s);
   }
-  __syncthreads();
+  if (!scaled_domain) {
+    if constexpr (Tile::kXAsIs) {
+      copy_x_rows<Tile::kThreads>(p, t0, s);
+    } else if constexpr (Tile::kKParts) {
+      if (p.x != nullptr) {
+        quantize_activations<Tile::kThreads, /*kDequantized=*/true>(p, t0, s);
+      } else {
+        dequantize_activations<Tile::kThreads>(p, t0, s);
+      }
+    } else if (p.x != nullptr) {
+      quantize_activations<Tile::kThreads>(p, t0, s);
+    } else {
+      copy_activations<Tile::kThreads, (Tile::kStages > 0)>(p, t0, s);
+    }
+    __syncthreads();
+  }
   if (p.next_launch == NextLaunch::kAfterActivation) hopper::allow_dependent_launch();
   stamps.mark(timeline::kPrologue);
 
@@ -235,9 +285,21 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   auto* const partials = reinterpret_cast<float*>(smem + Tile::reduce_offset(p.k, staged));
   constexpr int kTile = Tile::kRows * Tile::kTokens;
   if constexpr (Tile::kKParts) {
-    stream_parts_through_ring<Tile::kStages, Tile::kRows, Tile::kTokenTiles>(
-        p, n0, lane, part_first, part_end, parts, units, blocks, ring,
-        partials + cta_warp / Tile::kWarps * Tile::kPartialSlots * kTile, first_tile, last_tile);
+    float* const part_sums = partials + cta_warp / Tile::kWarps * Tile::kPartialSlots * kTile;
+    if constexpr (Tile::kScaledDomain) {
+      if (scaled_domain) {
+        const std::uint8_t* const exps_lo = s.exps + min(g, s.tokens - 1) * s.exp_stride;
+        const std::uint8_t* const exps_hi = s.exps + min(8 + g, s.tokens - 1) * s.exp_stride;
+        stream_parts_unscaled<Tile::kStages, Tile::kTokenTiles>(
+            p, n0, lane, part_first, part_end, parts, units, blocks, ring, part_sums, exps_lo,
+            exps_hi, first_tile, last_tile);
+      }
+    }
+    if (!scaled_domain) {
+      stream_parts_through_ring<Tile::kStages, Tile::kRows, Tile::kTokenTiles>(
+          p, n0, lane, part_first, part_end, parts, units, blocks, ring, part_sums, first_tile,
+          last_tile);
+    }
   } else {
     float acc[Tile::kTokenTiles][4];
 #pragma unroll

@@ -112,6 +112,60 @@ __device__ __forceinline__ void accumulate_block_in_order_b(float (&acc)[4], uin
   mma_16816<ActivationOperand::kBf16>(acc, a1, w1[0], w1[1], acc);
 }
 
+// accumulate_block_in_order_b in the scaled domain (scaled_domain in gemv_activation.cuh): the
+// weights widened to f16 without their scale, the tokens' unscaled f16 fragments, f16 mma.
+template <int kTokenTiles, class Reader>
+__device__ __forceinline__ void accumulate_block_unscaled_b(float (&acc)[4], uint2 w, int b,
+                                                            const Reader& first_tile,
+                                                            const Reader& last_tile) {
+  std::uint32_t w0[2], w1[2];
+  ptx::e4m3x4_to_f16x2x2(w.x, w0[0], w0[1]);
+  ptx::e4m3x4_to_f16x2x2(w.y, w1[0], w1[1]);
+  std::uint32_t lo[4], hi[4] = {0u, 0u, 0u, 0u};
+  first_tile.fragments(b, lo);
+  if constexpr (kTokenTiles == 2) last_tile.fragments(b, hi);
+  const std::uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
+  const std::uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+  mma_16816<ActivationOperand::kF16>(acc, a0, w0[0], w0[1], acc);
+  mma_16816<ActivationOperand::kF16>(acc, a1, w1[0], w1[1], acc);
+}
+
+// Moves an accumulator of the scaled domain from exponent byte sum `from` to `to` (each a
+// weight's scale byte plus a token's exponent byte, 97 .. 177): times 2^(from - to), exact.
+__device__ __forceinline__ void move_domain(float& acc, std::uint32_t& from, std::uint32_t to) {
+  acc *= __uint_as_float((127u + from - to) << 23);
+  from = to;
+}
+
+// A scaled-domain accumulator as the scaled chain's value: times 2^(e_a + e_w) of its last
+// block, 2^(sum - 157) for that block's byte sum.
+__device__ __forceinline__ float leave_domain(float acc, std::uint32_t sum) {
+  return acc * __uint_as_float((sum - 30u) << 23);
+}
+
+// Whether every scale byte of weight rows [n0, n0 + kRows) (those below N) lies in the scaled
+// domain's window; each thread reads blocks tid, tid + kThreads, ... of every row. Static data:
+// read before the wait on the previous kernel.
+template <int kThreads, int kRows>
+__device__ __forceinline__ bool weight_scales_in_window(const GemmParams& p, int n0, int blocks) {
+  bool ok = true;
+  for (int b = static_cast<int>(threadIdx.x); b < blocks; b += kThreads) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int n = n0 + r;
+      if (n < p.n) {
+        ok = scaled_domain::in_window(
+                 __ldg(p.w_scales + static_cast<std::int64_t>(n) * p.ld_w_scales + b)) &&
+             ok;
+      }
+    }
+  }
+  return ok;
+}
+
+// The domain a part's chain starts in: any byte sum of the window (its accumulator is zero).
+inline constexpr std::uint32_t kDomainStart = 137;
+
 // Accumulator tiles (4 fp32 a lane each) of a warp with kRows weight rows and kTokenTiles tiles
 // of 8 tokens: one per token tile with the weights as the mma's A operand (16 rows), one for up
 // to 16 tokens with the weights as B (8 rows).
@@ -324,6 +378,38 @@ struct WeightRing {
                                                first_tile, last_tile);
     });
   }
+
+  // The 8-row ring's stage in the scaled domain (accumulate_block_unscaled_b). exps_lo / exps_hi:
+  // the staged exponent bytes of tokens g and g + 8; domain[c]: the byte sum acc[c] is in,
+  // (token, row) = (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1), moved block by block.
+  template <int kTokenTiles, class Reader>
+  __device__ __forceinline__ void compute_unscaled_b(float (&acc)[4], std::uint32_t (&domain)[4],
+                                                     int s, int blocks, int g, int t,
+                                                     const std::uint8_t* exps_lo,
+                                                     const std::uint8_t* exps_hi,
+                                                     const Reader& first_tile,
+                                                     const Reader& last_tile) const {
+    static_assert(kRows == 8, "8 rows as the mma's B operand");
+    const std::uint8_t* const slot = slot_of(s);
+    // Rows 2t and 2t + 1's scale words, and the tokens' exponent words, of this stage's blocks:
+    // their byte sums (each <= 177, so no carry crosses a byte).
+    const uint2 rows = *reinterpret_cast<const uint2*>(slot + kScaleOffset + 8 * t);
+    const std::uint32_t token_lo = *reinterpret_cast<const std::uint32_t*>(exps_lo + 4 * s);
+    std::uint32_t sums[4] = {rows.x + token_lo, rows.y + token_lo, 0u, 0u};
+    if constexpr (kTokenTiles == 2) {
+      const std::uint32_t token_hi = *reinterpret_cast<const std::uint32_t*>(exps_hi + 4 * s);
+      sums[2] = rows.x + token_hi;
+      sums[3] = rows.y + token_hi;
+    }
+    constexpr int kLive = kTokenTiles == 2 ? 4 : 2;  // tokens g + 8 exist with two token tiles
+    const int b0 = kStageBlocks * s;
+    for_each_block<kStageBlocks>(blocks - b0, [&](int i) {
+#pragma unroll
+      for (int c = 0; c < kLive; ++c) move_domain(acc[c], domain[c], (sums[c] >> (8 * i)) & 0xFFu);
+      const uint2 w = *reinterpret_cast<const uint2*>(slot + gemv_ring::fragment_offset(g, t, i));
+      accumulate_block_unscaled_b<kTokenTiles>(acc, w, b0 + i, first_tile, last_tile);
+    });
+  }
 };
 
 // Stages [first, end) of the warp's range through the ring; stages first .. first + kStages - 2
@@ -419,6 +505,36 @@ __device__ __forceinline__ void stream_parts_through_ring(
     } else {
       store_fragment_tile_b<kTokenTiles>(acc, tile, g, t);
     }
+  }
+}
+
+// stream_parts_through_ring for the 8-row tiles in the scaled domain: each part's chain starts
+// at zero in kDomainStart, moves with its blocks, and leaves the domain before its sum is stored.
+// exps_lo / exps_hi: the staged exponent rows of tokens g and g + 8.
+template <int kStages, int kTokenTiles, class Reader>
+__device__ __forceinline__ void stream_parts_unscaled(
+    const GemmParams& p, int n0, int lane, int part_first, int part_end, int parts, int chunks,
+    int blocks, const WeightRing<kStages, 8>& ring, float* part_sums, const std::uint8_t* exps_lo,
+    const std::uint8_t* exps_hi, const Reader& first_tile, const Reader& last_tile) {
+  constexpr int kTokens = 8 * kTokenTiles;
+  const int g = lane >> 2, t = lane & 3;
+  const int end = split_chunks(part_end, parts, chunks).begin;
+  int s = split_chunks(part_first, parts, chunks).begin;
+  for (int part = part_first; part < part_end; ++part) {
+    float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+    std::uint32_t domain[4] = {kDomainStart, kDomainStart, kDomainStart, kDomainStart};
+    const int part_stop = split_chunks(part + 1, parts, chunks).begin;
+    for (; s < part_stop; ++s) {
+      ring.issue(p, n0, lane, s + kStages - 1, end, blocks);
+      ptx::cp_async_wait<kStages - 1>();
+      __syncwarp();
+      ring.template compute_unscaled_b<kTokenTiles>(acc[0], domain, s, blocks, g, t, exps_lo,
+                                                    exps_hi, first_tile, last_tile);
+      __syncwarp();
+    }
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[0][c] = leave_domain(acc[0][c], domain[c]);
+    store_fragment_tile_b<kTokenTiles>(acc, part_sums + part * 8 * kTokens, g, t);
   }
 }
 
