@@ -187,61 +187,52 @@ __device__ __forceinline__ void dequantize_activations(const GemmParams& p, int 
   }
 }
 
-// The scaled domain's staging walks the CTA's (token, block, quarter) units, a quarter being 8
-// values of a block; each thread's loads of kStageBatch units go out before any is used (one
-// unit at a time waited out a round trip each: ~4 us at K = 6144).
-inline constexpr int kStageBatch = 4;
-
-struct StageUnit {
-  int token, block, quarter;
-  bool valid;
-};
-__device__ __forceinline__ StageUnit stage_unit(const StagedActivation& s, int e, int units) {
-  const int range = s.end_block - s.first_block;
-  const bool valid = e < units;
-  return {valid ? e / (4 * range) : 0, s.first_block + (e >> 2) % range, e & 3, valid};
-}
-
-// Stores 8 staged 16-bit values (4 pairs, the lowest k first) of `unit` in the 16-bit layout.
-__device__ __forceinline__ void store_unit(const StagedActivation& s, const StageUnit& unit,
-                                           const std::uint32_t (&h)[4]) {
-  std::uint8_t* const block = s.values + unit.token * s.stride + 2 * kBlockSize * unit.block;
-  *reinterpret_cast<uint2*>(block + x16_half_offset(unit.quarter, 0)) = make_uint2(h[0], h[1]);
-  *reinterpret_cast<uint2*>(block + x16_half_offset(unit.quarter, 1)) = make_uint2(h[2], h[3]);
-}
-
 // The scaled domain, W8A8: the CTA's pre-quantized tokens as f16 without their scales, in the
 // 16-bit layout above, and each block's scale byte less kLowByte in s.exps. Returns false where
-// a scale this thread read leaves the window.
+// a scale this thread read leaves the window. A token at a time, each thread's loads of up to
+// kStageBatch quarters (8 values each) out before any is used: one round trip at K <= 6144 with
+// 128 threads (a quarter at a time waited one out each), and no division in the walk. More in
+// flight took the 8-row tiles past the 80 registers that six CTAs an SM allow.
+inline constexpr int kStageBatch = 6;
+
 template <int kThreads>
 __device__ __forceinline__ bool stage_unscaled_mx(const GemmParams& p, int t0,
                                                   const StagedActivation& s) {
-  const int units = s.tokens * (s.end_block - s.first_block) * 4;
+  const int quarters = (s.end_block - s.first_block) * 4;
+  const int tid = static_cast<int>(threadIdx.x);
   bool ok = true;
-  for (int e0 = static_cast<int>(threadIdx.x); e0 < units; e0 += kStageBatch * kThreads) {
-    uint2 codes[kStageBatch];
-    std::uint32_t scales[kStageBatch];
+  for (int t = 0; t < s.tokens; ++t) {
+    const std::int64_t row = t0 + t;
+    const std::uint8_t* const codes = p.a + row * p.ld_a + kBlockSize * s.first_block;
+    const std::uint8_t* const scales = p.a_scales + row * p.ld_a_scales + s.first_block;
+    std::uint8_t* const values = s.values + t * s.stride + 2 * kBlockSize * s.first_block;
+    std::uint8_t* const exps = s.exps + t * s.exp_stride + s.first_block;
+    for (int q0 = tid; q0 < quarters; q0 += kStageBatch * kThreads) {
+      std::uint32_t lo[kStageBatch], hi[kStageBatch], scale[kStageBatch];
 #pragma unroll
-    for (int i = 0; i < kStageBatch; ++i) {
-      const StageUnit u = stage_unit(s, e0 + i * kThreads, units);
-      const std::int64_t row = t0 + u.token;
-      const auto* const words = reinterpret_cast<const std::uint32_t*>(
-          p.a + row * p.ld_a + kBlockSize * u.block + 8 * u.quarter);
-      codes[i] = u.valid ? make_uint2(words[0], words[1]) : make_uint2(0u, 0u);
-      scales[i] = u.valid ? p.a_scales[row * p.ld_a_scales + u.block] : scaled_domain::kLowByte;
-    }
+      for (int i = 0; i < kStageBatch; ++i) {
+        const int q = q0 + i * kThreads;
+        if (q < quarters) {
+          const auto* const words = reinterpret_cast<const std::uint32_t*>(codes + 8 * q);
+          lo[i] = words[0];
+          hi[i] = words[1];
+          scale[i] = scales[q >> 2];
+        }
+      }
 #pragma unroll
-    for (int i = 0; i < kStageBatch; ++i) {
-      const StageUnit u = stage_unit(s, e0 + i * kThreads, units);
-      if (!u.valid) continue;
-      std::uint32_t h[4];
-      ptx::e4m3x4_to_f16x2x2(codes[i].x, h[0], h[1]);
-      ptx::e4m3x4_to_f16x2x2(codes[i].y, h[2], h[3]);
-      store_unit(s, u, h);
-      ok = ok && scaled_domain::in_window(scales[i]);
-      if (u.quarter == 0) {
-        s.exps[u.token * s.exp_stride + u.block] =
-            static_cast<std::uint8_t>(scales[i] - scaled_domain::kLowByte);
+      for (int i = 0; i < kStageBatch; ++i) {
+        const int q = q0 + i * kThreads;
+        if (q >= quarters) break;
+        std::uint32_t h[4];
+        ptx::e4m3x4_to_f16x2x2(lo[i], h[0], h[1]);
+        ptx::e4m3x4_to_f16x2x2(hi[i], h[2], h[3]);
+        std::uint8_t* const block = values + 2 * kBlockSize * (q >> 2);
+        *reinterpret_cast<uint2*>(block + x16_half_offset(q & 3, 0)) = make_uint2(h[0], h[1]);
+        *reinterpret_cast<uint2*>(block + x16_half_offset(q & 3, 1)) = make_uint2(h[2], h[3]);
+        ok = ok && scaled_domain::in_window(scale[i]);
+        if ((q & 3) == 0) {
+          exps[q >> 2] = static_cast<std::uint8_t>(scale[i] - scaled_domain::kLowByte);
+        }
       }
     }
   }
