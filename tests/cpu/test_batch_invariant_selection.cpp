@@ -110,7 +110,7 @@ TEST(BatchInvariantSelection, WhichConfigsKeepTheKOrder) {
         EXPECT_FALSE(k.worth_sweeping(1, c)) << c;
       }
     }
-    EXPECT_EQ(kparts, name == "decode" ? 0 : 15) << name;  // 5 tiles x 3 next-launch points
+    EXPECT_EQ(kparts, name == "decode" ? 0 : 9) << name;  // 3 tiles x 3 next-launch points
     EXPECT_EQ(k.k_order_family(), name == "gemv"       ? "prefill"
                                   : name == "gemv_a16" ? "prefill_a16"
                                                        : "decode");
@@ -134,9 +134,9 @@ TEST(BatchInvariantSelection, TheModelSeesTheKParts) {
   }
 }
 
-// The GEMV's k-parts configs as the model sees them: 16 or 8 weight rows per warp, one warp per
-// part working (at most the tile's warps); and in W8A8 they take the quantize kernel's output
-// where the GEMV's other configs quantize x in each CTA.
+// The GEMV's k-parts configs as the model sees them: 8 weight rows per warp, one warp per part
+// working (at most the tile's warps); and in W8A8 they take the quantize kernel's output where
+// the GEMV's other configs quantize x in each CTA.
 TEST(BatchInvariantSelection, TheModelSeesTheGemvChains) {
   const Registry r(builtin_kernels(), TunedTable{}, Environment::from({}));
   const Kernel& gemv = kernel_named(r, "gemv");
@@ -144,18 +144,18 @@ TEST(BatchInvariantSelection, TheModelSeesTheGemvChains) {
     const LinearShape shape{1, 2560, k};
     const int parts = device::batch_invariant_parts(static_cast<int>(k));
     const auto eight = gemv.work_shape(shape, "w8_t8_kwarps4_st8_kparts");
-    const auto sixteen = gemv.work_shape(shape, "w16_t8_kwarps8_st4_kparts");
-    ASSERT_TRUE(eight.has_value() && sixteen.has_value()) << k;
+    const auto sixteen_tokens = gemv.work_shape(shape, "w8_t16_kwarps4_st6_kparts");
+    ASSERT_TRUE(eight.has_value() && sixteen_tokens.has_value()) << k;
     EXPECT_EQ(eight->rows, 8) << k;
+    EXPECT_EQ(eight->tokens, 8) << k;
     EXPECT_EQ(eight->consumer_warps, std::min(4, parts)) << k;
-    EXPECT_EQ(sixteen->rows, 16) << k;
-    EXPECT_EQ(sixteen->consumer_warps, std::min(8, parts)) << k;
+    EXPECT_EQ(sixteen_tokens->rows, 8) << k;
+    EXPECT_EQ(sixteen_tokens->tokens, 16) << k;
     EXPECT_EQ(eight->engine, detail::WorkShape::Engine::kMmaChained);
-    // The scaled domain: W8A8's 8-row tiles of one token tile, priced at its own rate.
+    // The scaled domain: tiles of one token tile, priced at its own rate, in both modes.
     EXPECT_TRUE(eight->unscaled_chain) << k;
-    EXPECT_FALSE(sixteen->unscaled_chain) << k;
-    EXPECT_FALSE(gemv.work_shape(shape, "w8_t16_kwarps4_st6_kparts")->unscaled_chain) << k;
-    EXPECT_FALSE(
+    EXPECT_FALSE(sixteen_tokens->unscaled_chain) << k;
+    EXPECT_TRUE(
         kernel_named(r, "gemv_a16").work_shape(shape, "w8_t8_kwarps4_st8_kparts")->unscaled_chain)
         << k;
   }
@@ -163,7 +163,7 @@ TEST(BatchInvariantSelection, TheModelSeesTheGemvChains) {
   problem.shape = {1, 2560, 6144};
   problem.x_self_quantizable = true;
   EXPECT_EQ(gemv.plan(problem, "w8_t8_kwarps4_st8_kparts").activation, ActivationForm::kQuantized);
-  EXPECT_EQ(gemv.plan(problem, "w16_t8_kwarps4_st8_kparts").activation, ActivationForm::kQuantized);
+  EXPECT_EQ(gemv.plan(problem, "w8_t16_kwarps4_st6_kparts").activation, ActivationForm::kQuantized);
   EXPECT_EQ(gemv.plan(problem, "w16_t8_kwarps8").activation, ActivationForm::kUnquantized);
   problem.operand = ActivationOperand::kBf16;
   EXPECT_EQ(kernel_named(r, "gemv_a16").plan(problem, "w8_t8_kwarps4_st8_kparts").activation,

@@ -84,6 +84,13 @@ __device__ __forceinline__ std::uint32_t max_u16x2(std::uint32_t a, std::uint32_
   return r;
 }
 
+// The smaller of each pair of unsigned 16-bit halves.
+__device__ __forceinline__ std::uint32_t min_u16x2(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t r;
+  asm("min.u16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
 // D = A * B + C, m16n8k16, f16 inputs, fp32 accumulators.
 __device__ __forceinline__ void mma_f16_16816(float (&d)[4], const std::uint32_t (&a)[4],
                                               std::uint32_t b0, std::uint32_t b1,

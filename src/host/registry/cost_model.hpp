@@ -43,7 +43,7 @@ struct WorkShape {
   bool quantizes_tokens = false;
   // K parts a CTA sums apart (the batch-invariant mode's k-parts tiles; 1 elsewhere).
   int k_parts = 1;
-  // A chained warp in the scaled domain (the 8-row gemv tiles in W8A8): unscaled f16 operands.
+  // A chained warp in the scaled domain (the gemv's k-parts tiles): unscaled f16 operands.
   bool unscaled_chain = false;
 };
 

@@ -141,7 +141,7 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
         .quantizes_tokens = !as_is(),
         // The scaled domain's per-block cost grows with the token tiles (each moves its own
         // accumulators): priced at its rate with one.
-        .unscaled_chain = c.k_parts && info.tile_rows == 8 && c.tokens == 8 && !as_is()};
+        .unscaled_chain = c.k_parts && c.tokens == 8};
   }
 
   void run(const KernelCall& call, const std::string& config) const override {

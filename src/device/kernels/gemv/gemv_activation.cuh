@@ -30,20 +30,24 @@ struct StagedActivation {
   int exp_stride = 0;
 };
 
-// The scaled domain of the 8-row k-parts tiles (W8A8). A part's chain there multiplies the MX
-// operands without their scales (e4m3 -> f16, exactly) and keeps the accumulator divided by
-// 2^(e_a + e_w), the block's scale exponents, multiplying it by 2^(old - new) where they change:
+// The scaled domain of the k-parts tiles. A part's chain there multiplies the operands without
+// their scales (e4m3 -> f16, exactly; in W8A16 each bf16 x block divided by a power of two 2^c
+// into f16, exactly where the block allows) and keeps the accumulator divided by 2^(e_a + e_w)
+// (c for e_a in W8A16), the block's exponents, multiplying it by 2^(old - new) where they change:
 // every value the chain holds is the scaled chain's divided by a power of two, so where nothing
 // is subnormal and nothing overflows in either, f16 mma.sync gives the bf16 chain's bits divided
-// by it (checked on the H200 over random operands and scales across the window), with a
-// quarter of the widening's instructions. Sufficient: e_a and e_w in [-30, 10] (scale bytes
+// by it (checked on the H200 over random operands and scales across the window), with a quarter
+// of the widening's instructions. Sufficient: e_a (or c) and e_w in [-30, 10] (scale bytes
 // 97 .. 137). Every value a chain holds is a multiple of its products' grid (an mma rounds to no
-// finer grid), which is then >= 2^-78 in the scaled chain and >= 2^-98 in the unscaled one, so
-// neither is ever subnormal, and for K < 2^20 neither gets near 2^128. A CTA whose activation or
-// weight scales leave the window runs the scaled chain instead.
+// finer grid), which is then >= 2^-93 in the scaled chain and >= 2^-113 in the unscaled one
+// (W8A8: 2^-78 and 2^-98), so neither is ever subnormal, and for K < 2^20 neither gets near
+// 2^128. A CTA whose activation or weight scales leave the window runs the scaled chain instead.
 namespace scaled_domain {
 inline constexpr std::uint32_t kLowByte = 97;  // the scale byte of 2^-30
 inline constexpr std::uint32_t kSpan = 40;     // .. 2^10
+
+// The exponent byte of an x block of zeros (any byte of the window would do).
+inline constexpr std::uint32_t kZeroBlockByte = 30;
 
 __device__ __forceinline__ bool in_window(std::uint32_t scale_byte) {
   return scale_byte - kLowByte <= kSpan;
@@ -232,6 +236,82 @@ __device__ __forceinline__ bool stage_unscaled_mx(const GemmParams& p, int t0,
         ok = ok && scaled_domain::in_window(scale[i]);
         if ((q & 3) == 0) {
           exps[q >> 2] = static_cast<std::uint8_t>(scale[i] - scaled_domain::kLowByte);
+        }
+      }
+    }
+  }
+  return ok;
+}
+
+// The scaled domain, W8A16 (bf16 x): each block of a staged token divided by 2^c, c = its
+// largest exponent less 15, as f16 (below 2^16), and c + 30 in s.exps. Exact where every
+// non-zero value of the block is within 32 binades of the largest (an f16 keeps 8 significant
+// bits down to 2^-17); a block of zeros takes c = 0. Returns false where a block this thread
+// staged is not exact so, holds Inf or NaN, or has c outside [-30, 10]. Four lanes per block,
+// 8 values each (kThreads a multiple of 32); every lane of the warp runs every iteration (the
+// shuffles). A token at a time, kStageBatch quarters' loads in flight per thread.
+template <int kThreads>
+__device__ __forceinline__ bool stage_unscaled_x(const GemmParams& p, int t0,
+                                                 const StagedActivation& s) {
+  const int quarters = (s.end_block - s.first_block) * 4;
+  const int tid = static_cast<int>(threadIdx.x);
+  const auto* const x = static_cast<const std::uint16_t*>(p.x);
+  bool ok = true;
+  for (int t = 0; t < s.tokens; ++t) {
+    const std::uint16_t* const row =
+        x + static_cast<std::int64_t>(t0 + t) * p.ld_x + kBlockSize * s.first_block;
+    std::uint8_t* const values = s.values + t * s.stride + 2 * kBlockSize * s.first_block;
+    std::uint8_t* const exps = s.exps + t * s.exp_stride + s.first_block;
+    for (int q0 = 0; q0 < quarters; q0 += kStageBatch * kThreads) {
+      uint4 raw[kStageBatch];
+#pragma unroll
+      for (int i = 0; i < kStageBatch; ++i) {
+        const int q = q0 + i * kThreads + tid;
+        raw[i] = q < quarters ? __ldg(reinterpret_cast<const uint4*>(row + 8 * q))
+                              : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+      for (int i = 0; i < kStageBatch; ++i) {
+        if (q0 + i * kThreads >= quarters) break;  // warp-uniform: whole blocks per warp
+        const int q = q0 + i * kThreads + tid;
+        const std::uint32_t pairs[4] = {raw[i].x, raw[i].y, raw[i].z, raw[i].w};
+        // The largest magnitude, and the smallest non-zero one as m - 1 (a zero becomes 0xFFFF),
+        // two 16-bit halves at a time.
+        std::uint32_t top = 0, bottom = 0xFFFFFFFFu;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const std::uint32_t m = pairs[j] & 0x7FFF7FFFu;
+          top = ptx::max_u16x2(top, m);
+          bottom = ptx::min_u16x2(bottom, (m + 0x7FFF7FFFu) ^ 0x80008000u);
+        }
+        top = max(top >> 16, top & 0xFFFFu);
+        bottom = min(bottom >> 16, bottom & 0xFFFFu);
+#pragma unroll
+        for (int offset = 1; offset < 4; offset <<= 1) {
+          top = max(top, __shfl_xor_sync(0xFFFFFFFFu, top, offset));
+          bottom = min(bottom, __shfl_xor_sync(0xFFFFFFFFu, bottom, offset));
+        }
+        // Exponent fields: c = top_e - 127 - 15; the byte c + 30 = top_e - 112 lies in [0, 40].
+        const bool zeros = bottom == 0xFFFFu;
+        const std::uint32_t top_e = top >> 7, bottom_e = (bottom + 1) >> 7;
+        const bool exact =
+            zeros || (top_e - 112u <= scaled_domain::kSpan && bottom_e + 32u >= top_e);
+        const float divide = __uint_as_float((zeros ? 127u : 269u - top_e) << 23);  // 2^-c
+        if (q >= quarters) continue;
+        std::uint32_t h[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pairs[j]));
+          const __half2 v = __floats2half2_rn(f.x * divide, f.y * divide);
+          h[j] = *reinterpret_cast<const std::uint32_t*>(&v);
+        }
+        std::uint8_t* const block = values + 2 * kBlockSize * (q >> 2);
+        *reinterpret_cast<uint2*>(block + x16_half_offset(q & 3, 0)) = make_uint2(h[0], h[1]);
+        *reinterpret_cast<uint2*>(block + x16_half_offset(q & 3, 1)) = make_uint2(h[2], h[3]);
+        ok = ok && exact;
+        if ((q & 3) == 0) {
+          exps[q >> 2] =
+              static_cast<std::uint8_t>(zeros ? scaled_domain::kZeroBlockByte : top_e - 112u);
         }
       }
     }

@@ -44,25 +44,18 @@ using T8Kw4St4Split4 = GemvTile<GemvShape{.kwarps = 4, .stages = 4, .splits = 4}
 using W48T8Kw4St3 = GemvTile<GemvShape{.kwarps = 4, .stages = 3, .row_tiles = 3}>;
 using W48T8Kw4St4 = GemvTile<GemvShape{.kwarps = 4, .stages = 4, .row_tiles = 3}>;
 
-// The batch-invariant mode's K parts (k_parts: the prefill kernel's order): four or eight warps
-// per 16-row tile, each taking whole parts of K's batch_invariant_parts(K) (1 to 8) through an
-// 8-slot ring (4 slots for 8 warps, as T8Kw8St4); warps beyond the parts idle. At M = 1 on four
-// layers the faster of the two ran 1.0-1.4x the prefill kernel's configs of the mode (one and
-// two warps per tile, also measured, ran 1.3-2.5x): a part is one serial mma chain.
-using T8Kw4St8Parts = GemvTile<GemvShape{.kwarps = 4, .stages = 8, .k_parts = true}>;
-using T8Kw8St4Parts = GemvTile<GemvShape{.kwarps = 8, .stages = 4, .k_parts = true}>;
-// Eight rows per warp, the weights as the mma's B operand: twice the chains of a layer (qkv
-// at K = 6144: 960 instead of 480, 7 an SM), each half as long, and one mma takes up to 16
-// tokens. 8 tokens (~48 KiB per CTA at M = 1, K = 6144: four CTAs an SM) and 16, whose 6-slot
-// ring leaves room for 16 bf16 rows of K = 6144. At M = 1 on pre-quantized activations they ran
-// 12.7, 22.7 and 31.6 us on 2560 x 6144, 6144 x 6144 and 10240 x 5120, where the 16-row tiles
-// ran 14.2, 27.8 and 40.4 at best; W8A16 calls 12.0, 22.1 and 30.4, where the configs the mode
-// took before ran 13.3, 24.3 and 38.7. Each staged token is a bf16 row of shared memory (12 KiB
-// at K = 6144), so from M = 4 fewer CTAs fit an SM and 2560 x 6144 runs in waves (24.0 us at
-// M = 4, 39.8 at M = 8); where K is one part (6144 x 2048) one warp of four works and they gain
-// nothing. In the scaled domain (W8A8) and with rings only for the warps with a part, 8 and 6
-// slots ran 12.1 and 12.2 us, 24.7 and 19.9, 28.8 and 28.6 on those shapes (6 slots: six CTAs
-// an SM hold 6144 x 6144's 768 in one wave).
+// The batch-invariant mode's K parts (k_parts: the prefill kernel's order): four warps per
+// 8-row tile, each taking whole parts of K's batch_invariant_parts(K) (1 to 8) through its ring;
+// warps beyond the parts idle. A part is one serial mma chain.
+// Eight rows per warp, the weights as the mma's B operand, up to 16 tokens an mma (its A rows).
+// 16-row tiles with the weights as A (4 or 8 warps; measured and removed) had half the chains,
+// each twice as long, and ran 1.2-1.6x these at M = 1 (W8A8, pre-quantized: 14.1 against 12.1 us
+// on 2560 x 6144, 27.8 against 19.9 on 6144 x 6144, 40.4 against 28.6 on 10240 x 5120). 8 tokens
+// on 8 or 6 ring slots (6: six CTAs an SM hold 6144 x 6144's 768 in one wave), 16 tokens on 6,
+// which leave room for 16 16-bit rows of K = 6144. Each staged token is such a row (12 KiB at
+// K = 6144), so from M = 4 fewer CTAs fit an SM and the grid runs in waves (2560 x 6144: 24.0 us
+// at M = 4, 39.8 at M = 8, before the scaled domain). At M = 1, W8A8 pre-quantized, 8 / 6 slots
+// ran 10.4 / 10.6 us on 2560 x 6144, 21.4 / 17.4 on 6144 x 6144, 25.3 / 24.6 on 10240 x 5120.
 using W8T8Kw4St8Parts = GemvTile<GemvShape{.kwarps = 4, .stages = 8, .k_parts = true, .rows = 8}>;
 using W8T8Kw4St6Parts = GemvTile<GemvShape{.kwarps = 4, .stages = 6, .k_parts = true, .rows = 8}>;
 using W8T16Kw4St6Parts =
@@ -139,10 +132,9 @@ struct Instances {
       kLaunchers = {launch_operand<Tiles>...};
   static_assert((one_w8a16_size<Tiles>() && ...), "one W8A16 size for both 16-bit types");
 };
-using Compiled =
-    Instances<T8Kw4, T8Kw8, T16Kw8, T8Kw4St8, T8Kw8St4, T8Kw8St6, T8Kw4St3, T8Kw4St4, T8Kw8Split2,
-              T8Kw8St4Split2, T8Kw4St3Split4, T8Kw4St4Split4, W48T8Kw4St3, W48T8Kw4St4,
-              T8Kw4St8Parts, T8Kw8St4Parts, W8T8Kw4St8Parts, W8T8Kw4St6Parts, W8T16Kw4St6Parts>;
+using Compiled = Instances<T8Kw4, T8Kw8, T16Kw8, T8Kw4St8, T8Kw8St4, T8Kw8St6, T8Kw4St3, T8Kw4St4,
+                           T8Kw8Split2, T8Kw8St4Split2, T8Kw4St3Split4, T8Kw4St4Split4, W48T8Kw4St3,
+                           W48T8Kw4St4, W8T8Kw4St8Parts, W8T8Kw4St6Parts, W8T16Kw4St6Parts>;
 
 }  // namespace
 

@@ -40,11 +40,12 @@
 //   k16 steps per block in the prefill's permuted K order (the same lane fragments); the parts'
 //   sums are added in part order. mma.sync m16n8k16 and wgmma m64nNk16 give the same fp32 bits
 //   for the same products, slots and accumulator (checked on the H200 over random operands with
-//   exponents spread over 2^-20 .. 2^20). A part is a serial chain, so a layer has N / 16 x P
-//   of them; 8-row tiles (GemvShape::rows = 8) put the weights in the mma's B operand and the
-//   tokens in A, 8 rows a warp: twice the chains, each half as long, up to 16 tokens an mma.
-//   In W8A8 the 8-row tiles chain in the scaled domain (gemv_activation.cuh) where the CTA's
-//   weight and activation scales lie in its window: f16 mma on the unscaled e4m3 operands, the
+//   exponents spread over 2^-20 .. 2^20, whichever operand holds the weights). A part is a
+//   serial chain, so k-parts tiles (GemvShape::rows = 8) put 8 weight rows in the mma's B
+//   operand and the tokens in A: N / 8 x P chains, up to 16 tokens an mma.
+//   They chain in the scaled domain (gemv_activation.cuh) where the CTA's weight and
+//   activation scales lie in its window: f16 mma on the unscaled e4m3 operands (x per block, in
+//   W8A16, divided by a power of two into f16), the
 //   accumulator moved by a power of two where a block's scales change, the same bits; ~28
 //   instructions a block and warp instead of ~48. Only warps with a part get a ring.
 #pragma once
@@ -139,10 +140,8 @@ struct GemvTile {
 
   // Partial tiles per row tile: one per warp, or (k parts) one per part.
   static constexpr int kPartialSlots = kKParts ? kMaxKParts : kWarps;
-  // 8-row k-parts tiles chain in the scaled domain where the scales allow (gemv_activation.cuh).
-  // (W8A16 tiles keep the exponent bytes' room unused: one layout in both modes.)
-  static constexpr bool kExponentRows = kKParts && kRows == 8;
-  static constexpr bool kScaledDomain = kExponentRows && !kXAsIs;
+  // k-parts tiles chain in the scaled domain where the scales allow (gemv_activation.cuh).
+  static constexpr bool kScaledDomain = kKParts;
   // Bytes from one token's exponent bytes (scaled domain) to the next: a word per 128-K chunk.
   static constexpr int exp_stride(int k) { return (k / kBlockSize + 3) / 4 * 4; }
   // Shared memory at K for `tokens` = min(M, kTokens) staged rows: the weight ring, e4m3 rows
@@ -155,7 +154,7 @@ struct GemvTile {
   }
   static constexpr int exp_offset(int k, int tokens) { return scale_offset(k, tokens); }
   static constexpr int reduce_offset(int k, int tokens) {
-    if constexpr (kExponentRows) {
+    if constexpr (kScaledDomain) {
       return exp_offset(k, tokens) + (tokens * exp_stride(k) + 15) / 16 * 16;
     } else {
       return scale_offset(k, tokens) + (kRows16 ? 0 : tokens * (k / kBlockSize) * 4);
@@ -175,7 +174,8 @@ struct GemvTile {
   static_assert(kSplits == 1 || kSplits == 2 || kSplits == 4, "a cluster of 1, 2 or 4 CTAs");
   static_assert(kRowTiles >= 1 && kRowTiles <= 3, "compiled row tiles");
   static_assert(kRowTiles == 1 || kSplits == 1, "a K split meets over one row tile");
-  static_assert(kRows == 16 || (kRows == 8 && kKParts), "8-row tiles: k parts, weights as B");
+  static_assert(kKParts ? kRows == 8 : kRows == 16,
+                "k parts: 8-row tiles, weights as B; promoted: 16 rows, weights as A");
 };
 
 // Grid: x = kCtaRows-row weight tiles, y = K splits (clusters of (1, kSplits, 1) when kSplits > 1),
@@ -241,8 +241,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
     for (int i = 0; i < Tile::kStages - 1; ++i) ring.issue(p, n0, lane, first + i, end, blocks);
   }
   // The scaled domain needs the CTA's weight scales in its window (read before the wait: static)
-  // and an activation staged from e4m3 codes and scales.
-  const bool unscaled_staging = Tile::kScaledDomain && p.x == nullptr;
+  // and an activation staged from e4m3 codes and scales, or from bf16 x.
+  const bool unscaled_staging = Tile::kScaledDomain && (Tile::kXAsIs || p.x == nullptr);
   bool in_window = unscaled_staging;
   if constexpr (Tile::kScaledDomain) {
     if (unscaled_staging) {
@@ -258,7 +258,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   bool scaled_domain = false;
   if constexpr (Tile::kScaledDomain) {
     if (unscaled_staging) {
-      in_window = stage_unscaled_mx<Tile::kThreads>(p, t0, s) && in_window;
+      if constexpr (Tile::kXAsIs) {
+        in_window = stage_unscaled_x<Tile::kThreads>(p, t0, s) && in_window;
+      } else {
+        in_window = stage_unscaled_mx<Tile::kThreads>(p, t0, s) && in_window;
+      }
       scaled_domain = __syncthreads_and(in_window) != 0;
     }
   }
@@ -298,9 +302,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
       }
     }
     if (!scaled_domain) {
-      stream_parts_through_ring<Tile::kStages, Tile::kRows, Tile::kTokenTiles>(
-          p, n0, lane, part_first, part_end, parts, units, blocks, ring, part_sums, first_tile,
-          last_tile);
+      stream_parts_through_ring<Tile::kStages, Tile::kTokenTiles>(p, n0, lane, part_first, part_end,
+                                                                  parts, units, blocks, ring,
+                                                                  part_sums, first_tile, last_tile);
     }
   } else {
     float acc[Tile::kTokenTiles][4];

@@ -61,35 +61,12 @@ __device__ __forceinline__ void accumulate_block(float (&acc)[kTokenTiles][4], u
 }
 
 // One MX block in the batch-invariant K order (k parts): the prefill kernel's arithmetic on the
-// same lane fragments. The weights are widened to bf16 with their scale folded in
-// (mx::e4m3x4_scaled_to_bf16x2x2, exact down to bf16's subnormal grid), the activation
-// fragments are bf16 (x, or the MX activation dequantized the same way), and both k16 steps
-// accumulate into acc itself: the part's chain, in the prefill's step order.
-template <int kTokenTiles, class Reader>
-__device__ __forceinline__ void accumulate_block_in_order(float (&acc)[kTokenTiles][4], uint2 w_lo,
-                                                          uint2 w_hi, float sw_lo, float sw_hi,
-                                                          int b, const Reader& first_tile,
-                                                          const Reader& last_tile) {
-  static_assert(Reader::kOperand == ActivationOperand::kBf16, "bf16 fragments");
-  std::uint32_t a0[4], a1[4];  // k16 steps 0 and 1: {row g lo, row g+8 lo, g hi, g+8 hi}
-  mx::e4m3x4_scaled_to_bf16x2x2(w_lo.x, sw_lo, a0[0], a0[2]);
-  mx::e4m3x4_scaled_to_bf16x2x2(w_hi.x, sw_hi, a0[1], a0[3]);
-  mx::e4m3x4_scaled_to_bf16x2x2(w_lo.y, sw_lo, a1[0], a1[2]);
-  mx::e4m3x4_scaled_to_bf16x2x2(w_hi.y, sw_hi, a1[1], a1[3]);
-#pragma unroll
-  for (int j = 0; j < kTokenTiles; ++j) {
-    const Reader& reader = j == 0 ? first_tile : last_tile;
-    std::uint32_t bf[4];
-    reader.fragments(b, bf);
-    mma_16816<ActivationOperand::kBf16>(acc[j], a0, bf[0], bf[1], acc[j]);
-    mma_16816<ActivationOperand::kBf16>(acc[j], a1, bf[2], bf[3], acc[j]);
-  }
-}
-
-// The same block for a warp of 8 weight rows (the k-parts tiles of 8 rows): the weights are the
-// mma's B operand, so each m16n8k16 takes up to 16 tokens (its A rows) against the warp's 8 rows,
-// and a layer has twice the chains of the 16-row tiles. Lane (g, t) widens bytes 8t..8t+7 of
-// row g's block, the k slots that the 16-row tiles give row g (bytes 0-3: step 0, pairs
+// same k slots, for a warp of 8 weight rows. The weights are widened to bf16 with their scale
+// folded in (mx::e4m3x4_scaled_to_bf16x2x2, exact down to bf16's subnormal grid) and are the
+// mma's B operand, so each m16n8k16 takes up to 16 tokens (its A rows, bf16: x, or the MX
+// activation dequantized the same way) against the warp's 8 rows; both k16 steps accumulate into
+// acc itself, the part's chain. Lane (g, t) widens bytes 8t..8t+7 of row g's block, the k slots
+// that the promoted tiles give row g (bytes 0-3: step 0, pairs
 // (2t, 2t+1) and (2t+8, 2t+9); bytes 4-7: step 1), and the tokens' fragments keep the slots they
 // have as B there, so each output sums the same products in the same slots: mma.sync gives the
 // same fp32 bits whichever operand holds a factor (the GPU tests check these rows against the
@@ -339,8 +316,8 @@ struct WeightRing {
     return mx::scale_from_byte((words[row] >> (8 * block)) & 0xFFu);
   }
 
-  // kInOrder: the batch-invariant order (accumulate_block_in_order), else per-block promotion.
-  template <bool kInOrder, int kTokenTiles, class Reader>
+  // The 16-row ring's stage, each block promoted (accumulate_block).
+  template <int kTokenTiles, class Reader>
   __device__ __forceinline__ void compute(float (&acc)[kTokenTiles][4], int s, int blocks, int g,
                                           int t, const Reader& first_tile,
                                           const Reader& last_tile) const {
@@ -354,11 +331,7 @@ struct WeightRing {
       const uint2 w_hi =
           *reinterpret_cast<const uint2*>(slot + gemv_ring::fragment_offset(g + 8, t, i));
       const float sw_lo = shuffled_scale(lo, i, g), sw_hi = shuffled_scale(hi, i, g);
-      if constexpr (kInOrder) {
-        accumulate_block_in_order(acc, w_lo, w_hi, sw_lo, sw_hi, b0 + i, first_tile, last_tile);
-      } else {
-        accumulate_block(acc, w_lo, w_hi, sw_lo, sw_hi, b0 + i, first_tile, last_tile);
-      }
+      accumulate_block(acc, w_lo, w_hi, sw_lo, sw_hi, b0 + i, first_tile, last_tile);
     };
     for_each_block<kStageBlocks>(blocks - b0, block);
   }
@@ -428,7 +401,7 @@ __device__ __forceinline__ void stream_through_ring(const GemmParams& p, int n0,
     // the warp barrier makes every lane's copies visible to all.
     ptx::cp_async_wait<kStages - 1>();
     __syncwarp();
-    ring.template compute<false>(acc, s, blocks, g, t, first_tile, last_tile);
+    ring.compute(acc, s, blocks, g, t, first_tile, last_tile);
     __syncwarp();  // the slot is read by every lane before the next issue overwrites it
   }
 }
@@ -468,43 +441,28 @@ __device__ __forceinline__ void store_fragment_tile_b(const float (&acc)[1][4], 
 // The k-parts streamer: parts [part_first, part_end) of `parts`, their 128-K chunks (ring
 // stages, `chunks` in all) from stage `first` on, stages first .. first + kStages - 2 issued
 // before the wait on the previous kernel. Each part is one chain from zero; its sum goes to
-// tile `part` of `part_sums` ([part][row][token] of kRows rows and kTokenTiles * 8 tokens),
+// tile `part` of `part_sums` ([part][row][token] of 8 rows and kTokenTiles * 8 tokens),
 // where the CTA adds the parts in part order.
-template <int kStages, int kRows, int kTokenTiles, class Reader>
+template <int kStages, int kTokenTiles, class Reader>
 __device__ __forceinline__ void stream_parts_through_ring(
     const GemmParams& p, int n0, int lane, int part_first, int part_end, int parts, int chunks,
-    int blocks, const WeightRing<kStages, kRows>& ring, float* part_sums, const Reader& first_tile,
+    int blocks, const WeightRing<kStages, 8>& ring, float* part_sums, const Reader& first_tile,
     const Reader& last_tile) {
   constexpr int kTokens = 8 * kTokenTiles;
-  constexpr int kAccTiles = kAccTilesOf<kRows, kTokenTiles>;
   const int g = lane >> 2, t = lane & 3;
   const int end = split_chunks(part_end, parts, chunks).begin;
   int s = split_chunks(part_first, parts, chunks).begin;
   for (int part = part_first; part < part_end; ++part) {
-    float acc[kAccTiles][4];
-#pragma unroll
-    for (int j = 0; j < kAccTiles; ++j) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
-    }
+    float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
     const int part_stop = split_chunks(part + 1, parts, chunks).begin;
     for (; s < part_stop; ++s) {
       ring.issue(p, n0, lane, s + kStages - 1, end, blocks);
       ptx::cp_async_wait<kStages - 1>();
       __syncwarp();
-      if constexpr (kRows == 16) {
-        ring.template compute<true>(acc, s, blocks, g, t, first_tile, last_tile);
-      } else {
-        ring.template compute_in_order_b<kTokenTiles>(acc, s, blocks, g, t, first_tile, last_tile);
-      }
+      ring.template compute_in_order_b<kTokenTiles>(acc, s, blocks, g, t, first_tile, last_tile);
       __syncwarp();
     }
-    float* const tile = part_sums + part * kRows * kTokens;
-    if constexpr (kRows == 16) {
-      store_fragment_tile(acc, tile, g, t);
-    } else {
-      store_fragment_tile_b<kTokenTiles>(acc, tile, g, t);
-    }
+    store_fragment_tile_b<kTokenTiles>(acc, part_sums + part * 8 * kTokens, g, t);
   }
 }
 
