@@ -292,19 +292,16 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   constexpr int kTile = Tile::kRows * Tile::kTokens;
   if constexpr (Tile::kKParts) {
     float* const part_sums = partials + cta_warp / Tile::kWarps * Tile::kPartialSlots * kTile;
-    if constexpr (Tile::kScaledDomain) {
-      if (scaled_domain) {
-        const std::uint8_t* const exps_lo = s.exps + min(g, s.tokens - 1) * s.exp_stride;
-        const std::uint8_t* const exps_hi = s.exps + min(8 + g, s.tokens - 1) * s.exp_stride;
-        stream_parts_unscaled<Tile::kStages, Tile::kTokenTiles>(
-            p, n0, lane, part_first, part_end, parts, units, blocks, ring, part_sums, exps_lo,
-            exps_hi, first_tile, last_tile);
-      }
-    }
-    if (!scaled_domain) {
-      stream_parts_through_ring<Tile::kStages, Tile::kTokenTiles>(p, n0, lane, part_first, part_end,
-                                                                  parts, units, blocks, ring,
-                                                                  part_sums, first_tile, last_tile);
+    if (scaled_domain) {
+      const std::uint8_t* const exps_lo = s.exps + min(g, s.tokens - 1) * s.exp_stride;
+      const std::uint8_t* const exps_hi = s.exps + min(8 + g, s.tokens - 1) * s.exp_stride;
+      stream_parts_through_ring</*kUnscaled=*/true, Tile::kStages, Tile::kTokenTiles>(
+          p, n0, lane, part_first, part_end, parts, units, blocks, ring, part_sums, exps_lo,
+          exps_hi, first_tile, last_tile);
+    } else {
+      stream_parts_through_ring</*kUnscaled=*/false, Tile::kStages, Tile::kTokenTiles>(
+          p, n0, lane, part_first, part_end, parts, units, blocks, ring, part_sums, nullptr,
+          nullptr, first_tile, last_tile);
     }
   } else {
     float acc[Tile::kTokenTiles][4];

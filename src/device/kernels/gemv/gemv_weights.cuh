@@ -72,21 +72,30 @@ __device__ __forceinline__ void accumulate_block(float (&acc)[kTokenTiles][4], u
 // same fp32 bits whichever operand holds a factor (the GPU tests check these rows against the
 // prefill kernel's). acc: (token g, row 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1); with one token
 // tile, tokens 8-15 are zeros.
-template <int kTokenTiles, class Reader>
-__device__ __forceinline__ void accumulate_block_in_order_b(float (&acc)[4], uint2 w, float sw,
-                                                            int b, const Reader& first_tile,
-                                                            const Reader& last_tile) {
-  static_assert(Reader::kOperand == ActivationOperand::kBf16, "bf16 fragments");
-  std::uint32_t w0[2], w1[2];  // k16 steps 0 and 1: {slots 2t, 2t+1; slots 2t+8, 2t+9}
-  mx::e4m3x4_scaled_to_bf16x2x2(w.x, sw, w0[0], w0[1]);
-  mx::e4m3x4_scaled_to_bf16x2x2(w.y, sw, w1[0], w1[1]);
+// The two k16 steps of block b for an 8-row warp: the weights' widened fragments w0 (step 0:
+// slots 2t, 2t+1; 2t+8, 2t+9) and w1 (step 1) as B, tokens g and g + 8 as A, mma on kOperand.
+template <ActivationOperand kOperand, int kTokenTiles, class Reader>
+__device__ __forceinline__ void chain_block_b(float (&acc)[4], const std::uint32_t (&w0)[2],
+                                              const std::uint32_t (&w1)[2], int b,
+                                              const Reader& first_tile, const Reader& last_tile) {
   std::uint32_t lo[4], hi[4] = {0u, 0u, 0u, 0u};  // tokens g and g + 8: steps 0 and 1
   first_tile.fragments(b, lo);
   if constexpr (kTokenTiles == 2) last_tile.fragments(b, hi);
   const std::uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
   const std::uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
-  mma_16816<ActivationOperand::kBf16>(acc, a0, w0[0], w0[1], acc);
-  mma_16816<ActivationOperand::kBf16>(acc, a1, w1[0], w1[1], acc);
+  mma_16816<kOperand>(acc, a0, w0[0], w0[1], acc);
+  mma_16816<kOperand>(acc, a1, w1[0], w1[1], acc);
+}
+
+template <int kTokenTiles, class Reader>
+__device__ __forceinline__ void accumulate_block_in_order_b(float (&acc)[4], uint2 w, float sw,
+                                                            int b, const Reader& first_tile,
+                                                            const Reader& last_tile) {
+  static_assert(Reader::kOperand == ActivationOperand::kBf16, "bf16 fragments");
+  std::uint32_t w0[2], w1[2];
+  mx::e4m3x4_scaled_to_bf16x2x2(w.x, sw, w0[0], w0[1]);
+  mx::e4m3x4_scaled_to_bf16x2x2(w.y, sw, w1[0], w1[1]);
+  chain_block_b<ActivationOperand::kBf16, kTokenTiles>(acc, w0, w1, b, first_tile, last_tile);
 }
 
 // accumulate_block_in_order_b in the scaled domain (scaled_domain in gemv_activation.cuh): the
@@ -98,13 +107,7 @@ __device__ __forceinline__ void accumulate_block_unscaled_b(float (&acc)[4], uin
   std::uint32_t w0[2], w1[2];
   ptx::e4m3x4_to_f16x2x2(w.x, w0[0], w0[1]);
   ptx::e4m3x4_to_f16x2x2(w.y, w1[0], w1[1]);
-  std::uint32_t lo[4], hi[4] = {0u, 0u, 0u, 0u};
-  first_tile.fragments(b, lo);
-  if constexpr (kTokenTiles == 2) last_tile.fragments(b, hi);
-  const std::uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]};
-  const std::uint32_t a1[4] = {lo[2], hi[2], lo[3], hi[3]};
-  mma_16816<ActivationOperand::kF16>(acc, a0, w0[0], w0[1], acc);
-  mma_16816<ActivationOperand::kF16>(acc, a1, w1[0], w1[1], acc);
+  chain_block_b<ActivationOperand::kF16, kTokenTiles>(acc, w0, w1, b, first_tile, last_tile);
 }
 
 // Moves an accumulator of the scaled domain from exponent byte sum `from` to `to` (each a
@@ -442,35 +445,11 @@ __device__ __forceinline__ void store_fragment_tile_b(const float (&acc)[1][4], 
 // stages, `chunks` in all) from stage `first` on, stages first .. first + kStages - 2 issued
 // before the wait on the previous kernel. Each part is one chain from zero; its sum goes to
 // tile `part` of `part_sums` ([part][row][token] of 8 rows and kTokenTiles * 8 tokens),
-// where the CTA adds the parts in part order.
-template <int kStages, int kTokenTiles, class Reader>
+// where the CTA adds the parts in part order. kUnscaled: the chain runs in the scaled domain,
+// starting in kDomainStart, moving with its blocks and leaving it before its sum is stored
+// (exps_lo / exps_hi: the staged exponent rows of tokens g and g + 8); else on scale-folded bf16.
+template <bool kUnscaled, int kStages, int kTokenTiles, class Reader>
 __device__ __forceinline__ void stream_parts_through_ring(
-    const GemmParams& p, int n0, int lane, int part_first, int part_end, int parts, int chunks,
-    int blocks, const WeightRing<kStages, 8>& ring, float* part_sums, const Reader& first_tile,
-    const Reader& last_tile) {
-  constexpr int kTokens = 8 * kTokenTiles;
-  const int g = lane >> 2, t = lane & 3;
-  const int end = split_chunks(part_end, parts, chunks).begin;
-  int s = split_chunks(part_first, parts, chunks).begin;
-  for (int part = part_first; part < part_end; ++part) {
-    float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
-    const int part_stop = split_chunks(part + 1, parts, chunks).begin;
-    for (; s < part_stop; ++s) {
-      ring.issue(p, n0, lane, s + kStages - 1, end, blocks);
-      ptx::cp_async_wait<kStages - 1>();
-      __syncwarp();
-      ring.template compute_in_order_b<kTokenTiles>(acc, s, blocks, g, t, first_tile, last_tile);
-      __syncwarp();
-    }
-    store_fragment_tile_b<kTokenTiles>(acc, part_sums + part * 8 * kTokens, g, t);
-  }
-}
-
-// stream_parts_through_ring for the 8-row tiles in the scaled domain: each part's chain starts
-// at zero in kDomainStart, moves with its blocks, and leaves the domain before its sum is stored.
-// exps_lo / exps_hi: the staged exponent rows of tokens g and g + 8.
-template <int kStages, int kTokenTiles, class Reader>
-__device__ __forceinline__ void stream_parts_unscaled(
     const GemmParams& p, int n0, int lane, int part_first, int part_end, int parts, int chunks,
     int blocks, const WeightRing<kStages, 8>& ring, float* part_sums, const std::uint8_t* exps_lo,
     const std::uint8_t* exps_hi, const Reader& first_tile, const Reader& last_tile) {
@@ -486,12 +465,18 @@ __device__ __forceinline__ void stream_parts_unscaled(
       ring.issue(p, n0, lane, s + kStages - 1, end, blocks);
       ptx::cp_async_wait<kStages - 1>();
       __syncwarp();
-      ring.template compute_unscaled_b<kTokenTiles>(acc[0], domain, s, blocks, g, t, exps_lo,
-                                                    exps_hi, first_tile, last_tile);
+      if constexpr (kUnscaled) {
+        ring.template compute_unscaled_b<kTokenTiles>(acc[0], domain, s, blocks, g, t, exps_lo,
+                                                      exps_hi, first_tile, last_tile);
+      } else {
+        ring.template compute_in_order_b<kTokenTiles>(acc, s, blocks, g, t, first_tile, last_tile);
+      }
       __syncwarp();
     }
+    if constexpr (kUnscaled) {
 #pragma unroll
-    for (int c = 0; c < 4; ++c) acc[0][c] = leave_domain(acc[0][c], domain[c]);
+      for (int c = 0; c < 4; ++c) acc[0][c] = leave_domain(acc[0][c], domain[c]);
+    }
     store_fragment_tile_b<kTokenTiles>(acc, part_sums + part * 8 * kTokens, g, t);
   }
 }
