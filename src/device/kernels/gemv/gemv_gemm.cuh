@@ -44,10 +44,10 @@
 //   serial chain, so k-parts tiles (GemvShape::rows = 8) put 8 weight rows in the mma's B
 //   operand and the tokens in A: N / 8 x P chains, up to 16 tokens an mma.
 //   They chain in the scaled domain (gemv_activation.cuh) where the CTA's weight and
-//   activation scales lie in its window: f16 mma on the unscaled e4m3 operands (x per block, in
-//   W8A16, divided by a power of two into f16), the
-//   accumulator moved by a power of two where a block's scales change, the same bits; ~28
-//   instructions a block and warp instead of ~48. Only warps with a part get a ring.
+//   activation scales lie in its window: f16 mma on the unscaled e4m3 operands (in W8A16, each
+//   block of x divided by a power of two into f16), the accumulator moved by a power of two
+//   where a block's scales change, the same bits; ~28 instructions a block and warp instead of
+//   ~48. Only warps with a part get a ring.
 #pragma once
 
 #include <cstdint>
@@ -134,7 +134,7 @@ struct GemvTile {
   static constexpr int kMinCtasPerSm =
       kRowTiles > 1                                ? 2
       : kStages > 0 && kStages <= 4 && kWarps == 4 ? 7
-      : kKParts&& kRows == 8 && kWarps == 4
+      : kRows == 8 && kWarps == 4 && kKParts
           ? 6
           : 16 / kWarps / gemv_detail::kAccTilesOf<kRows, kTokenTiles>;
 
