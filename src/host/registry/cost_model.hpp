@@ -22,8 +22,9 @@ struct WorkShape {
     kWgmmaPromoted,
     // bf16 wgmma on scale-folded operands, all of K accumulated in the tensor core (prefill).
     kWgmmaFolded,
-    // mma.sync on scale-folded operands, each warp one chain through whole K parts (the gemv's
-    // k-parts configs): a warp's chain is serial, so CTAs beyond those an SM holds wait a wave.
+    // mma.sync, each warp one chain through whole K parts (the gemv's k-parts configs), on
+    // scale-folded or (unscaled_chain) unscaled operands: a warp's chain is serial, so CTAs
+    // beyond those an SM holds wait a wave.
     kMmaChained,
   };
   // How the CTAs cover the output tiles: one CTA per tile (and K split); one CTA per SM walking
@@ -39,7 +40,7 @@ struct WorkShape {
   int consumer_groups = 1;  // warpgroups sharing a tile's tensor work
   int consumer_warps = 4;   // warps widening and promoting the weights (promoted engines)
   double activation_bytes_per_element = 1.03125;  // what the kernel reads of x: e4m3 + scales
-  // Each CTA quantizes its tokens' K range itself (or, k parts, widens them to bf16 rows).
+  // Each CTA quantizes its tokens' K range itself (or, k parts, stages them as 16-bit rows).
   bool quantizes_tokens = false;
   // K parts a CTA sums apart (the batch-invariant mode's k-parts tiles; 1 elsewhere).
   int k_parts = 1;

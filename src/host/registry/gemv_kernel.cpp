@@ -89,7 +89,7 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
   // them as they are. No scratch. The k-parts configs take the quantize kernel's e4m3 and
   // scales: on the 8-row tiles at M = 1, each CTA quantizing its row to bf16 itself added
   // 2.7-4.8 us to the W8A16 call's time (2560 x 6144 to 10240 x 5120; each CTA quantizes all
-  // of K), the quantize kernel and each CTA's widening of its e4m3 row 2.0-3.0 us.
+  // of K), the quantize kernel and each CTA's staging of its e4m3 row 2.0-3.0 us.
   CallPlan plan(const Problem& problem, std::string_view config) const override {
     CallPlan p;
     if (as_is() && problem.operand != ActivationOperand::kMx) {
@@ -112,8 +112,8 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
                      "M = {}, K = {}", m, k);
   }
 
-  // 16-row (k parts: also 8-row) tiles of 8 or 16 tokens, their K over the CTA's warps and over
-  // a cluster; it reads the 16-bit activation and quantizes it itself. Its CTAs are small:
+  // 16-row tiles (k parts: 8-row) of 8 or 16 tokens, their K over the CTA's warps and over a
+  // cluster; it reads the 16-bit activation and quantizes it itself. Its CTAs are small:
   // residency is bounded by the SM's threads and shared memory.
   std::optional<detail::WorkShape> work_shape(const LinearShape& shape,
                                               std::string_view config) const override {

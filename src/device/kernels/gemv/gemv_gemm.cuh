@@ -129,14 +129,13 @@ struct GemvTile {
   // 4-warp rings are small enough in shared memory for 7 CTAs per SM, the next layer's among
   // them, if they keep to 72 registers (at 74 they fit 6).
   // Several row tiles: two CTAs per SM, so the next layer's CTA is resident beside this one.
-  // 8-row tiles keep one accumulator tile for both token tiles; their k-parts rings fit six
-  // CTAs an SM at K = 6144 (6 slots), which registers must not prevent (at most 80).
-  static constexpr int kMinCtasPerSm =
-      kRowTiles > 1                                ? 2
-      : kStages > 0 && kStages <= 4 && kWarps == 4 ? 7
-      : kRows == 8 && kWarps == 4 && kKParts
-          ? 6
-          : 16 / kWarps / gemv_detail::kAccTilesOf<kRows, kTokenTiles>;
+  // The 8-row k-parts tiles' rings fit six CTAs an SM at K = 6144 (6 slots), which registers
+  // must not prevent (at most 80).
+  static constexpr int kMinCtasPerSm = kRowTiles > 1                                ? 2
+                                       : kStages > 0 && kStages <= 4 && kWarps == 4 ? 7
+                                       : kRows == 8 && kWarps == 4 && kKParts
+                                           ? 6
+                                           : 16 / kWarps / kTokenTiles;
 
   // Partial tiles per row tile: one per warp, or (k parts) one per part.
   static constexpr int kPartialSlots = kKParts ? kMaxKParts : kWarps;

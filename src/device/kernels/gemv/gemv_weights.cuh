@@ -60,18 +60,6 @@ __device__ __forceinline__ void accumulate_block(float (&acc)[kTokenTiles][4], u
   }
 }
 
-// One MX block in the batch-invariant K order (k parts): the prefill kernel's arithmetic on the
-// same k slots, for a warp of 8 weight rows. The weights are widened to bf16 with their scale
-// folded in (mx::e4m3x4_scaled_to_bf16x2x2, exact down to bf16's subnormal grid) and are the
-// mma's B operand, so each m16n8k16 takes up to 16 tokens (its A rows, bf16: x, or the MX
-// activation dequantized the same way) against the warp's 8 rows; both k16 steps accumulate into
-// acc itself, the part's chain. Lane (g, t) widens bytes 8t..8t+7 of row g's block, the k slots
-// that the promoted tiles give row g (bytes 0-3: step 0, pairs
-// (2t, 2t+1) and (2t+8, 2t+9); bytes 4-7: step 1), and the tokens' fragments keep the slots they
-// have as B there, so each output sums the same products in the same slots: mma.sync gives the
-// same fp32 bits whichever operand holds a factor (the GPU tests check these rows against the
-// prefill kernel's). acc: (token g, row 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1); with one token
-// tile, tokens 8-15 are zeros.
 // The two k16 steps of block b for an 8-row warp: the weights' widened fragments w0 (step 0:
 // slots 2t, 2t+1; 2t+8, 2t+9) and w1 (step 1) as B, tokens g and g + 8 as A, mma on kOperand.
 template <ActivationOperand kOperand, int kTokenTiles, class Reader>
@@ -87,6 +75,18 @@ __device__ __forceinline__ void chain_block_b(float (&acc)[4], const std::uint32
   mma_16816<kOperand>(acc, a1, w1[0], w1[1], acc);
 }
 
+// One MX block in the batch-invariant K order (k parts): the prefill kernel's arithmetic on the
+// same k slots, for a warp of 8 weight rows. The weights are widened to bf16 with their scale
+// folded in (mx::e4m3x4_scaled_to_bf16x2x2, exact down to bf16's subnormal grid) and are the
+// mma's B operand, so each m16n8k16 takes up to 16 tokens (its A rows, bf16: x, or the MX
+// activation dequantized the same way) against the warp's 8 rows; both k16 steps accumulate into
+// acc itself, the part's chain. Lane (g, t) widens bytes 8t..8t+7 of row g's block, the k slots
+// that the promoted tiles give row g (bytes 0-3: step 0, pairs
+// (2t, 2t+1) and (2t+8, 2t+9); bytes 4-7: step 1), and the tokens' fragments keep the slots they
+// have as B there, so each output sums the same products in the same slots: mma.sync gives the
+// same fp32 bits whichever operand holds a factor (the GPU tests check these rows against the
+// prefill kernel's). acc: (token g, row 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1); with one token
+// tile, tokens 8-15 are zeros.
 template <int kTokenTiles, class Reader>
 __device__ __forceinline__ void accumulate_block_in_order_b(float (&acc)[4], uint2 w, float sw,
                                                             int b, const Reader& first_tile,
@@ -145,12 +145,6 @@ __device__ __forceinline__ bool weight_scales_in_window(const GemmParams& p, int
 
 // The domain a part's chain starts in: any byte sum of the window (its accumulator is zero).
 inline constexpr std::uint32_t kDomainStart = 137;
-
-// Accumulator tiles (4 fp32 a lane each) of a warp with kRows weight rows and kTokenTiles tiles
-// of 8 tokens: one per token tile with the weights as the mma's A operand (16 rows), one for up
-// to 16 tokens with the weights as B (8 rows).
-template <int kRows, int kTokenTiles>
-inline constexpr int kAccTilesOf = kRows == 16 ? kTokenTiles : 1;
 
 // Runs block(i) for i < min(count, kBlocks) (count warp-uniform). A whole run is one branch-free
 // sequence, so the scheduler overlaps its blocks' shared-memory loads and mma chains; with a
@@ -341,7 +335,7 @@ struct WeightRing {
 
   // The 8-row ring's stage in the batch-invariant order (accumulate_block_in_order_b).
   template <int kTokenTiles, class Reader>
-  __device__ __forceinline__ void compute_in_order_b(float (&acc)[1][4], int s, int blocks, int g,
+  __device__ __forceinline__ void compute_in_order_b(float (&acc)[4], int s, int blocks, int g,
                                                      int t, const Reader& first_tile,
                                                      const Reader& last_tile) const {
     static_assert(kRows == 8, "8 rows as the mma's B operand");
@@ -350,7 +344,7 @@ struct WeightRing {
     const int b0 = kStageBlocks * s;
     for_each_block<kStageBlocks>(blocks - b0, [&](int i) {
       const uint2 w = *reinterpret_cast<const uint2*>(slot + gemv_ring::fragment_offset(g, t, i));
-      accumulate_block_in_order_b<kTokenTiles>(acc[0], w, shuffled_scale(decoded, i, g), b0 + i,
+      accumulate_block_in_order_b<kTokenTiles>(acc, w, shuffled_scale(decoded, i, g), b0 + i,
                                                first_tile, last_tile);
     });
   }
@@ -430,14 +424,14 @@ __device__ __forceinline__ void store_fragment_tile(const float (&acc)[kTokenTil
 // kTokenTiles * 8 tokens to `tile` ([row][token], fp32): (token g, row 2t), (g, 2t + 1), and
 // with two token tiles (g + 8, 2t), (g + 8, 2t + 1).
 template <int kTokenTiles>
-__device__ __forceinline__ void store_fragment_tile_b(const float (&acc)[1][4], float* tile, int g,
+__device__ __forceinline__ void store_fragment_tile_b(const float (&acc)[4], float* tile, int g,
                                                       int t) {
   constexpr int kTokens = 8 * kTokenTiles;
-  tile[2 * t * kTokens + g] = acc[0][0];
-  tile[(2 * t + 1) * kTokens + g] = acc[0][1];
+  tile[2 * t * kTokens + g] = acc[0];
+  tile[(2 * t + 1) * kTokens + g] = acc[1];
   if constexpr (kTokenTiles == 2) {
-    tile[2 * t * kTokens + g + 8] = acc[0][2];
-    tile[(2 * t + 1) * kTokens + g + 8] = acc[0][3];
+    tile[2 * t * kTokens + g + 8] = acc[2];
+    tile[(2 * t + 1) * kTokens + g + 8] = acc[3];
   }
 }
 
@@ -458,7 +452,7 @@ __device__ __forceinline__ void stream_parts_through_ring(
   const int end = split_chunks(part_end, parts, chunks).begin;
   int s = split_chunks(part_first, parts, chunks).begin;
   for (int part = part_first; part < part_end; ++part) {
-    float acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     std::uint32_t domain[4] = {kDomainStart, kDomainStart, kDomainStart, kDomainStart};
     const int part_stop = split_chunks(part + 1, parts, chunks).begin;
     for (; s < part_stop; ++s) {
@@ -466,7 +460,7 @@ __device__ __forceinline__ void stream_parts_through_ring(
       ptx::cp_async_wait<kStages - 1>();
       __syncwarp();
       if constexpr (kUnscaled) {
-        ring.template compute_unscaled_b<kTokenTiles>(acc[0], domain, s, blocks, g, t, exps_lo,
+        ring.template compute_unscaled_b<kTokenTiles>(acc, domain, s, blocks, g, t, exps_lo,
                                                       exps_hi, first_tile, last_tile);
       } else {
         ring.template compute_in_order_b<kTokenTiles>(acc, s, blocks, g, t, first_tile, last_tile);
@@ -475,7 +469,7 @@ __device__ __forceinline__ void stream_parts_through_ring(
     }
     if constexpr (kUnscaled) {
 #pragma unroll
-      for (int c = 0; c < 4; ++c) acc[0][c] = leave_domain(acc[0][c], domain[c]);
+      for (int c = 0; c < 4; ++c) acc[c] = leave_domain(acc[c], domain[c]);
     }
     store_fragment_tile_b<kTokenTiles>(acc, part_sums + part * 8 * kTokens, g, t);
   }
