@@ -9,6 +9,7 @@
 #include <string>
 
 #include "device/common/grid_walk.hpp"
+#include "host/registry/cost_model.hpp"
 #include "host/registry/registry.hpp"
 #include "support/random.hpp"
 
@@ -158,6 +159,20 @@ TEST(BatchInvariantSelection, TheModelSeesTheGemvChains) {
     EXPECT_TRUE(
         kernel_named(r, "gemv_a16").work_shape(shape, "w8_t8_kwarps4_st8_kparts")->unscaled_chain)
         << k;
+    // Each CTA stages its tokens as 16-bit rows in both modes, so a k-parts tile costs more per
+    // token in W8A16 too (priced flat, the mode took it at M = 4 at 1.15-1.44x the prefill
+    // kernel's time); the default W8A16 configs read x as it is.
+    const Kernel& a16 = kernel_named(r, "gemv_a16");
+    EXPECT_TRUE(eight->quantizes_tokens) << k;
+    EXPECT_TRUE(a16.work_shape(shape, "w8_t8_kwarps4_st8_kparts")->quantizes_tokens) << k;
+    EXPECT_FALSE(a16.work_shape(shape, "w16_t8_kwarps8")->quantizes_tokens) << k;
+    const detail::DeviceRates rates;
+    auto a16_seconds = [&](std::int64_t m) {
+      const LinearShape at_m{m, shape.n, shape.k};
+      return detail::estimated_seconds(*a16.work_shape(at_m, "w8_t8_kwarps4_st8_kparts"),
+                                       detail::ActivationPass::kNone, at_m, rates);
+    };
+    EXPECT_GT(a16_seconds(4), a16_seconds(1)) << k;
   }
   Problem problem;
   problem.shape = {1, 2560, 6144};

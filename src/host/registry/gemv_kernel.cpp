@@ -138,7 +138,9 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
                                             device::ctas_per_sm_by_smem(smem))),
         .consumer_warps = working,
         .activation_bytes_per_element = 2,
-        .quantizes_tokens = !as_is(),
+        // Its CTAs quantize their tokens, or (k parts, in both modes) stage them as 16-bit rows:
+        // a cost per token and CTA either way.
+        .quantizes_tokens = !as_is() || c.k_parts,
         // The scaled domain's per-block cost grows with the token tiles (each moves its own
         // accumulators): priced at its rate with one.
         .unscaled_chain = c.k_parts && c.tokens == 8};
