@@ -98,6 +98,15 @@ void check_every_config(DType dtype, std::int64_t m, std::int64_t n, std::int64_
     for (const std::string& config : kernel->configs()) {
       if (!kernel->can_run(m, k, config).ok()) continue;
       SCOPED_TRACE(std::string(kernel->name()) + "/" + config);
+      // The GEMV's k-parts configs sum K in the prefill kernel's bf16 order: fp16 x is refused
+      // by name, never run in another order.
+      if (dtype == DType::kF16 && kernel->name() == "gemv_a16" &&
+          config.find("_kparts") != std::string::npos) {
+        EXPECT_THAT([&] { run(exact_x, 0, exact_w, DType::kF32, kernel.get(), config); },
+                    ::testing::ThrowsMessage<Error>(::testing::AllOf(
+                        ::testing::HasSubstr(config), ::testing::HasSubstr("expected bf16"))));
+        continue;
+      }
       expect_bit_exact(run(exact_x, 0, exact_w, DType::kF32, kernel.get(), config),
                        w8a16_reference(w8a16_operands(exact_x, exact_w), {}), n, DType::kF32);
       const W8A16Operands op = w8a16_operands(random_x, random_w);
