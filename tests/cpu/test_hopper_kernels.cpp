@@ -308,6 +308,28 @@ TEST(HopperKernels, OnlyThePrefillKernelTakesTheDequantizedActivation) {
 
 // A launch footprint needs the device (its occupancy); without one, or for a config that does
 // not exist or cannot run the shape, the kernel says nothing rather than guess.
+// A tile grid that fits the SMs one CTA each asks for the shared memory that keeps it so, where
+// two of its CTAs would otherwise fit an SM; every other launch asks for its tile's own.
+TEST(PrefillKernel, AGridThatFitsTheSmsRunsOneCtaAnSm) {
+  using device::ctas_per_sm_by_smem;
+  using device::prefill_launch_smem;
+  constexpr int kSmall = 79 * 1024;  // 64 x 32, 4 stages: two fit an SM
+  static_assert(ctas_per_sm_by_smem(kSmall) == 2);
+  const int spread = prefill_launch_smem(96, 132, 1, false, kSmall);
+  EXPECT_EQ(ctas_per_sm_by_smem(spread), 1);
+  EXPECT_GE(spread, kSmall);
+  EXPECT_LE(spread, device::kSm90MaxSmemPerCta);
+  EXPECT_EQ(prefill_launch_smem(132, 132, 1, false, kSmall), spread);
+  // More CTAs than SMs need two an SM for one wave; a cluster split and a persistent walk place
+  // their CTAs themselves; a tile of one CTA an SM already asks for enough.
+  EXPECT_EQ(prefill_launch_smem(133, 132, 1, false, kSmall), kSmall);
+  EXPECT_EQ(prefill_launch_smem(96, 132, 3, false, kSmall), kSmall);
+  EXPECT_EQ(prefill_launch_smem(96, 132, 1, true, kSmall), kSmall);
+  EXPECT_EQ(prefill_launch_smem(96, 132, 1, false, 150 * 1024), 150 * 1024);
+  // A small part: the rule follows the SM count it is given.
+  EXPECT_EQ(prefill_launch_smem(96, 66, 1, false, kSmall), kSmall);
+}
+
 TEST(PrefillKernel, LaunchFootprintIsNoneWithoutADeviceOrAConfigThatRuns) {
   const Kernel& k = prefill_kernel();
   EXPECT_FALSE(k.launch_footprint({128, 6144, 768}, "w128_t999").has_value());

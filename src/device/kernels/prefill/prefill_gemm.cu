@@ -188,18 +188,14 @@ cudaError_t register_moves(PrefillRegisterMoves* out) {
   return cudaSuccess;
 }
 
-// The dynamic shared memory a launch asks for: its tile's, or where an unsplit grid has no more
-// CTAs than the device has SMs but two would fit an SM, enough that only one does. Launched
-// behind the previous kernel (programmatic launch), such a grid's CTAs otherwise went two to an
-// SM on the SMs that kernel freed first, and the packed SMs set the time.
+// The launch's dynamic shared memory (prefill_launch_smem): one CTA an SM for a grid that fits
+// the SMs so.
 template <class Tile>
-int spread_smem(dim3 grid, int splits, int smem) {
-  constexpr int kOneAnSm = kSm90SmemPerSm / 2 - kSm90SmemReservedPerCta + 1024;
-  if (Tile::kPersistent || splits > 1 || ctas_per_sm_by_smem(smem) < 2) return smem;
+int launch_smem(dim3 grid, int splits, int smem) {
   int sms = 0;
   if (current_sm_count(sms) != cudaSuccess) return smem;
-  const long long ctas = static_cast<long long>(grid.x) * grid.y * grid.z;
-  return ctas <= sms && smem < kOneAnSm ? kOneAnSm : smem;
+  return prefill_launch_smem(static_cast<long long>(grid.x) * grid.y * grid.z, sms, splits,
+                             Tile::kPersistent, smem);
 }
 
 template <class Tile>
@@ -237,7 +233,7 @@ cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf
   }
   // Split 1 launches without a cluster.
   return launch_programmatic(prefill_gemm_kernel<Tile>, grid, dim3(Tile::kThreads),
-                             static_cast<std::size_t>(spread_smem<Tile>(grid, splits, smem)),
+                             static_cast<std::size_t>(launch_smem<Tile>(grid, splits, smem)),
                              stream, splits > 1 ? static_cast<unsigned>(splits) : 0u, w_map, a_map,
                              p);
 }

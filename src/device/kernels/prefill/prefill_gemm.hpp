@@ -62,6 +62,21 @@ std::span<const PrefillInstanceInfo> prefill_gemm_instances();
 // scale bytes of the CTA's K range).
 int prefill_gemm_smem_bytes(int instance, int k, int splits);
 
+// The dynamic shared memory a launch of `ctas` CTAs on `sms` SMs asks for, of an instance whose
+// CTA uses `smem`: that, or where an unsplit tile grid (not a persistent walk) has no more CTAs
+// than SMs and two of them would fit an SM, kPrefillOneCtaAnSmBytes, with which one does.
+// Launched behind the previous kernel (programmatic launch), such a grid's CTAs otherwise went
+// two to an SM on the SMs that kernel freed first, and the doubled SMs set the time (dense
+// gate_up's 96 CTAs of 64 x 32 at M = 16: 34.1 us, 24.6 spread).
+inline constexpr int kPrefillOneCtaAnSmBytes = kSm90SmemPerSm / 2 - kSm90SmemReservedPerCta + 1024;
+static_assert(ctas_per_sm_by_smem(kPrefillOneCtaAnSmBytes) == 1 &&
+                  kPrefillOneCtaAnSmBytes <= kSm90MaxSmemPerCta,
+              "one CTA an SM, within a CTA's limit");
+constexpr int prefill_launch_smem(long long ctas, int sms, int splits, bool persistent, int smem) {
+  if (persistent || splits > 1 || ctas > sms || ctas_per_sm_by_smem(smem) < 2) return smem;
+  return smem < kPrefillOneCtaAnSmBytes ? kPrefillOneCtaAnSmBytes : smem;
+}
+
 // Whether the output tile of `instance` cut into shares for `splits` K splits (1..
 // kPrefillMaxSplits) fits its ring: always for 1, 2, 4 and 8; not for 6 with 128 x 256 tiles;
 // a persistent or k-parts instance only for 1.
