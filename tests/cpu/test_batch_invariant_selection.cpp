@@ -141,6 +141,7 @@ TEST(BatchInvariantSelection, TheModelSeesTheKParts) {
 TEST(BatchInvariantSelection, TheModelSeesTheGemvChains) {
   const Registry r(builtin_kernels(), TunedTable{}, Environment::from({}));
   const Kernel& gemv = kernel_named(r, "gemv");
+  const Kernel& a16 = kernel_named(r, "gemv_a16");
   for (const std::int64_t k : {2048, 6144, 14336}) {
     const LinearShape shape{1, 2560, k};
     const int parts = device::batch_invariant_parts(static_cast<int>(k));
@@ -156,13 +157,10 @@ TEST(BatchInvariantSelection, TheModelSeesTheGemvChains) {
     // The scaled domain: tiles of one token tile, priced at its own rate, in both modes.
     EXPECT_TRUE(eight->unscaled_chain) << k;
     EXPECT_FALSE(sixteen_tokens->unscaled_chain) << k;
-    EXPECT_TRUE(
-        kernel_named(r, "gemv_a16").work_shape(shape, "w8_t8_kwarps4_st8_kparts")->unscaled_chain)
-        << k;
+    EXPECT_TRUE(a16.work_shape(shape, "w8_t8_kwarps4_st8_kparts")->unscaled_chain) << k;
     // Each CTA stages its tokens as 16-bit rows in both modes, so a k-parts tile costs more per
     // token in W8A16 too (priced flat, the mode took it at M = 4 at 1.15-1.44x the prefill
     // kernel's time); the default W8A16 configs read x as it is.
-    const Kernel& a16 = kernel_named(r, "gemv_a16");
     EXPECT_TRUE(eight->quantizes_tokens) << k;
     EXPECT_TRUE(a16.work_shape(shape, "w8_t8_kwarps4_st8_kparts")->quantizes_tokens) << k;
     EXPECT_FALSE(a16.work_shape(shape, "w16_t8_kwarps8")->quantizes_tokens) << k;
@@ -181,8 +179,7 @@ TEST(BatchInvariantSelection, TheModelSeesTheGemvChains) {
   EXPECT_EQ(gemv.plan(problem, "w8_t16_kwarps4_st6_kparts").activation, ActivationForm::kQuantized);
   EXPECT_EQ(gemv.plan(problem, "w16_t8_kwarps8").activation, ActivationForm::kUnquantized);
   problem.operand = ActivationOperand::kBf16;
-  EXPECT_EQ(kernel_named(r, "gemv_a16").plan(problem, "w8_t8_kwarps4_st8_kparts").activation,
-            ActivationForm::kAsIs);
+  EXPECT_EQ(a16.plan(problem, "w8_t8_kwarps4_st8_kparts").activation, ActivationForm::kAsIs);
 }
 
 // Random layers in each activation form and alignment, every M from 1 to 20000: one K order per

@@ -306,8 +306,6 @@ TEST(HopperKernels, OnlyThePrefillKernelTakesTheDequantizedActivation) {
   }
 }
 
-// A launch footprint needs the device (its occupancy); without one, or for a config that does
-// not exist or cannot run the shape, the kernel says nothing rather than guess.
 // A tile grid that fits the SMs one CTA each asks for the shared memory that keeps it so, where
 // two of its CTAs would otherwise fit an SM; every other launch asks for its tile's own.
 TEST(PrefillKernel, AGridThatFitsTheSmsRunsOneCtaAnSm) {
@@ -330,6 +328,8 @@ TEST(PrefillKernel, AGridThatFitsTheSmsRunsOneCtaAnSm) {
   EXPECT_EQ(prefill_launch_smem(96, 66, 1, false, kSmall), kSmall);
 }
 
+// A launch footprint needs the device (its occupancy); without one, or for a config that does
+// not exist or cannot run the shape, the kernel says nothing rather than guess.
 TEST(PrefillKernel, LaunchFootprintIsNoneWithoutADeviceOrAConfigThatRuns) {
   const Kernel& k = prefill_kernel();
   EXPECT_FALSE(k.launch_footprint({128, 6144, 768}, "w128_t999").has_value());

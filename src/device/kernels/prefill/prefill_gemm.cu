@@ -257,8 +257,10 @@ cudaError_t footprint(int m, int n, int k, int splits, PrefillFootprint* out) {
   if (splits == 1) {
     int sms = 0, per_sm = 0;
     if (cudaError_t e = current_sm_count(sms); e != cudaSuccess) return e;
+    // With the shared memory the launch asks for (one CTA an SM where the grid fits so).
+    const int launched = prefill_launch_smem(out->ctas, sms, 1, Tile::kPersistent, smem);
     if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, prefill_gemm_kernel<Tile>, Tile::kThreads, static_cast<std::size_t>(smem));
+            &per_sm, prefill_gemm_kernel<Tile>, Tile::kThreads, static_cast<std::size_t>(launched));
         e != cudaSuccess) {
       return e;
     }
