@@ -135,6 +135,37 @@ TEST(BatchInvariantSelection, TheModelSeesTheKParts) {
   }
 }
 
+// The mode prices the prefill tiles at their measured shares of the bf16 rate from
+// kMeasuredSharesFromM tokens; the default mode, and the mode below that M, keep the curve.
+// Measured, the 128 x 64 tile costs more than the curve gives and the 128 x 256 tile less.
+TEST(BatchInvariantSelection, ThePrefillTilesArePricedAtTheirMeasuredShares) {
+  const Registry r(builtin_kernels(), TunedTable{}, Environment::from({}));
+  const Kernel& prefill = kernel_named(r, "prefill");
+  LayerDescription invariant = invariant_layer(6144, 6144, ActivationOperand::kMx);
+  LayerDescription plain = invariant;
+  plain.batch_invariant = false;
+  for (const std::int64_t m :
+       {detail::kMeasuredSharesFromM, std::int64_t{128}, std::int64_t{4096}}) {
+    const auto narrow = estimated_call_us(prefill, "w128_t64_st4_overlap", invariant, m, kH200);
+    const auto narrow_curve = estimated_call_us(prefill, "w128_t64_st4_overlap", plain, m, kH200);
+    const auto wide = estimated_call_us(prefill, "w128_t256_st2", invariant, m, kH200);
+    const auto wide_curve = estimated_call_us(prefill, "w128_t256_st2", plain, m, kH200);
+    ASSERT_TRUE(narrow && narrow_curve && wide && wide_curve) << m;
+    EXPECT_GT(*narrow, *narrow_curve) << m;
+    EXPECT_LT(*wide, *wide_curve) << m;
+  }
+  const std::int64_t below = detail::kMeasuredSharesFromM - 1;
+  EXPECT_EQ(estimated_call_us(prefill, "w128_t64_st4_overlap", invariant, below, kH200),
+            estimated_call_us(prefill, "w128_t64_st4_overlap", plain, below, kH200));
+  // Every compiled tile's config gets a share in (0, 1].
+  for (const std::string& config : prefill.configs()) {
+    const auto w = prefill.work_shape({256, 6144, 6144}, config);
+    ASSERT_TRUE(w.has_value()) << config;
+    EXPECT_GT(w->measured_share, 0.0) << config;
+    EXPECT_LE(w->measured_share, 1.0) << config;
+  }
+}
+
 // The GEMV's k-parts configs as the model sees them: 8 weight rows per warp, one warp per part
 // working (at most the tile's warps); and in W8A8 they take the quantize kernel's output where
 // the GEMV's other configs quantize x in each CTA.

@@ -94,6 +94,23 @@ TEST(CostModel, EachPartChangeCostsAndCostsMoreOnWiderTiles) {
   EXPECT_NEAR(wide / narrow, 16.0, 1e-6);
 }
 
+// A measured share replaces the curve only where the rates ask for it, and a smaller share
+// costs more.
+TEST(CostModel, AMeasuredShareCountsWhereAsked) {
+  WorkShape w = folded(128, 128);
+  DeviceRates curve, measured;
+  measured.measured_shares = true;
+  const LinearShape shape{512, 6144, 6144};
+  const double unmeasured = estimated_seconds(w, ActivationPass::kDequantize, shape, measured);
+  w.measured_share = 0.5;
+  EXPECT_EQ(estimated_seconds(w, ActivationPass::kDequantize, shape, curve), unmeasured);
+  const double half = estimated_seconds(w, ActivationPass::kDequantize, shape, measured);
+  w.measured_share = 0.9;
+  const double most = estimated_seconds(w, ActivationPass::kDequantize, shape, measured);
+  EXPECT_GT(half, unmeasured);
+  EXPECT_LT(most, half);
+}
+
 TEST(CostModel, ClustersOfThreeFillFewerSlotsThanPairs) {
   EXPECT_LT(cluster_fill(3), cluster_fill(2));
   EXPECT_DOUBLE_EQ(cluster_fill(1), 1.0);

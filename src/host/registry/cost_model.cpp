@@ -20,6 +20,7 @@ double ceil_div(double a, double b) { return std::ceil(a / b); }
 double tensor_efficiency(const WorkShape& w, const DeviceRates& r) {
   switch (w.engine) {
     case WorkShape::Engine::kWgmmaFolded:
+      if (r.measured_shares && w.measured_share > 0) return w.measured_share;
       return w.tokens / (w.tokens + r.folded_tokens_offset) *
              (w.consumer_groups >= 2 ? 1.0 : r.single_group_share);
     case WorkShape::Engine::kWgmmaPromoted:

@@ -46,6 +46,9 @@ struct WorkShape {
   int k_parts = 1;
   // A chained warp in the scaled domain (the gemv's k-parts tiles): unscaled f16 operands.
   bool unscaled_chain = false;
+  // The share of the bf16 rate the folded main loop reaches where the kernel has measured it
+  // for this tile (0: not measured); priced where DeviceRates::measured_shares says so.
+  double measured_share = 0;
 };
 
 // What the linear runs ahead of the kernel for a bf16 activation (CallPlan::activation).
@@ -87,6 +90,15 @@ struct DeviceRates {
   double single_group_share = 0.6;
   double wgmma_promoted_share = 0.2;
   double mma_promoted_share = 0.31;
+  // Price folded tiles at the shares their kernel measured (WorkShape::measured_share) instead.
+  // The batch-invariant mode does from kMeasuredSharesFromM tokens: there its choices are among
+  // the prefill kernel's tiles, which the curve misranks (it overrates the 128 x 64 and 64 x 32
+  // tiles 1.2-1.6x). Below, the mode's GEMV configs compete with the 64 x 32 tile and their rates
+  // were set against its curve price. The default mode keeps the curve: its choices between the
+  // prefill tiles and the decode kernel's at small M, and its split counts at long K, were fitted
+  // with it, and the measured shares alone moved 19 of its choices on the sweep's figures to
+  // 0.59-1.52x the time, 1.03x geomean (docs/PERFORMANCE.md).
+  bool measured_shares = false;
   // Activation elements a CTA that quantizes its own tokens quantizes per second.
   double quantized_per_cta_s = 2.5e9;
   double tile_latency_s = 0.43e-6;      // a CTA's prologue (first stage in) and epilogue (store)
@@ -98,6 +110,10 @@ struct DeviceRates {
 
   static DeviceRates of(const DeviceDescription& device);
 };
+
+// The fewest tokens at which the batch-invariant mode prices folded tiles at their measured
+// shares (DeviceRates::measured_shares); the shares were measured from there up.
+constexpr std::int64_t kMeasuredSharesFromM = 16;
 
 // The fraction of an SM's CTA slots that clusters of `size` CTAs can occupy at once: a cluster
 // must fit one GPC. Measured on the H200 for 3 (36 clusters fit, 40 do not); the others follow

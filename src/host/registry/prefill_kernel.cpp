@@ -44,6 +44,33 @@ bool keeps_part_sums_in_memory(int instance) {
          device::prefill_gemm_instances()[static_cast<std::size_t>(instance)].part_sums_in_memory;
 }
 
+// The share of the bf16 rate each tile's main loop reaches, whatever its ring, stage size or
+// walk: the cost model's curve over the tile's time against the curve's estimate, geomean over
+// its unsplit configs in 60 H200 sweep figures (bench/models/untuned-shapes.csv and the
+// benchmark's four layers, M = 16 to 4096, every config timed). The curve, a function of the
+// tile's tokens and warpgroups alone, overrated the narrow tiles 1.2-1.6x (64 x 32 on alternate
+// stages 0.34 against 0.51, 128 x 64 0.49 against 0.67) and underrated the widest. Derived from
+// either half of those shapes, the table brought the batch-invariant mode's choice on the other
+// half closer to the fastest config (docs/PERFORMANCE.md). 0: not measured.
+double measured_share(const detail::PrefillConfig& c) {
+  struct Share {
+    int rows, tokens;
+    bool alternating;
+    double share;
+  };
+  static constexpr Share kShares[] = {
+      {64, 32, false, 0.24},   {64, 64, false, 0.38},   {64, 128, false, 0.50},
+      {64, 32, true, 0.34},    {64, 64, true, 0.52},    {128, 64, false, 0.49},
+      {128, 128, false, 0.73}, {128, 160, false, 0.78}, {128, 192, false, 0.84},
+      {128, 256, false, 0.94}, {192, 128, false, 0.78}};
+  for (const Share& s : kShares) {
+    if (s.rows == c.rows && s.tokens == c.tokens && s.alternating == c.alternating) {
+      return s.share;
+    }
+  }
+  return 0;
+}
+
 // `as_is`: the W8A16 kernel "prefill_a16", whose bf16 activation is the caller's bf16 x as it is
 // (the linear's pass only lays it out); otherwise the W8A8 kernel "prefill".
 class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfig> {
@@ -176,7 +203,8 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
         // Alternating warpgroups share one 64-row tile's stages: two consumers of its work.
         .consumer_groups = c.alternating ? 2 : c.rows / 64,
         .activation_bytes_per_element = 2,  // the bf16 pre-pass output
-        .k_parts = c.k_parts ? batch_invariant_parts_of(shape.k).value_or(1) : 1};
+        .k_parts = c.k_parts ? batch_invariant_parts_of(shape.k).value_or(1) : 1,
+        .measured_share = measured_share(c)};
   }
 
   void run(const KernelCall& call, const std::string& config) const override {

@@ -366,7 +366,9 @@ std::optional<double> estimated_call_us(const Kernel& kernel, const std::string&
           ? detail::ActivationPass::kNone
           : (form == ActivationForm::kDequantized ? detail::ActivationPass::kDequantize
                                                   : detail::ActivationPass::kQuantize);
-  return detail::estimated_seconds(*work, pass, shape, detail::DeviceRates::of(device)) * 1e6;
+  detail::DeviceRates rates = detail::DeviceRates::of(device);
+  rates.measured_shares = layer.batch_invariant && m >= detail::kMeasuredSharesFromM;
+  return detail::estimated_seconds(*work, pass, shape, rates) * 1e6;
 }
 
 CallVerdict Registry::runnable(const Kernel& kernel, std::string_view config,
