@@ -188,16 +188,6 @@ cudaError_t register_moves(PrefillRegisterMoves* out) {
   return cudaSuccess;
 }
 
-// The launch's dynamic shared memory (prefill_launch_smem): one CTA an SM for a grid that fits
-// the SMs so.
-template <class Tile>
-int launch_smem(dim3 grid, int splits, int smem) {
-  int sms = 0;
-  if (current_sm_count(sms) != cudaSuccess) return smem;
-  return prefill_launch_smem(static_cast<long long>(grid.x) * grid.y * grid.z, sms, splits,
-                             Tile::kPersistent, smem);
-}
-
 template <class Tile>
 cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf16, int splits,
                    cudaStream_t stream) {
@@ -225,17 +215,19 @@ cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf
   if constexpr (Tile::kStreamK) {
     if (p.partials == nullptr || p.flags == nullptr) return cudaErrorInvalidValue;
   }
+  int sms = 0;
+  if (cudaError_t e = current_sm_count(sms); e != cudaSuccess) return e;
   // A slot for every SM a CTA may run on.
   if constexpr (Tile::kPartSumsInMemory) {
-    int sms = 0;
-    if (cudaError_t e = current_sm_count(sms); e != cudaSuccess) return e;
     if (p.part_sums == nullptr || p.part_sum_slots < sms) return cudaErrorInvalidValue;
   }
-  // Split 1 launches without a cluster.
+  // One CTA an SM for a grid that fits the SMs so (prefill_launch_smem). Split 1 launches
+  // without a cluster.
+  const int launched = prefill_launch_smem(static_cast<long long>(grid.x) * grid.y * grid.z, sms,
+                                           splits, Tile::kPersistent, smem);
   return launch_programmatic(prefill_gemm_kernel<Tile>, grid, dim3(Tile::kThreads),
-                             static_cast<std::size_t>(launch_smem<Tile>(grid, splits, smem)),
-                             stream, splits > 1 ? static_cast<unsigned>(splits) : 0u, w_map, a_map,
-                             p);
+                             static_cast<std::size_t>(launched), stream,
+                             splits > 1 ? static_cast<unsigned>(splits) : 0u, w_map, a_map, p);
 }
 
 // The launch's CTAs and how many the device holds at once: whole clusters of `splits` CTAs
