@@ -382,7 +382,6 @@ TEST(GemvKernel, ClaimsTheSmallestMAndSaysWhatItNeeds) {
                                               "w16_t8_kwarps4_st4_split4",
                                               "w48_t8_kwarps4_st3",
                                               "w48_t8_kwarps4_st4",
-                                              "w8_t8_kwarps4_st8_kparts",
                                               "w8_t8_kwarps4_st6_kparts",
                                               "w8_t16_kwarps4_st6_kparts"};
   std::vector<std::string> expected;
@@ -473,7 +472,7 @@ TEST(GemvKernel, UnknownConfigOrTooLargeKIsRejected) {
                         "w16_t8_kwarps8_st4_split2, "
                         "w16_t8_kwarps4_st3_split4, w16_t8_kwarps4_st4_split4, w48_t8_kwarps4_st3, "
                         "w48_t8_kwarps4_st4, "
-                        "w8_t8_kwarps4_st8_kparts, w8_t8_kwarps4_st6_kparts, "
+                        "w8_t8_kwarps4_st6_kparts, "
                         "w8_t16_kwarps4_st6_kparts, w16_t8_kwarps4_waited, "));
   EXPECT_THAT(unknown.what(), HasSubstr("w8_t16_kwarps4_st6_kparts_early"));
   const FakeCall wide(16, 64, 16384);  // sixteen tokens' e4m3 rows: 263 KB

@@ -1,6 +1,6 @@
 // The gemv kernel's config: a compiled instance (tile) and the point at which the next kernel
 // may start launching. Its name spells each field (config_name.hpp has the vocabulary):
-// "w16_t8_kwarps8_st4_split2_waited", "w8_t8_kwarps4_st8_kparts".
+// "w16_t8_kwarps8_st4_split2_waited", "w8_t8_kwarps4_st6_kparts".
 #pragma once
 
 #include <optional>
