@@ -110,8 +110,11 @@ std::string timing_note(const json& doc) {
 }
 
 std::string markdown_report(const json& doc) {
+  // A report written while the bench ran, which then stopped: its figures are those timed so far.
+  const bool incomplete =
+      doc.contains("complete") && doc["complete"].is_boolean() && !doc["complete"].get<bool>();
   std::string s = fmt::format(
-      "# mxlinear bench on {}\n\nCeilings measured in this run: read {:.2f} TB/s, cuBLAS bf16 "
+      "# mxlinear bench on {}\n\n{}Ceilings measured in this run: read {:.2f} TB/s, cuBLAS bf16 "
       "{:.0f} TFLOP/s, cuBLASLt FP8 {:.0f} TFLOP/s (8192^3). cuBLASLt FP8 runs with M padded "
       "to 16 (its FP8 kernels need it). {}\n\n"
       "Each figure runs in both activation modes: W8A8 (the bf16 activation quantized to MXFP8; "
@@ -124,9 +127,12 @@ std::string markdown_report(const json& doc) {
       "| gemm TB/s | gemm TFLOP/s | check | W8A16 check |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
       "---|\n",
-      doc["gpu"].get<std::string>(), doc["ceilings"]["read_tb_s"].get<double>(),
-      doc["ceilings"]["bf16_tflop_s"].get<double>(), doc["ceilings"]["fp8_tflop_s"].get<double>(),
-      timing_note(doc));
+      doc["gpu"].get<std::string>(),
+      incomplete ? "Incomplete: the run stopped before its end; these are the figures it had "
+                   "timed, and the geometric means cover only those.\n\n"
+                 : "",
+      doc["ceilings"]["read_tb_s"].get<double>(), doc["ceilings"]["bf16_tflop_s"].get<double>(),
+      doc["ceilings"]["fp8_tflop_s"].get<double>(), timing_note(doc));
   for (const json& r : doc["rows"]) {
     const double g = value_or_nan(r, "gemm_us");
     const std::string w8a16_vs_bf16 =
@@ -313,6 +319,8 @@ std::vector<std::string> schema_errors(const json& doc) {
       require(doc["ceilings"], k, T::number_float, "ceilings", e);
     }
   }
+  // false while the bench runs: the report holds the figures timed so far.
+  require_if_present(doc, "complete", T::boolean, "report", e);
   require(doc, "rows", T::array, "report", e);
   if (doc.contains("rows") && doc["rows"].is_array()) {
     for (std::size_t i = 0; i < doc["rows"].size(); ++i) {

@@ -163,6 +163,24 @@ TEST(BenchReport, MissingOrMistypedFieldsAreNamed) {
             std::vector<std::string>{"the report is not a JSON object"});
 }
 
+// The bench rewrites its JSON after each figure with "complete": false, true once it ends; a
+// report cut short says so in its Markdown form.
+TEST(BenchReport, AReportCutShortSaysSo) {
+  json doc = seed_report();
+  EXPECT_THAT(markdown_report(doc), Not(HasSubstr("Incomplete")));
+  doc["complete"] = true;
+  EXPECT_TRUE(schema_errors(doc).empty());
+  EXPECT_THAT(markdown_report(doc), Not(HasSubstr("Incomplete")));
+  doc["complete"] = false;
+  doc["geomeans"] = json::array();
+  EXPECT_TRUE(schema_errors(doc).empty());
+  EXPECT_THAT(markdown_report(doc), HasSubstr("Incomplete: the run stopped before its end"));
+  doc["complete"] = "no";
+  const std::vector<std::string> e = schema_errors(doc);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_THAT(e[0], HasSubstr("report: 'complete' has the wrong type"));
+}
+
 TEST(BenchReport, WrongRowNeedsNoTimings) {
   json doc = seed_report();
   doc["rows"][0]["check"] = "WRONG";

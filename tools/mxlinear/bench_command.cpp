@@ -527,6 +527,11 @@ int run_bench(const BenchOptions& o) {
         }
         std::fflush(stdout);
         doc["rows"].push_back(row);
+        // A run cut short keeps what it timed: the report so far, marked incomplete.
+        if (!o.json_path.empty()) {
+          doc["complete"] = false;
+          write_output("--json", o.json_path, doc.dump(2) + "\n");
+        }
       }
     }
     for (std::int64_t m : o.ms) {
@@ -607,6 +612,7 @@ int run_bench(const BenchOptions& o) {
     }
   }
   cudaStreamDestroy(stream);
+  doc["complete"] = true;
   const std::vector<std::string> problems = bench::schema_errors(doc);
   for (const std::string& p : problems) fmt::print(stderr, "mxlinear bench: report: {}\n", p);
   if (!o.json_path.empty()) write_output("--json", o.json_path, doc.dump(2) + "\n");
@@ -682,7 +688,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "CSV of anchor figures measured on an H200 (cuBLAS bf16, cuBLASLt FP8 and "
                   "Triton tl.dot_scaled microseconds per layer and M), e.g. "
                   "bench/anchors/h200-2026-11-30.csv; adds the tri_mx column (default: none)");
-  cmd->add_option("--json", o->json_path, "write the results as JSON here");
+  cmd->add_option("--json", o->json_path,
+                  "write the results as JSON here (rewritten after each figure, with \"complete\": "
+                  "false until the run ends)");
   cmd->add_option("--markdown", o->markdown_path, "write a Markdown report here");
   cmd->add_option("--replays", o->replays, "timed graph replays per figure")
       ->check(CLI::Range(3, 1000));
