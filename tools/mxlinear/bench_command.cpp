@@ -476,8 +476,14 @@ int run_bench(const BenchOptions& o) {
                {{"read_tb_s", ceil.read_bytes_per_s / 1e12},
                 {"bf16_tflop_s", ceil.bf16_flops / 1e12},
                 {"fp8_tflop_s", ceil.fp8_flops / 1e12}}},
+              // false until the run ends: a report written after each figure holds the figures
+              // timed so far.
+              {"complete", false},
               {"rows", json::array()},
               {"geomeans", json::array()}};
+  auto write_json = [&] {
+    if (!o.json_path.empty()) write_output("--json", o.json_path, doc.dump(2) + "\n");
+  };
   // The W8A16 configs of the sweep that failed their check, by the index of their figure's row.
   std::map<std::size_t, json> w8a16_configs_wrong;
   if (!o.ceilings_only) {
@@ -527,11 +533,7 @@ int run_bench(const BenchOptions& o) {
         }
         std::fflush(stdout);
         doc["rows"].push_back(row);
-        // A run cut short keeps what it timed: the report so far, marked incomplete.
-        if (!o.json_path.empty()) {
-          doc["complete"] = false;
-          write_output("--json", o.json_path, doc.dump(2) + "\n");
-        }
+        write_json();  // a run cut short keeps what it timed
       }
     }
     for (std::int64_t m : o.ms) {
@@ -615,7 +617,7 @@ int run_bench(const BenchOptions& o) {
   doc["complete"] = true;
   const std::vector<std::string> problems = bench::schema_errors(doc);
   for (const std::string& p : problems) fmt::print(stderr, "mxlinear bench: report: {}\n", p);
-  if (!o.json_path.empty()) write_output("--json", o.json_path, doc.dump(2) + "\n");
+  write_json();
   if (!o.markdown_path.empty() && !o.ceilings_only) {
     write_output("--markdown", o.markdown_path, bench::markdown_report(doc));
   }
