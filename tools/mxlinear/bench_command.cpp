@@ -2,7 +2,6 @@
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
-#include <regex.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,6 +21,7 @@
 #include "bench_layer.hpp"
 #include "bench_rates.hpp"
 #include "bench_step.hpp"
+#include "bench_sweep.hpp"
 #include "cli_support.hpp"
 #include "device_data.hpp"
 #include "device_memory.hpp"
@@ -58,53 +58,6 @@ struct BenchOptions {
   int warm_ms = 0;  // per figure, before its timed replays (0: a burst figure)
 };
 
-// A POSIX extended regex, searched in a string. POSIX <regex.h> rather than std::regex: GCC 12
-// reports -Wmaybe-uninitialized inside <regex>'s templates at -O2 with the sanitizers, which
-// -Werror turns into a failed build, and a config filter needs no more than ERE.
-class ConfigPattern {
- public:
-  // Compiles `pattern`; on a syntax error, error() says what is wrong.
-  explicit ConfigPattern(const std::string& pattern) {
-    const int rc = regcomp(&regex_, pattern.c_str(), REG_EXTENDED | REG_NOSUB);
-    if (rc != 0) {
-      char message[256];
-      regerror(rc, &regex_, message, sizeof message);
-      error_ = message;
-    }
-  }
-  ConfigPattern(const ConfigPattern&) = delete;
-  ConfigPattern& operator=(const ConfigPattern&) = delete;
-  ~ConfigPattern() {
-    if (error_.empty()) regfree(&regex_);
-  }
-  const std::string& error() const { return error_; }
-  bool found_in(const std::string& text) const {
-    return regexec(&regex_, text.c_str(), 0, nullptr, 0) == 0;
-  }
-
- private:
-  regex_t regex_{};
-  std::string error_;
-};
-
-// Which configs --all-configs times: kernels by name, configs by a regex searched in the name,
-// of those the tuner sweeps at M and, with --batch-invariant, those the mode can select at K.
-struct SweepFilter {
-  bool all_configs = false;
-  std::vector<std::string> kernels;  // empty: every GPU kernel
-  std::unique_ptr<ConfigPattern> configs;
-  bool batch_invariant = false;
-
-  bool takes(const Kernel& kernel, const std::string& config, std::int64_t m,
-             std::int64_t k) const {
-    return (kernels.empty() ||
-            std::find(kernels.begin(), kernels.end(), kernel.name()) != kernels.end()) &&
-           (!configs || configs->found_in(config)) &&
-           (kernel.worth_sweeping(m, config) ||
-            (batch_invariant && kernel.keeps_k_order(config, k)));
-  }
-};
-
 void cuda(cudaError_t e, const char* what) { cuda_or_throw(e, what); }
 
 // The kernel/config linear() dispatches an M-row call of the layer to, for the activation operand
@@ -129,9 +82,8 @@ constexpr double kCheckTolerance = 4e-3;
 // Times one (layer, M) in both activation modes: our linear in W8A8 (full from bf16 and GEMM only
 // on the pre-quantized activation) and in W8A16 (full, the bf16 x as it is), each checked against
 // its own fp64 reference rows first, and the anchors; with `batch_invariant`, the full linear of
-// both modes in the batch-invariant mode too. A W8A16 sweep config that fails its check is added
-// to `wrong_w8a16_configs` as well as to the row's configs_linear_wrong: it has no GEMM-only
-// check that would land it in configs_wrong.
+// both modes in the batch-invariant mode too; with --all-configs, the configs `sweep` takes
+// (add_sweep_figures, which also fills `wrong_w8a16_configs`).
 json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m,
                   bench::Anchors& anchors, const Ceilings& ceil, double tri_mx,
                   const bench::Timing& timing, const SweepFilter& sweep, bool batch_invariant,
@@ -175,7 +127,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
   }
   row["check_w8a16"] = ok_w8a16 ? "ok" : "WRONG";
   const int calls = std::max(w.copies, 8);
-  auto median = [&](const std::function<void(int)>& f) {
+  const MedianOf median = [&](const std::function<void(int)>& f) {
     return bench::summarize(bench::time_graph(f, calls, 2, timing, stream));
   };
   const bench::Traffic t = bench::count_traffic(m, n, k, 2, false);
@@ -238,8 +190,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
   if (batch_invariant) {
     row["kernel_invariant"] = dispatch_name(n, k, m, ActivationOperand::kMx, true);
     row["kernel_invariant_w8a16"] = dispatch_name(n, k, m, ActivationOperand::kBf16, true);
-    const MedianOf median_of = median;
-    add_invariant_figures(row, {w, b, ref, ref_w8a16, kCheckTolerance, median_of, stream});
+    add_invariant_figures(row, {w, b, ref, ref_w8a16, kCheckTolerance, median, stream});
   }
   if (ok || ok_w8a16 || row.contains("invariant_us") || row.contains("invariant_w8a16_us")) {
     row["rotation_copies"] = w.copies;
@@ -275,126 +226,9 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     (void)cudaGetLastError();
   }
   if (sweep.all_configs && (ok || ok_w8a16)) {
-    // Every config of every GPU kernel that can run this layer: the tuner's sweep, in each mode
-    // whose dispatched kernel passed its check. A W8A8 config is timed GEMM only (on the
-    // pre-quantized activation) and as the full linear from bf16 (linear_with: quantization
-    // included, or skipped where the config quantizes x itself). A W8A16 config is timed as the
-    // full linear only: its kernel multiplies the bf16 x itself, so there is no GEMM-only call
-    // to time apart. The W8A16 kernels are registered apart from the W8A8 ones (prefill_a16,
-    // generic_a16, ...), so their keys in configs_linear are distinct.
-    json configs = json::object(), configs_error = json::object(), configs_wrong = json::object(),
-         configs_linear = json::object(), configs_linear_wrong = json::object(),
-         configs_waves = json::object(), configs_keep_k_order = json::array(),
-         configs_estimated = json::object();
-    const DeviceDescription device = DeviceDescription::current();
-    LayerDescription layer;
-    layer.n = n;
-    layer.k = k;
-    LayerDescription layer_w8a16 = layer;
-    layer_w8a16.operand = ActivationOperand::kBf16;
-    // Beside a timed full linear of `of`'s mode: with --batch-invariant, whether it keeps K's
-    // order (the mode takes only those: what its choice is measured against), and the cost
-    // model's estimate of it (what a change of the model is checked against; both read by
-    // scripts/sweep_summary.py).
-    const auto note_timed_linear = [&](const Kernel& kernel, const std::string& config,
-                                       const LayerDescription& of, const std::string& key) {
-      if (sweep.batch_invariant && kernel.keeps_k_order(config, k)) {
-        configs_keep_k_order.push_back(key);
-      }
-      if (const auto us = estimated_call_us(kernel, config, of, m, device)) {
-        configs_estimated[key] = *us;
-      }
-    };
-    const auto poison = [&] {
-      cuda(cudaMemsetAsync(out.ptr, 0xFF, static_cast<std::size_t>(mp * n) * 2, stream), "poison");
-    };
-    for (const auto& kernel : Registry::global().kernels()) {
-      if (!ok || !kernel->is_supported(device).ok() || !kernel->can_implement(layer).ok() ||
-          kernel->name() == "reference") {
-        continue;
-      }
-      for (const std::string& config : kernel->configs()) {
-        if (!sweep.takes(*kernel, config, m, k)) continue;
-        const auto call = [&](int i) {
-          kernel->run(KernelCall{xa, w.view(i), std::nullopt, ov, LinearShape{m, n, k}, stream,
-                                 Workspace{ws.ptr, linear_workspace_bytes(m, k)}},
-                      config);
-        };
-        try {
-          call(0);  // a config this shape cannot take (e.g. more K splits than chunks) throws
-        } catch (const Error&) {
-          continue;
-        }
-        poison();
-        call(0);
-        cuda(cudaStreamSynchronize(stream), "sync");
-        const double config_err = check_rows(ref, out, n);
-        const std::string key = fmt::format("{}/{}", kernel->name(), config);
-        if (!(config_err <= kCheckTolerance)) {
-          configs_wrong[key] = config_err;  // never timed, never a tuned row
-          continue;
-        }
-        configs_error[key] = config_err;
-        configs[key] = median(call).median;
-        // How many waves its grid takes on this device, where the kernel says (a grid that
-        // does not fit at once pays for it, e.g. split configs at K = 768).
-        if (const auto f = kernel->launch_footprint({m, n, k}, config); f && f->resident_ctas > 0) {
-          configs_waves[key] = (f->ctas + f->resident_ctas - 1) / f->resident_ctas;
-        }
-        const auto full_call = [&](int i) {
-          linear_with(*kernel, config, xv, w.view(i), std::nullopt, ov, stream,
-                      Workspace{ws.ptr, linear_workspace_bytes(m, k)});
-        };
-        poison();
-        full_call(0);
-        cuda(cudaStreamSynchronize(stream), "sync");
-        if (const double linear_err = check_rows(ref, out, n); !(linear_err <= kCheckTolerance)) {
-          configs_linear_wrong[key] = linear_err;
-        } else {
-          configs_linear[key] = median(full_call).median;
-          note_timed_linear(*kernel, config, layer, key);
-        }
-      }
-    }
-    for (const auto& kernel : Registry::global().kernels()) {
-      if (!ok_w8a16 || !kernel->is_supported(device).ok() ||
-          !kernel->can_implement(layer_w8a16).ok() || kernel->name() == "reference") {
-        continue;
-      }
-      for (const std::string& config : kernel->configs()) {
-        if (!sweep.takes(*kernel, config, m, k)) continue;
-        const auto full_call = [&](int i) {
-          linear_with(*kernel, config, xv, w.view(i), std::nullopt, ov, stream,
-                      Workspace{ws.ptr, linear_workspace_bytes(m, k)}, w8a16);
-        };
-        poison();
-        try {
-          full_call(0);  // a config this shape cannot take throws before anything is launched
-        } catch (const Error&) {
-          continue;
-        }
-        cuda(cudaStreamSynchronize(stream), "sync");
-        const double config_err = check_rows(ref_w8a16, out, n);
-        const std::string key = fmt::format("{}/{}", kernel->name(), config);
-        if (!(config_err <= kCheckTolerance)) {
-          configs_linear_wrong[key] = config_err;  // never timed, never a tuned row
-          wrong_w8a16_configs[key] = config_err;
-          continue;
-        }
-        // Its error beside the W8A8 configs' own: a tuned row carries the error of its config.
-        configs_error[key] = config_err;
-        configs_linear[key] = median(full_call).median;
-        note_timed_linear(*kernel, config, layer_w8a16, key);
-      }
-    }
-    if (ok) row["configs"] = configs;
-    row["configs_check_rel_error"] = configs_error;
-    row["configs_linear"] = configs_linear;
-    if (!configs_wrong.empty()) row["configs_wrong"] = configs_wrong;
-    if (!configs_linear_wrong.empty()) row["configs_linear_wrong"] = configs_linear_wrong;
-    if (!configs_waves.empty()) row["configs_waves"] = configs_waves;
-    if (!configs_keep_k_order.empty()) row["configs_keep_k_order"] = configs_keep_k_order;
-    if (!configs_estimated.empty()) row["configs_estimated_us"] = configs_estimated;
+    add_sweep_figures(row, sweep,
+                      {w, b, ref, ref_w8a16, ok, ok_w8a16, kCheckTolerance, median, stream},
+                      wrong_w8a16_configs);
   }
   if (!std::isnan(tri_mx)) row["tri_mx_us"] = tri_mx;
   return row;

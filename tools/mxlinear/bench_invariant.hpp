@@ -6,17 +6,12 @@
 
 #include <cuda_runtime_api.h>
 
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "bench_layer.hpp"
-#include "harness.hpp"
 
 namespace mxlinear::cli {
-
-// A figure's timing: the summary of the graph replays of call(i), i the weight copy.
-using MedianOf = std::function<bench::Summary(const std::function<void(int)>&)>;
 
 // What one figure needs: its layer, buffers and reference rows (W8A8 and W8A16), the check's
 // tolerance and its timing, as the default mode's figures take them.

@@ -6,9 +6,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "device_memory.hpp"
+#include "harness.hpp"
 #include "mxlinear/linear.hpp"
 #include "mxlinear/linear_types.hpp"
 
@@ -44,6 +46,9 @@ struct FigureBuffers {
   // check.
   void poison_output(cudaStream_t stream) const;
 };
+
+// A figure's timing: the summary of the graph replays of call(i), i the weight copy.
+using MedianOf = std::function<bench::Summary(const std::function<void(int)>&)>;
 
 // The fp64 reference of a few output rows (first, last and two between), computed once per
 // figure on the CPU: every config of the sweep is checked against the same rows, which would
