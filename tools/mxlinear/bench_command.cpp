@@ -130,6 +130,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
   const MedianOf median = [&](const std::function<void(int)>& f) {
     return bench::summarize(bench::time_graph(f, calls, 2, timing, stream));
   };
+  const FigureInputs inputs{w, b, ref, ref_w8a16, kCheckTolerance, median, stream};
   const bench::Traffic t = bench::count_traffic(m, n, k, 2, false);
   row["floor_us"] = bench::floor_us(t, ceil.read_bytes_per_s, ceil.bf16_flops);
   {
@@ -190,7 +191,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
   if (batch_invariant) {
     row["kernel_invariant"] = dispatch_name(n, k, m, ActivationOperand::kMx, true);
     row["kernel_invariant_w8a16"] = dispatch_name(n, k, m, ActivationOperand::kBf16, true);
-    add_invariant_figures(row, {w, b, ref, ref_w8a16, kCheckTolerance, median, stream});
+    add_invariant_figures(row, inputs);
   }
   if (ok || ok_w8a16 || row.contains("invariant_us") || row.contains("invariant_w8a16_us")) {
     row["rotation_copies"] = w.copies;
@@ -226,9 +227,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     (void)cudaGetLastError();
   }
   if (sweep.all_configs && (ok || ok_w8a16)) {
-    add_sweep_figures(row, sweep,
-                      {w, b, ref, ref_w8a16, ok, ok_w8a16, kCheckTolerance, median, stream},
-                      wrong_w8a16_configs);
+    add_sweep_figures(row, sweep, inputs, ok, ok_w8a16, wrong_w8a16_configs);
   }
   if (!std::isnan(tri_mx)) row["tri_mx_us"] = tri_mx;
   return row;

@@ -32,7 +32,7 @@ std::vector<std::uint16_t> download_rows(const void* out, std::int64_t first, st
 // Whether the M-row call's output (in the figure's output buffer) has, in its first min(M, 8)
 // rows and its last as many, the bits of the same x rows run alone as one call of that many rows
 // from a buffer of their own (so the last rows move to the start of the batch).
-bool rows_alone_equal(const InvariantFigureInputs& in, const LinearOptions& options) {
+bool rows_alone_equal(const FigureInputs& in, const LinearOptions& options) {
   const FigureBuffers& b = in.buffers;
   const std::int64_t m = b.m, n = b.n, k = b.k, rows = std::min<std::int64_t>(m, 8);
   std::vector<std::pair<std::int64_t, std::vector<std::uint16_t>>> expected;
@@ -60,7 +60,7 @@ bool rows_alone_equal(const InvariantFigureInputs& in, const LinearOptions& opti
 
 // One mode's figure; keys are "<prefix>_us", "check_<prefix>" and so on. Returns whether its
 // rows run alone gave the same bits, or nullopt where its call was refused.
-std::optional<bool> add_mode(json& row, const InvariantFigureInputs& in, ActivationMode mode,
+std::optional<bool> add_mode(json& row, const FigureInputs& in, ActivationMode mode,
                              const ReferenceRows& reference, const std::string& prefix) {
   const FigureBuffers& b = in.buffers;
   const LinearOptions options{mode, true};
@@ -111,7 +111,7 @@ std::string mode_text(const json& row, const std::string& prefix, const char* de
 
 }  // namespace
 
-void add_invariant_figures(json& row, const InvariantFigureInputs& in) {
+void add_invariant_figures(json& row, const FigureInputs& in) {
   std::optional<bool> equal = add_mode(row, in, ActivationMode::kW8A8, in.reference, "invariant");
   const std::optional<bool> equal_w8a16 =
       add_mode(row, in, ActivationMode::kW8A16, in.reference_w8a16, "invariant_w8a16");

@@ -13,25 +13,13 @@
 
 namespace mxlinear::cli {
 
-// What one figure needs: its layer, buffers and reference rows (W8A8 and W8A16), the check's
-// tolerance and its timing, as the default mode's figures take them.
-struct InvariantFigureInputs {
-  const LayerWeights& weights;
-  const FigureBuffers& buffers;
-  const ReferenceRows& reference;        // W8A8's
-  const ReferenceRows& reference_w8a16;  // W8A16's
-  double tolerance;
-  const MedianOf& median;
-  cudaStream_t stream;
-};
-
 // Adds to `row`, per mode (W8A8: "invariant", W8A16: "invariant_w8a16"): check_<mode> ("ok" or
 // "WRONG") and check_<mode>_rel_error, or <mode>_error where the call was refused; <mode>_us and
 // <mode>_spread where the check passed (the full linear with the workspace, as linear_us); and
 // invariant_rows_equal: whether the first min(M, 8) rows, and the last as many, equal bit for bit
 // the same x rows run alone as an M = min(M, 8) call, in every mode whose call ran. The
 // kernel/config names (kernel_invariant, kernel_invariant_w8a16) are the caller's.
-void add_invariant_figures(nlohmann::json& row, const InvariantFigureInputs& in);
+void add_invariant_figures(nlohmann::json& row, const FigureInputs& in);
 
 // The row's batch-invariant figures for people, one line; empty where the row has none.
 std::string invariant_text(const nlohmann::json& row);

@@ -47,9 +47,6 @@ struct FigureBuffers {
   void poison_output(cudaStream_t stream) const;
 };
 
-// A figure's timing: the summary of the graph replays of call(i), i the weight copy.
-using MedianOf = std::function<bench::Summary(const std::function<void(int)>&)>;
-
 // The fp64 reference of a few output rows (first, last and two between), computed once per
 // figure on the CPU: every config of the sweep is checked against the same rows, which would
 // otherwise cost a weight download and 4 N K fp64 products per config.
@@ -67,5 +64,20 @@ ReferenceRows reference_rows_w8a16(const LayerWeights& w, const DeviceMemory& x,
 
 // Worst relative Frobenius error of the reference rows of a bf16 output [m, n].
 double check_rows(const ReferenceRows& ref, const DeviceMemory& out, std::int64_t n);
+
+// A figure's timing: the summary of the graph replays of call(i), i the weight copy.
+using MedianOf = std::function<bench::Summary(const std::function<void(int)>&)>;
+
+// What a figure's extra measurements (the batch-invariant mode, the config sweep) take from it:
+// its layer, buffers and reference rows (W8A8 and W8A16), the check's tolerance and its timing.
+struct FigureInputs {
+  const LayerWeights& weights;
+  const FigureBuffers& buffers;
+  const ReferenceRows& reference;        // W8A8's
+  const ReferenceRows& reference_w8a16;  // W8A16's
+  double tolerance;
+  const MedianOf& median;
+  cudaStream_t stream;
+};
 
 }  // namespace mxlinear::cli

@@ -15,12 +15,11 @@ namespace mxlinear::cli {
 
 using nlohmann::json;
 
-void add_sweep_figures(json& row, const SweepFilter& sweep, const SweepFigureInputs& in,
-                       json& wrong_w8a16_configs) {
+void add_sweep_figures(json& row, const SweepFilter& sweep, const FigureInputs& in, bool ok,
+                       bool ok_w8a16, json& wrong_w8a16_configs) {
   const LayerWeights& w = in.weights;
   const FigureBuffers& b = in.buffers;
   const std::int64_t m = b.m, n = b.n, k = b.k;
-  const bool ok = in.w8a8_ok, ok_w8a16 = in.w8a16_ok;
   const ReferenceRows &ref = in.reference, &ref_w8a16 = in.reference_w8a16;
   const QuantizedActivation xa = b.quantized();
   const TensorView &xv = b.xv, &ov = b.ov;

@@ -5,6 +5,7 @@
 
 #include <regex.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -63,27 +64,14 @@ struct SweepFilter {
   }
 };
 
-// What one figure's sweep needs: its layer, buffers and reference rows (W8A8 and W8A16), whether
-// each mode's dispatched call passed its check (a mode that did not is not swept), the check's
-// tolerance and the figure's timing.
-struct SweepFigureInputs {
-  const LayerWeights& weights;
-  const FigureBuffers& buffers;
-  const ReferenceRows& reference;        // W8A8's
-  const ReferenceRows& reference_w8a16;  // W8A16's
-  bool w8a8_ok, w8a16_ok;
-  double tolerance;
-  const MedianOf& median;
-  cudaStream_t stream;
-};
-
-// Adds to `row` the configs that `sweep` takes: configs (W8A8 GEMM only) and configs_linear (the
-// full linear, W8A8 and W8A16 keys apart), configs_check_rel_error, configs_wrong and
-// configs_linear_wrong (never timed), configs_waves, configs_keep_k_order (with
+// Adds to `row` the configs that `sweep` takes, in each mode whose dispatched call passed its
+// check (w8a8_ok, w8a16_ok; a mode that did not is not swept): configs (W8A8 GEMM only) and
+// configs_linear (the full linear, W8A8 and W8A16 keys apart), configs_check_rel_error,
+// configs_wrong and configs_linear_wrong (never timed), configs_waves, configs_keep_k_order (with
 // --batch-invariant) and configs_estimated_us (the cost model's estimate). A W8A16 config that
 // fails its check is added to `wrong_w8a16_configs` too: it has no GEMM-only check that would
 // land it in configs_wrong.
-void add_sweep_figures(nlohmann::json& row, const SweepFilter& sweep, const SweepFigureInputs& in,
-                       nlohmann::json& wrong_w8a16_configs);
+void add_sweep_figures(nlohmann::json& row, const SweepFilter& sweep, const FigureInputs& in,
+                       bool w8a8_ok, bool w8a16_ok, nlohmann::json& wrong_w8a16_configs);
 
 }  // namespace mxlinear::cli
