@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <cstddef>
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "device_memory.hpp"
@@ -58,11 +60,26 @@ void add_sweep_figures(json& row, const SweepFilter& sweep, const FigureInputs& 
       configs_estimated[key] = *us;
     }
   };
-  for (const auto& kernel : Registry::global().kernels()) {
-    if (!ok || !kernel->is_supported(device).ok() || !kernel->can_implement(layer).ok() ||
-        kernel->name() == "reference") {
-      continue;
+  // The GPU kernels a mode whose dispatched call passed (`mode_ok`) sweeps for `of`.
+  const auto swept = [&](const Kernel& kernel, const LayerDescription& of, bool mode_ok) {
+    return mode_ok && kernel.is_supported(device).ok() && kernel.can_implement(of).ok() &&
+           kernel.name() != "reference";
+  };
+  // A config's first run on a poisoned output, its error against `reference`; nullopt where the
+  // config cannot take this shape (e.g. more K splits than chunks: it throws before launching).
+  const auto first_run_error = [&](const std::function<void(int)>& run,
+                                   const ReferenceRows& reference) -> std::optional<double> {
+    b.poison_output(stream);
+    try {
+      run(0);
+    } catch (const Error&) {
+      return std::nullopt;
     }
+    cuda_or_throw(cudaStreamSynchronize(stream), "sync");
+    return check_rows(reference, out, n);
+  };
+  for (const auto& kernel : Registry::global().kernels()) {
+    if (!swept(*kernel, layer, ok)) continue;
     for (const std::string& config : kernel->configs()) {
       if (!sweep.takes(*kernel, config, m, k)) continue;
       const auto call = [&](int i) {
@@ -70,15 +87,9 @@ void add_sweep_figures(json& row, const SweepFilter& sweep, const FigureInputs& 
             KernelCall{xa, w.view(i), std::nullopt, ov, LinearShape{m, n, k}, stream, b.work()},
             config);
       };
-      try {
-        call(0);  // a config this shape cannot take (e.g. more K splits than chunks) throws
-      } catch (const Error&) {
-        continue;
-      }
-      b.poison_output(stream);
-      call(0);
-      cuda_or_throw(cudaStreamSynchronize(stream), "sync");
-      const double config_err = check_rows(ref, out, n);
+      const std::optional<double> error = first_run_error(call, ref);
+      if (!error) continue;
+      const double config_err = *error;
       const std::string key = fmt::format("{}/{}", kernel->name(), config);
       if (!(config_err <= in.tolerance)) {
         configs_wrong[key] = config_err;  // never timed, never a tuned row
@@ -106,23 +117,15 @@ void add_sweep_figures(json& row, const SweepFilter& sweep, const FigureInputs& 
     }
   }
   for (const auto& kernel : Registry::global().kernels()) {
-    if (!ok_w8a16 || !kernel->is_supported(device).ok() ||
-        !kernel->can_implement(layer_w8a16).ok() || kernel->name() == "reference") {
-      continue;
-    }
+    if (!swept(*kernel, layer_w8a16, ok_w8a16)) continue;
     for (const std::string& config : kernel->configs()) {
       if (!sweep.takes(*kernel, config, m, k)) continue;
       const auto full_call = [&](int i) {
         linear_with(*kernel, config, xv, w.view(i), std::nullopt, ov, stream, b.work(), w8a16);
       };
-      b.poison_output(stream);
-      try {
-        full_call(0);  // a config this shape cannot take throws before anything is launched
-      } catch (const Error&) {
-        continue;
-      }
-      cuda_or_throw(cudaStreamSynchronize(stream), "sync");
-      const double config_err = check_rows(ref_w8a16, out, n);
+      const std::optional<double> error = first_run_error(full_call, ref_w8a16);
+      if (!error) continue;
+      const double config_err = *error;
       const std::string key = fmt::format("{}/{}", kernel->name(), config);
       if (!(config_err <= in.tolerance)) {
         configs_linear_wrong[key] = config_err;  // never timed, never a tuned row
