@@ -168,7 +168,7 @@ class _MXFP8Buffers(torch.nn.Module):
 
     def _options_repr(self, middle: str) -> str:
         # The defaults (MXLINEAR_ACTIVATION's mode, MXLINEAR_BATCH_INVARIANT's switch) are left
-        # out, so such layers print as before.
+        # out: a layer that follows the process's defaults prints only its sizes and dtypes.
         out = "input" if self.out_dtype is None else str(self.out_dtype).removeprefix("torch.")
         bias = "None" if self.bias is None else str(self.bias.dtype).removeprefix("torch.")
         text = (
@@ -259,8 +259,8 @@ class MXFP8Linear(_MXFP8Buffers):
     weight: torch.Tensor
     weight_scale: torch.Tensor
     bias: torch.Tensor | None
-    # Also a class default, so that a whole layer pickled by a release without the switch
-    # unpickles into one that runs in the process default mode.
+    # Also a class default, so that a pickled layer whose state lacks the attribute unpickles
+    # into one that runs in the process default mode.
     batch_invariant: bool | None = None
 
     def __init__(
