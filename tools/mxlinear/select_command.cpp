@@ -64,6 +64,15 @@ int run_select(const SelectOptions& o) {
     }
   }
   const Registry& registry = Registry::global();
+  // On a GPU no kernel supports, linear() refuses device memory unless the CPU reference is
+  // forced; the report's reference rows stand for that forced backend (or host memory).
+  if (device.is_gpu && !registry.check_device(device, 0).ok()) {
+    fmt::print(stderr,
+               "mxlinear select: {} has no mxlinear GPU kernel (they need sm_90a); linear() "
+               "refuses its device-memory calls unless MXLINEAR_BACKEND=reference, and the "
+               "report's 'reference' rows are that forced backend\n",
+               device.to_string());
+  }
   const DType out =
       o.out_dtype == "fp32" ? DType::kF32 : (o.out_dtype == "fp16" ? DType::kF16 : DType::kBF16);
   const ActivationMode mode = o.activation.empty() ? registry.environment().activation
