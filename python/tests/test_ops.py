@@ -9,9 +9,17 @@ import mxlinear
 ACT_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 
 
+def fresh_seed() -> int:
+    """A new random seed, printed so that a failing test's report names it (pytest shows a failed
+    test's output). torch.seed() also reseeds the global generator that modules draw from."""
+    seed = torch.seed()
+    print(f"torch seed {seed}")
+    return seed
+
+
 def fresh_gen(seed: int | None = None) -> torch.Generator:
     g = torch.Generator()
-    g.manual_seed(seed if seed is not None else torch.seed())
+    g.manual_seed(seed if seed is not None else fresh_seed())
     return g
 
 
