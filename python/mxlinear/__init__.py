@@ -26,6 +26,7 @@ import torch
 from . import _C  # registers the C++ ops torch.ops.mxlinear.*
 from . import _fake  # noqa: F401  (fake implementations for torch.compile and meta tensors)
 from . import _library  # noqa: F401  (the op mxlinear::quantize)
+from . import _autograd  # noqa: F401  (backward formulas of the linear ops)
 
 __version__: str = _C.__version__
 

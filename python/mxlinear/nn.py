@@ -5,7 +5,9 @@ layer calls ``mxlinear.linear``, which MX-quantizes the activation (W8A8) or mul
 or float16 activation as it is (W8A16), and runs the exact reference on CPU or the GPU kernels on
 CUDA. Nothing in the layer is trainable: the weight, its scales and the bias are buffers, so
 ``.to(device)``, ``state_dict`` and ``load_state_dict`` carry them; the activation mode and the
-batch-invariant switch are plain attributes, not part of the state.
+batch-invariant switch are plain attributes, not part of the state. Gradients still flow through
+the layer to its input (``grad_y @ W``, W the dequantized weight; in W8A8 straight through the
+activation's quantization), so layers ahead of it train.
 """
 
 from __future__ import annotations
@@ -228,7 +230,7 @@ class _MXFP8Buffers(torch.nn.Module):
 
 class MXFP8Linear(_MXFP8Buffers):
     """``y = mxlinear.linear(x, weight, weight_scale, bias, out_dtype, activation,
-    batch_invariant)``, for inference only.
+    batch_invariant)``: its own tensors are constants (gradients reach ``x``, not the layer).
 
     Buffers: ``weight`` float8_e4m3fn [out_features, in_features], ``weight_scale`` uint8
     [out_features, in_features / 32] (E8M0 bytes, bias 127) and optionally ``bias``
