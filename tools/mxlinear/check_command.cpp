@@ -358,9 +358,11 @@ int run_check(const CheckOptions& options) {
              options.w8a16() ? "W8A16 layer" : "MX layer", quantization.relative_frobenius);
   // A correct kernel adds its output rounding (about u/sqrt(3) in the Frobenius norm) and the
   // fp32 accumulation error. For bf16/fp16 output one unit roundoff u bounds both; for fp32
-  // output the accumulation dominates and docs/MXFP8.md allows a relative Frobenius error of 1e-5.
-  const double allowed =
-      spec.out_dtype == DType::kF32 ? 1e-5 : output_unit_roundoff(spec.out_dtype);
+  // output the accumulation dominates and docs/MXFP8.md allows a relative Frobenius error of
+  // 1e-5, growing like sqrt(K / 8192) beyond 8192 terms (a sum's typical rounding error).
+  const double allowed = spec.out_dtype == DType::kF32
+                             ? 1e-5 * std::sqrt(std::max(1.0, static_cast<double>(spec.k) / 8192.0))
+                             : output_unit_roundoff(spec.out_dtype);
   if (options.repeat > 1) {
     fmt::print("  repeats {} of {} later runs differ from the first bit for bit\n", differing_runs,
                options.repeat - 1);
@@ -376,7 +378,11 @@ int run_check(const CheckOptions& options) {
 
 void add_check_command(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<CheckOptions>();
-  CLI::App* cmd = app.add_subcommand("check", "Run one random layer and print its error vs fp64");
+  CLI::App* cmd = app.add_subcommand(
+      "check",
+      "Run one random layer and print its error vs fp64; it passes within docs/MXFP8.md's bound "
+      "(relative Frobenius error: one unit roundoff for a bf16/fp16 output; for fp32 1e-5, times "
+      "sqrt(K / 8192) beyond K = 8192) with no NaN");
   cmd->add_option("-m,--m", options->spec.m, "tokens (rows of the activation)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   cmd->add_option("-n,--n", options->spec.n, "output features")
@@ -397,7 +403,8 @@ void add_check_command(CLI::App& app, int& exit_code) {
   CLI::Option* kernel = cmd->add_option(
       "--kernel", options->kernel,
       "run this registry kernel directly (e.g. decode) on the pre-quantized activation (W8A8) "
-      "or through linear() on the bf16 one (a W8A16 kernel, with --activation bf16)");
+      "or through linear() on the bf16 one (a W8A16 kernel, with --activation bf16); needs an "
+      "sm_90a GPU; default: none, the registry selects");
   cmd->add_option("--config", options->config,
                   "with --kernel: the kernel's config (default: its default for M)")
       ->needs(kernel);
