@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <limits>
+
 #include "host/validate.hpp"
 
 namespace mxlinear {
@@ -54,7 +57,10 @@ TensorView TensorView::contiguous(void* data, std::initializer_list<std::int64_t
   std::int64_t stride = 1;
   for (int d = view.rank - 1; d >= 0; --d) {
     view.strides[static_cast<std::size_t>(d)] = stride;
-    stride *= view.shape[static_cast<std::size_t>(d)];
+    // A stride past int64 saturates: the entry points' checks refuse such a view by its size.
+    if (__builtin_mul_overflow(stride, view.shape[static_cast<std::size_t>(d)], &stride)) {
+      stride = std::numeric_limits<std::int64_t>::max();
+    }
   }
   return view;
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 
 namespace mxlinear::detail {
 namespace {
@@ -20,6 +21,45 @@ std::string dtype_list(std::initializer_list<DType> allowed) {
 }
 
 constexpr std::int64_t kMaxExtent = std::numeric_limits<std::int32_t>::max();
+
+// The most elements a view may hold or span: far beyond any device's memory, and small enough
+// that the row and span arithmetic below stays within int64.
+constexpr std::int64_t kMaxElements = std::int64_t{1} << 48;
+
+// a * b where it is at most kMaxElements (a, b >= 0); nullopt otherwise.
+std::optional<std::int64_t> bounded_product(std::int64_t a, std::int64_t b) {
+  std::int64_t p = 0;
+  if (__builtin_mul_overflow(a, b, &p) || p > kMaxElements) return std::nullopt;
+  return p;
+}
+
+// The view's element count and the elements its leading dims step over, checked before the
+// TensorView helpers (numel, rows, rows_are_flattenable) multiply them in int64.
+void check_extent_products(std::string_view op, std::string_view name, const TensorView& view) {
+  std::int64_t elements = 1;
+  for (int d = 0; d < view.rank; ++d) {
+    const std::optional<std::int64_t> p = bounded_product(elements, view.size(d));
+    if (!p) {
+      fail(ErrorCode::kInvalidArgument, op, name,
+           fmt::format("has shape {}; expected at most 2^48 elements", view.shape_string()));
+    }
+    elements = *p;
+  }
+  if (view.rows() > kMaxExtent) {
+    fail(ErrorCode::kInvalidArgument, op, name,
+         fmt::format("has shape {}, {} rows; expected at most {}", view.shape_string(), view.rows(),
+                     kMaxExtent));
+  }
+  for (int d = 0; d + 1 < view.rank; ++d) {
+    const std::int64_t stride = view.stride(d);
+    if (view.size(d) > 1 &&
+        (stride < -kMaxElements || !bounded_product(stride < 0 ? -stride : stride, view.size(d)))) {
+      fail(ErrorCode::kInvalidArgument, op, name,
+           fmt::format("has stride {} on dim {} of shape {}; expected |stride| x {} at most 2^48",
+                       stride, d, view.shape_string(), view.size(d)));
+    }
+  }
+}
 
 }  // namespace
 
@@ -51,7 +91,10 @@ void check_view(std::string_view op, std::string_view name, const TensorView& vi
                        kMaxExtent));
     }
   }
-  if (view.numel() == 0) return;
+  for (int d = 0; d < view.rank; ++d) {
+    if (view.size(d) == 0) return;  // no elements, whatever the other extents
+  }
+  check_extent_products(op, name, view);
   if (view.data == nullptr) {
     fail(ErrorCode::kInvalidArgument, op, name,
          fmt::format("is a null pointer with shape {}; expected data for {} elements",

@@ -429,6 +429,35 @@ TEST_F(QuantizeErrors, NullDeviceAndStrideProblems) {
   ExpectQuantizeRejects("x", {"rank 0", "expected 1 to 3"});
 }
 
+// Extents whose product wraps int64 (2^90 elements read as 0) or exceeds what a row index or a
+// span may hold are refused by size, before any pointer or stride is used.
+TEST_F(QuantizeErrors, HugeShapesAndStridesAreRefusedBySize) {
+  constexpr std::int64_t kHuge = std::int64_t{1} << 30;
+  x = TensorView::contiguous(nullptr, {kHuge, kHuge, kHuge}, DType::kF32, Location::kHost);
+  ExpectQuantizeRejects("x", {"[1073741824, 1073741824, 1073741824]", "at most 2^48 elements"});
+  x = TensorView::contiguous(nullptr, {1 << 20, 1 << 20, kK}, DType::kF32, Location::kHost);
+  ExpectQuantizeRejects("x", {"1099511627776 rows", "expected at most 2147483647"});
+  x = x_buf_.matrix(2, kK, std::int64_t{1} << 62);
+  ExpectQuantizeRejects("x", {"stride 4611686018427387904 on dim 0", "at most 2^48"});
+  x = x_buf_.view({kM, kK});
+  data = TensorView::contiguous(nullptr, {kHuge, kHuge, kHuge}, DType::kE4M3, Location::kHost);
+  ExpectDequantizeRejects("x.data", {"at most 2^48 elements"});
+}
+
+TEST(WorkspaceErrors, BytesForABadShapeAreRefusedNotWrapped) {
+  const auto expect_refused = [](std::int64_t rows, std::int64_t k, const std::string& argument,
+                                 const std::string& fragment) {
+    ExpectInvalidArgument([&] { (void)linear_workspace_bytes(rows, k); }, argument,
+                          {"linear_workspace_bytes", fragment}, {});
+  };
+  expect_refused(-1, 4096, "rows", "is -1; expected 0..2147483647");
+  expect_refused(std::int64_t{1} << 33, 4096, "rows", "expected 0..2147483647");
+  expect_refused(1, 33, "k", "is 33; expected a positive multiple of 32");
+  expect_refused(1, 0, "k", "is 0;");
+  expect_refused(std::int64_t{1} << 30, std::int64_t{1} << 30, "rows", "rows x K at most 2^48");
+  EXPECT_GE(linear_workspace_bytes(1024, 4096), 1024u * 4096u);
+}
+
 // Timeline stamps: a build without them says so, naming the argument; a kernel without stamps is
 // refused by name in a build with them.
 TEST(Errors, TimelineNamesWhatItCannotTime) {
