@@ -9,6 +9,10 @@
 
 namespace mxlinear {
 
+// The largest N or K, and layer count, a model's layer may have (load_model_csv, selection_report).
+inline constexpr std::int64_t kMaxLayerFeatures = std::int64_t{1} << 24;
+inline constexpr std::int64_t kMaxLayerCount = std::int64_t{1} << 20;
+
 struct ModelLayer {
   std::string name;    // "self_attn.qkv_proj"
   std::int64_t n = 0;  // output features per rank

@@ -28,9 +28,11 @@ const std::vector<ModelLayer>& minimax_m31_flash_tp4() {
   return layers;
 }
 
+bool blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
 bool parse_int(std::string_view text, std::int64_t& out) {
-  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\r')) text.remove_suffix(1);
+  while (!text.empty() && blank(text.front())) text.remove_prefix(1);
+  while (!text.empty() && blank(text.back())) text.remove_suffix(1);
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
   return ec == std::errc() && end == text.data() + text.size();
 }
@@ -56,7 +58,7 @@ std::vector<ModelLayer> parse_model_csv(std::string_view text, const std::string
     const std::string_view line = text.substr(start, end - start);
     start = end + 1;
     ++line_no;
-    if (line.empty() || line == "\r" || line[0] == '#' || line.rfind("name,", 0) == 0) continue;
+    if (line.empty() || line == "\r" || line[0] == '#') continue;
     std::vector<std::string_view> fields;
     std::string_view rest = line;
     for (std::size_t comma;
@@ -66,13 +68,16 @@ std::vector<ModelLayer> parse_model_csv(std::string_view text, const std::string
     }
     fields.push_back(rest);
     std::int64_t n = 0, k = 0, count = 0;
+    // The header names its columns; a layer called "name" has numbers in them.
+    if (fields[0] == "name" && fields.size() > 1 && !parse_int(fields[1], n)) continue;
     if (fields.size() != 4 || !parse_int(fields[1], n) || !parse_int(fields[2], k) ||
         !parse_int(fields[3], count) || n < 1 || k < 32 || k % 32 != 0 || count < 1 ||
-        n > (1 << 24) || k > (1 << 24) || count > (1 << 20)) {
+        n > kMaxLayerFeatures || k > kMaxLayerFeatures || count > kMaxLayerCount) {
       detail::fail(ErrorCode::kInvalidArgument, "load_model_csv", "path",
-                   fmt::format("has {}:{}: '{}'; expected 'name,N,K,count' with N >= 1, K a "
-                               "positive multiple of 32 and count >= 1",
-                               shown_source, line_no, detail::for_display(line)));
+                   fmt::format("has {}:{}: '{}'; expected 'name,N,K,count' with N in 1..{}, K a "
+                               "multiple of 32 in 32..{} and count in 1..{}",
+                               shown_source, line_no, detail::for_display(line), kMaxLayerFeatures,
+                               kMaxLayerFeatures, kMaxLayerCount));
     }
     layers.push_back({std::string(fields[0]), n, k, static_cast<int>(count)});
   }

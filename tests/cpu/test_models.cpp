@@ -50,6 +50,16 @@ TEST(ModelCsv, RowsWithHeaderCommentsBlankLinesAndCrlfParse) {
   EXPECT_EQ(layers[1].k, 768);
 }
 
+// Only a header names its columns: a layer called "name" is a layer. Tabs pad like spaces.
+TEST(ModelCsv, ALayerCalledNameIsKeptAndTabsPadFields) {
+  const auto layers = parse_model_csv("name,n,k,count\nname,4096,4096,1\nb,\t4096\t,64,2\n", "m");
+  ASSERT_EQ(layers.size(), 2u);
+  EXPECT_EQ(layers[0].name, "name");
+  EXPECT_EQ(layers[0].n, 4096);
+  EXPECT_EQ(layers[1].n, 4096);
+  EXPECT_EQ(layers[1].count, 2);
+}
+
 TEST(ModelCsv, FileWithoutASingleLayerIsAnErrorNamingIt) {
   const ScratchDir dir;
   for (const char* text : {"", "\n\n", "# only a comment\nname,N,K,count\n"}) {
@@ -95,6 +105,9 @@ TEST(ModelCsv, BadRowIsAnErrorNamingFileAndLine) {
               HasSubstr("has m.csv:2: 'x,2560,6100,1'; expected 'name,N,K,count'"));
   EXPECT_THAT(error_of([] { parse_model_csv("a,1,32,1,extra\n", "m.csv"); }), HasSubstr("m.csv:1"));
   EXPECT_THAT(error_of([] { parse_model_csv("a,1,32,0\n", "m.csv"); }), HasSubstr("m.csv:1"));
+  EXPECT_THAT(error_of([] { parse_model_csv("a,33554432,4096,1\n", "m.csv"); }),
+              HasSubstr("with N in 1..16777216, K a multiple of 32 in 32..16777216 and count in "
+                        "1..1048576"));
 }
 
 // A binary file, or a path with terminal control bytes, is echoed escaped and cut short.

@@ -135,6 +135,41 @@ TEST(SelectReport, TokenCountsOutOfOrderOrBelowOneAreRefused) {
   }
 }
 
+// Token counts past linear()'s row limit and layers linear() could never run are refused by
+// name: K cast to a kernel's int, or M x K in int64, must not wrap into a report.
+TEST(SelectReport, LayersAndTokenCountsOutOfRangeAreRefused) {
+  static const Registry r(kernels(), TunedTable{}, Environment{});
+  const auto error_of = [&](const std::vector<ModelLayer>& layers,
+                            const std::vector<std::int64_t>& ms) -> std::string {
+    try {
+      (void)r.report(layers, kH200, DType::kBF16, ActivationOperand::kMx, false, ms);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      return e.what();
+    }
+    return "accepted";
+  };
+  const std::vector<std::int64_t> one{1};
+  EXPECT_THAT(error_of({{"a", 2560, 6144, 1}}, {1, std::int64_t{1} << 40}),
+              HasSubstr("argument 'ms' is [1, 1099511627776]; expected token counts in "
+                        "1..2147483647"));
+  for (const ModelLayer& bad : std::vector<ModelLayer>{{"n0", 0, 6144, 1},
+                                                       {"neg", -5, 64, 1},
+                                                       {"k33", 2560, 33, 1},
+                                                       {"k0", 2560, 0, 1},
+                                                       {"k2^32", 2560, std::int64_t{1} << 32, 1},
+                                                       {"nbig", (1 << 24) + 1, 64, 1}}) {
+    EXPECT_THAT(
+        error_of({{"ok", 2560, 6144, 1}, bad}, one),
+        AllOf(HasSubstr("argument 'layers' has '" + bad.name +
+                        "' with N = " + std::to_string(bad.n) + ", K = " + std::to_string(bad.k)),
+              HasSubstr("expected N in 1..16777216 and K a multiple of 32 in 32..16777216")))
+        << bad.name;
+  }
+  EXPECT_EQ(error_of({{"edge", 1 << 24, 1 << 24, 1}}, {1, (std::int64_t{1} << 31) - 1}),
+            "accepted");
+}
+
 // A layer name from a user's CSV is escaped in the table and never breaks the JSON.
 TEST(SelectReport, UnprintableLayerNamesAreEscapedAndJsonStaysValid) {
   static const Registry r(kernels(), TunedTable{}, Environment{});

@@ -5,6 +5,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -441,11 +443,23 @@ std::vector<ReportRow> Registry::report(const std::vector<ModelLayer>& layers,
     detail::fail(ErrorCode::kInvalidArgument, "selection_report", "ms",
                  "is empty; expected at least one token count");
   }
+  constexpr std::int64_t kMaxTokens = std::numeric_limits<std::int32_t>::max();  // as linear()
   for (std::size_t i = 0; i < ms.size(); ++i) {
-    if (ms[i] < 1 || (i > 0 && ms[i] <= ms[i - 1])) {
+    if (ms[i] < 1 || ms[i] > kMaxTokens || (i > 0 && ms[i] <= ms[i - 1])) {
       detail::fail(ErrorCode::kInvalidArgument, "selection_report", "ms",
-                   fmt::format("is [{}]; expected token counts >= 1 in ascending order, each once",
-                               fmt::join(ms, ", ")));
+                   fmt::format("is [{}]; expected token counts in 1..{} in ascending order, each "
+                               "once",
+                               fmt::join(ms, ", "), kMaxTokens));
+    }
+  }
+  for (const ModelLayer& layer : layers) {
+    if (layer.n < 1 || layer.n > kMaxLayerFeatures || layer.k < kBlockSize ||
+        layer.k % kBlockSize != 0 || layer.k > kMaxLayerFeatures) {
+      detail::fail(ErrorCode::kInvalidArgument, "selection_report", "layers",
+                   fmt::format("has '{}' with N = {}, K = {}; expected N in 1..{} and K a "
+                               "multiple of {} in {}..{}",
+                               detail::for_display(layer.name), layer.n, layer.k, kMaxLayerFeatures,
+                               kBlockSize, kBlockSize, kMaxLayerFeatures));
     }
   }
   std::vector<ReportRow> rows;
