@@ -5,6 +5,7 @@
 
 #include <sys/stat.h>
 
+#include <clocale>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -76,6 +77,26 @@ TEST(TunedTable, GoodRowIsAcceptedWithItsSource) {
   ASSERT_TRUE(v.has_value());
   EXPECT_EQ(v->config, "t64");
   EXPECT_EQ(v->source, "a.csv:3");
+  EXPECT_DOUBLE_EQ(v->us, 10.5);
+}
+
+// A host application may set a comma-decimal locale; the table's '.' must still parse. Runs where
+// such a locale is installed (else a visible skip: no other locale changes strtod's parse).
+TEST(TunedTable, RowsParseUnderACommaDecimalLocale) {
+  std::string set;
+  for (const char* name : {"de_DE.UTF-8", "de_DE.utf8", "fr_FR.UTF-8", "fr_FR.utf8"}) {
+    if (std::setlocale(LC_NUMERIC, name) != nullptr) {
+      set = name;
+      break;
+    }
+  }
+  if (set.empty()) GTEST_SKIP() << "no comma-decimal locale is installed";
+  TunedTable t;
+  const TableStats s = t.add(kGood + "\n", "a.csv", context());
+  std::setlocale(LC_NUMERIC, "C");
+  EXPECT_EQ(s.accepted, 1) << set << ": " << (t.warnings().empty() ? "" : t.warnings().front());
+  const auto v = t.lookup("sm_90a", 132, 2560, 6144, 40);
+  ASSERT_TRUE(v.has_value());
   EXPECT_DOUBLE_EQ(v->us, 10.5);
 }
 

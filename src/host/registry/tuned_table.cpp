@@ -41,11 +41,10 @@ bool parse_int(std::string_view s, std::int64_t lo, std::int64_t hi, std::int64_
 bool parse_real(std::string_view s, double& out) {
   s = trim(s);
   if (s.empty() || s.size() > 64) return false;
-  // strtod needs a terminated string; from_chars for double is missing from older libstdc++.
-  const std::string copy(s);
-  char* end = nullptr;
-  const double v = std::strtod(copy.c_str(), &end);
-  if (end != copy.c_str() + copy.size() || !std::isfinite(v) || v < 0) return false;
+  // from_chars, not strtod: the table's '.' must not depend on the process's LC_NUMERIC.
+  double v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v) || v < 0) return false;
   out = v;
   return true;
 }
