@@ -60,14 +60,19 @@ struct TableContext {
 struct TableStats {
   int data_lines = 0;  // lines that are not blank, a comment or the header
   int accepted = 0;
-  int repeats = 0;  // identical repeats of an accepted row (no effect, no warning)
-  int skipped = 0;  // each has a warning
+  int repeats = 0;          // identical repeats of an accepted row (no effect, no warning)
+  int skipped = 0;          // each has a warning, up to kMaxRowWarnings of them
+  int skipped_unshown = 0;  // skipped beyond those: one warning in all says how many
 };
+
+// The row warnings one table shows (a damaged file must not flood the log or the memory).
+inline constexpr int kMaxRowWarnings = 20;
 
 class TunedTable {
  public:
   // Parses one table's text. Every line that is not blank, a comment or the header becomes a
-  // row or a warning naming source:line; nothing throws. Within one table the first row of a
+  // row or a warning naming source:line (past kMaxRowWarnings, one warning counts the rest);
+  // nothing throws. Within one table the first row of a
   // key wins and a later conflicting row is reported; rows of a later add() override earlier
   // tables.
   TableStats add(const std::string& text, const std::string& source, const TableContext& context);

@@ -5,6 +5,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <clocale>
 #include <filesystem>
 #include <fstream>
@@ -32,6 +33,12 @@ const std::string kGood = "sm_90a,132,2560,6144,64,tuned,t64,10.5,0.25,0.1,13.0"
 
 void expect_accounted(const TableStats& s) {
   EXPECT_EQ(s.data_lines, s.accepted + s.repeats + s.skipped);
+}
+
+// The warnings add() left: one per skipped row up to kMaxRowWarnings, then one for the rest.
+int expected_warnings(const TableStats& s) {
+  EXPECT_EQ(s.skipped_unshown, std::max(0, s.skipped - kMaxRowWarnings));
+  return s.skipped - s.skipped_unshown + (s.skipped_unshown > 0 ? 1 : 0);
 }
 
 TEST(TunedTable, MBucketIsTheNextPowerOfTwo) {
@@ -98,6 +105,24 @@ TEST(TunedTable, RowsParseUnderACommaDecimalLocale) {
   const auto v = t.lookup("sm_90a", 132, 2560, 6144, 40);
   ASSERT_TRUE(v.has_value());
   EXPECT_DOUBLE_EQ(v->us, 10.5);
+}
+
+// A damaged file of a million bad rows gives its first kMaxRowWarnings warnings and one that
+// counts the rest, not a million.
+TEST(TunedTable, WarningsOfOneTableAreBounded) {
+  std::string text;
+  for (int i = 0; i < 1000000; ++i) text += "x\n";
+  TunedTable t;
+  const TableStats s = t.add(text, "flood.csv", context());
+  expect_accounted(s);
+  EXPECT_EQ(s.skipped, 1000000);
+  ASSERT_EQ(static_cast<int>(t.warnings().size()), expected_warnings(s));
+  ASSERT_EQ(t.warnings().size(), static_cast<std::size_t>(kMaxRowWarnings) + 1);
+  EXPECT_THAT(t.warnings()[kMaxRowWarnings - 1], HasSubstr("flood.csv:20: row skipped"));
+  EXPECT_THAT(t.warnings().back(),
+              HasSubstr("flood.csv: 999980 more rows skipped, not shown (the first 20 are)"));
+  t.add(kGood + "\n" + text.substr(0, 6), "next.csv", context());  // a later table warns anew
+  EXPECT_THAT(t.warnings().back(), HasSubstr("next.csv:4: row skipped"));
 }
 
 struct BadRow {
@@ -267,7 +292,7 @@ TEST(TunedTable, RandomBytesTruncationsAndHugeNumbersNeverCrashOrChangeSilently)
     TunedTable t;
     const TableStats s = t.add(junk, "junk.csv", context());
     expect_accounted(s);
-    EXPECT_EQ(static_cast<int>(t.warnings().size()), s.skipped);
+    EXPECT_EQ(static_cast<int>(t.warnings().size()), expected_warnings(s));
   }
   for (const char* huge :
        {"9223372036854775808", "18446744073709551616", "1e308", "-0", "0x10", "2147483648"}) {

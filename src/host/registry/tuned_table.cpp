@@ -140,6 +140,14 @@ std::int64_t m_bucket(std::int64_t m) {
 TableStats TunedTable::add(const std::string& text, const std::string& source,
                            const TableContext& context) {
   TableStats stats;
+  const auto skip = [&](std::string warning) {
+    ++stats.skipped;
+    if (stats.skipped > kMaxRowWarnings) {
+      ++stats.skipped_unshown;
+    } else {
+      warnings_.push_back(std::move(warning));
+    }
+  };
   std::map<TunedKey, TunedValue> mine;
   const std::string shown_source = detail::for_display(source);
   std::size_t start = 0;
@@ -153,9 +161,8 @@ TableStats TunedTable::add(const std::string& text, const std::string& source,
     const std::string where = fmt::format("{}:{}", shown_source, line_no);
     if (raw.size() > kMaxLine) {
       ++stats.data_lines;
-      ++stats.skipped;
-      warnings_.push_back(fmt::format("{}: line of {} bytes skipped; expected at most {}", where,
-                                      raw.size(), kMaxLine));
+      skip(fmt::format("{}: line of {} bytes skipped; expected at most {}", where, raw.size(),
+                       kMaxLine));
       continue;
     }
     const std::string_view line = trim(raw);
@@ -165,8 +172,7 @@ TableStats TunedTable::add(const std::string& text, const std::string& source,
     TunedValue value;
     const std::string reason = parse_row(line, context, key, value);
     if (!reason.empty()) {
-      ++stats.skipped;
-      warnings_.push_back(fmt::format("{}: row skipped: it {}", where, reason));
+      skip(fmt::format("{}: row skipped: it {}", where, reason));
       continue;
     }
     value.source = where;
@@ -176,12 +182,15 @@ TableStats TunedTable::add(const std::string& text, const std::string& source,
     } else if (it->second.same_choice(value)) {
       ++stats.repeats;
     } else {
-      ++stats.skipped;
-      warnings_.push_back(
-          fmt::format("{}: row skipped: it repeats the key of {} with a different "
-                      "value; the first row wins",
+      skip(
+          fmt::format("{}: row skipped: it repeats the key of {} with a different value; the "
+                      "first row wins",
                       where, it->second.source));
     }
+  }
+  if (stats.skipped_unshown > 0) {
+    warnings_.push_back(fmt::format("{}: {} more rows skipped, not shown (the first {} are)",
+                                    shown_source, stats.skipped_unshown, kMaxRowWarnings));
   }
   for (auto& [key, value] : mine) rows_[key] = value;  // a later table overrides
   return stats;
