@@ -27,6 +27,7 @@ import torch
 
 import mxlinear  # the package's version, looked up at call time
 
+from .convert import _linear_subclass
 from .nn import BLOCK, MXFP8Linear
 
 MODELOPT = "modelopt"
@@ -344,14 +345,23 @@ def _quantized_tensors(tensors: Mapping[str, torch.Tensor], name: str, module, f
     return found
 
 
-def _check_unquantized(tensors: Mapping[str, torch.Tensor], name: str, module, fmt: str) -> None:
+def _quantized_key(tensors: Mapping[str, torch.Tensor], name: str) -> str | None:
+    """The key of an MXFP8 tensor (scales, or an E4M3 weight) that the checkpoint holds for layer
+    ``name``; None when it holds the layer unquantized."""
     scale_key, weight_key = f"{name}.weight_scale", f"{name}.weight"
+    if scale_key in tensors:
+        return scale_key
     weight = tensors.get(weight_key)
-    if scale_key in tensors or (weight is not None and weight.dtype == torch.float8_e4m3fn):
+    if weight is not None and weight.dtype == torch.float8_e4m3fn:
+        return weight_key
+    return None
+
+
+def _check_unquantized(tensors: Mapping[str, torch.Tensor], name: str, module, fmt: str) -> None:
+    key = _quantized_key(tensors, name)
+    if key is not None:
         raise CheckpointError(
-            f"tensor '{scale_key if scale_key in tensors else weight_key}' is quantized, but the "
-            f"{fmt} "
-            f"config leaves layer '{name}' unquantized"
+            f"tensor '{key}' is quantized, but the {fmt} config leaves layer '{name}' unquantized"
         )
     if isinstance(module, MXFP8Linear):
         raise CheckpointError(
@@ -384,7 +394,9 @@ def load_mxfp8(
     the quantization config as a mapping or a JSON file path; by default ``config.json``
     (``quantization_config``) or ``hf_quant_config.json`` next to the tensors. The layers to
     replace are the model's ``nn.Linear`` (and ``MXFP8Linear``) modules that the config
-    quantizes; their tensors must be present with the stored dtypes and shapes. Quantized
+    quantizes; their tensors must be present with the stored dtypes and shapes. Subclasses of
+    ``nn.Linear`` (``MultiheadAttention.out_proj``) stay as they are, as ``quantize_model``
+    leaves them: the checkpoint must hold them unquantized. Quantized
     tensors go to ``device`` (default: the layer's device, the CPU for a meta layer); a bias is
     cast to the layer's bias dtype; ``out_dtype`` is given to every new layer. Every other tensor
     is loaded with ``load_state_dict(assign=)``, into wherever the model holds it.
@@ -408,6 +420,15 @@ def load_mxfp8(
             continue
         if not scheme.quantizes(name, module):
             _check_unquantized(tensors, name, module, scheme.format)
+            continue
+        kept = _linear_subclass(module) if isinstance(module, torch.nn.Linear) else None
+        if kept is not None:  # left alone, as quantize_model leaves it; loaded with the rest
+            key = _quantized_key(tensors, name)
+            if key is not None:
+                raise CheckpointError(
+                    f"tensor '{key}' is quantized, but layer '{name}' cannot become an "
+                    f"MXFP8Linear: {kept}"
+                )
             continue
         weight, scale = _quantized_tensors(tensors, name, module, scheme.format)
         consumed.update((f"{name}.weight", f"{name}.weight_scale"))

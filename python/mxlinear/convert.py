@@ -55,10 +55,20 @@ def _exact_names(selector: Selector) -> list[str]:
     return [p for p in selector if not (_WILDCARDS & set(p))]
 
 
-def _unsupported(module: torch.nn.Module) -> str | None:
+def _linear_subclass(module: torch.nn.Module) -> str | None:
+    """Why an ``nn.Linear`` subclass keeps its class: an MXFP8Linear in its place would lose the
+    subclass's own forward, and code that reads its ``weight`` directly (MultiheadAttention reads
+    ``out_proj.weight``) would get E4M3 bytes. ``load_mxfp8`` applies the same rule."""
     if type(module) is not torch.nn.Linear:
         name = type(module).__name__
         return f"{name} is a subclass of nn.Linear; only nn.Linear itself is converted"
+    return None
+
+
+def _unsupported(module: torch.nn.Module) -> str | None:
+    reason = _linear_subclass(module)
+    if reason is not None:
+        return reason
     if module.in_features % BLOCK != 0:
         return f"in_features = {module.in_features} is not a multiple of {BLOCK}"
     return None

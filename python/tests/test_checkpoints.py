@@ -404,6 +404,42 @@ def test_reloading_into_converted_layers_replaces_them():
     assert_loaded(model, tensors, load_mxfp8(model, tensors, ct_config()))
 
 
+class Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(64, 4, batch_first=True)  # out_proj: a Linear subclass
+        self.proj = torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        return self.proj(self.attn(x, x, x, need_weights=False)[0])
+
+
+@pytest.mark.parametrize("config", [MODELOPT_CONFIG, ct_config()], ids=["modelopt", "compressed-tensors"])
+def test_linear_subclasses_are_left_alone_as_quantize_model_leaves_them(config):
+    g = fresh_gen()
+    source = Attention()
+    done = quantize_model(source)
+    assert done.converted == ["proj"] and list(done.skipped) == ["attn.out_proj"]
+    tensors = {k: v.clone() for k, v in source.state_dict().items()}
+    model = scrambled(Attention())
+    assert load_mxfp8(model, tensors, config) == ["proj"]
+    assert type(model.attn.out_proj) is type(source.attn.out_proj)
+    x = torch.randn(2, 5, 64, generator=g)
+    assert torch.equal(model(x), source(x))
+    # a checkpoint that quantizes the subclass cannot be loaded into it
+    data, scales = emulation.quantize(tensors["attn.out_proj.weight"])
+    tensors.update({"attn.out_proj.weight": data.view(torch.float8_e4m3fn),
+                    "attn.out_proj.weight_scale": scales})
+    model = Attention()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match=r"tensor 'attn\.out_proj\.weight_scale' is quantized, "
+                                              r"but layer 'attn\.out_proj' cannot become an MXFP8Linear: "
+                                              r"NonDynamicallyQuantizableLinear is a subclass of nn\.Linear"):
+        load_mxfp8(model, tensors, config, strict=False)
+    assert not any(isinstance(m, MXFP8Linear) for m in model.modules())
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
 # --------------------------------------------------------------------------- corrupt files
 
 
