@@ -399,7 +399,9 @@ def load_mxfp8(
     leaves them: the checkpoint must hold them unquantized. Quantized
     tensors go to ``device`` (default: the layer's device, the CPU for a meta layer); a bias is
     cast to the layer's bias dtype; ``out_dtype`` is given to every new layer. Every other tensor
-    is loaded with ``load_state_dict(assign=)``, into wherever the model holds it.
+    is loaded with ``load_state_dict(assign=)``, into wherever the model holds it. A state dict
+    ``source`` is copied, never shared with the model, unless ``assign``, which puts its tensors
+    in the model as they are (moved or cast only where ``device`` or the bias dtype says).
     With ``strict``, model tensors the checkpoint lacks and checkpoint tensors the model lacks
     are errors. Everything is checked before the model changes; problems raise CheckpointError
     (a ValueError) naming the tensor key, the expected and the actual dtype or shape.
@@ -410,6 +412,9 @@ def load_mxfp8(
         )
     tensors, config, where = _resolve(source, config)
     scheme = _parse_config(config, where)
+    # The caller's tensors are copied unless assign, as load_state_dict copies them; tensors read
+    # from files belong to this call alone.
+    copy = not assign and isinstance(source, Mapping)
 
     replacements: dict[int, MXFP8Linear] = {}
     names: list[str] = []
@@ -452,10 +457,10 @@ def load_mxfp8(
         target = device if device is not None else module.weight.device
         if torch.device(target).type == "meta":
             target = "cpu"
-        if bias is not None:
-            bias = bias.to(device=target, dtype=module.bias.dtype)
+        if bias is not None:  # the checkpoint's, or the replaced layer's own
+            bias = bias.to(device=target, dtype=module.bias.dtype, copy=not assign)
         replacements[id(module)] = MXFP8Linear.from_quantized(
-            weight.to(target), scale.to(target), bias, out_dtype=out_dtype
+            weight.to(target, copy=copy), scale.to(target, copy=copy), bias, out_dtype=out_dtype
         )
         names.append(name)
 

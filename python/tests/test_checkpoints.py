@@ -229,6 +229,34 @@ def test_load_into_a_meta_model_with_assign(tmp_path):
     assert torch.equal(target(ids), source(ids))
 
 
+def test_loading_a_state_dict_copies_it_unless_assign():
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    for name in QUANTIZED:  # the model's bias dtype, so that no conversion copies it by the way
+        if name + ".bias" in tensors:
+            tensors[name + ".bias"] = tensors[name + ".bias"].float()
+    model = Tiny()
+    assert_loaded(model, tensors, load_mxfp8(model, tensors, MODELOPT_CONFIG))
+    state = model.state_dict()
+    for key, value in tensors.items():
+        assert state[key].untyped_storage().data_ptr() != value.untyped_storage().data_ptr(), key
+    loaded = {k: v.clone() for k, v in state.items()}
+    with torch.no_grad():  # the caller goes on using its tensors; the model must not follow
+        for value in tensors.values():
+            if value.element_size() == 1:
+                value.view(torch.uint8).bitwise_xor_(1)
+            else:
+                value.add_(1)
+    assert all(torch.equal(v.view(torch.uint8), model.state_dict()[k].view(torch.uint8))
+               for k, v in loaded.items())
+    model = Tiny()
+    load_mxfp8(model, tensors, MODELOPT_CONFIG, assign=True)  # assign takes the tensors as they are
+    for name in QUANTIZED:
+        layer = model.get_submodule(name)
+        assert layer.weight.data_ptr() == tensors[name + ".weight"].data_ptr()
+        assert layer.weight_scale.data_ptr() == tensors[name + ".weight_scale"].data_ptr()
+
+
 # --------------------------------------------------------------------------- configs
 
 
