@@ -398,7 +398,10 @@ def load_mxfp8(
     ``nn.Linear`` (``MultiheadAttention.out_proj``) stay as they are, as ``quantize_model``
     leaves them: the checkpoint must hold them unquantized. Quantized
     tensors go to ``device`` (default: the layer's device, the CPU for a meta layer); a bias is
-    cast to the layer's bias dtype; ``out_dtype`` is given to every new layer. Every other tensor
+    cast to the layer's bias dtype; ``out_dtype`` is given to every new layer. A layer that is
+    already an ``MXFP8Linear`` keeps its ``activation``, ``batch_invariant`` and, unless
+    ``out_dtype`` is given, its ``out_dtype``; its ``rule`` becomes None, since checkpoints do
+    not record the rule their weights were quantized with. Every other tensor
     is loaded with ``load_state_dict(assign=)``, into wherever the model holds it. A state dict
     ``source`` is copied, never shared with the model, unless ``assign``, which puts its tensors
     in the model as they are (moved or cast only where ``device`` or the bias dtype says).
@@ -459,8 +462,15 @@ def load_mxfp8(
             target = "cpu"
         if bias is not None:  # the checkpoint's, or the replaced layer's own
             bias = bias.to(device=target, dtype=module.bias.dtype, copy=not assign)
+        options = {"out_dtype": out_dtype}
+        if isinstance(module, MXFP8Linear):  # a reload keeps the layer's options
+            options = {
+                "out_dtype": module.out_dtype if out_dtype is None else out_dtype,
+                "activation": module.activation,
+                "batch_invariant": module.batch_invariant,
+            }
         replacements[id(module)] = MXFP8Linear.from_quantized(
-            weight.to(target, copy=copy), scale.to(target, copy=copy), bias, out_dtype=out_dtype
+            weight.to(target, copy=copy), scale.to(target, copy=copy), bias, **options
         )
         names.append(name)
 

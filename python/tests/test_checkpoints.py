@@ -432,6 +432,30 @@ def test_reloading_into_converted_layers_replaces_them():
     assert_loaded(model, tensors, load_mxfp8(model, tensors, ct_config()))
 
 
+def test_reloading_keeps_the_layers_options():
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    model = Tiny()
+    quantize_model(model, exclude=["lm_head", "*.gate"])
+    choices = [("mx", True, torch.bfloat16), ("bf16", False, torch.float32), ("mx", None, None),
+               (None, True, torch.float16)]
+    random.Random(torch.seed()).shuffle(choices)
+    for name, (activation, batch_invariant, out_dtype) in zip(QUANTIZED, choices):
+        layer = model.get_submodule(name)
+        layer.activation, layer.batch_invariant, layer.out_dtype = activation, batch_invariant, out_dtype
+    assert_loaded(model, tensors, load_mxfp8(model, tensors, ct_config()))
+    for name, options in zip(QUANTIZED, choices):
+        layer = model.get_submodule(name)
+        assert (layer.activation, layer.batch_invariant, layer.out_dtype) == options, name
+        assert layer.rule is None  # the checkpoint's weights, quantized with a rule it does not record
+    # an out_dtype given to load_mxfp8 is every new layer's; the other options stay
+    assert_loaded(model, tensors, load_mxfp8(model, tensors, ct_config(), out_dtype=torch.float16))
+    for name, (activation, batch_invariant, _) in zip(QUANTIZED, choices):
+        layer = model.get_submodule(name)
+        assert (layer.activation, layer.batch_invariant, layer.out_dtype) == (
+            activation, batch_invariant, torch.float16)
+
+
 class Attention(torch.nn.Module):
     def __init__(self):
         super().__init__()
