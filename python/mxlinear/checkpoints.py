@@ -396,18 +396,22 @@ def load_mxfp8(
     replace are the model's ``nn.Linear`` (and ``MXFP8Linear``) modules that the config
     quantizes; their tensors must be present with the stored dtypes and shapes. Subclasses of
     ``nn.Linear`` (``MultiheadAttention.out_proj``) stay as they are, as ``quantize_model``
-    leaves them: the checkpoint must hold them unquantized. Quantized
-    tensors go to ``device`` (default: the layer's device, the CPU for a meta layer); a bias is
-    cast to the layer's bias dtype; ``out_dtype`` is given to every new layer. A layer that is
-    already an ``MXFP8Linear`` keeps its ``activation``, ``batch_invariant`` and, unless
-    ``out_dtype`` is given, its ``out_dtype``; its ``rule`` becomes None, since checkpoints do
-    not record the rule their weights were quantized with. Every other tensor
-    is loaded with ``load_state_dict(assign=)``, into wherever the model holds it. A state dict
-    ``source`` is copied, never shared with the model, unless ``assign``, which puts its tensors
-    in the model as they are (moved or cast only where ``device`` or the bias dtype says).
+    leaves them: the checkpoint must hold them unquantized. Quantized tensors go to ``device``
+    (default: the layer's device, the CPU for a meta layer); a bias is cast to the layer's bias
+    dtype; ``out_dtype`` is given to every new layer. A layer that is already an
+    ``MXFP8Linear`` keeps its ``activation``, ``batch_invariant`` and, unless ``out_dtype`` is
+    given, its ``out_dtype``; its ``rule`` becomes None, since checkpoints do not record the rule
+    their weights were quantized with. Every other tensor is loaded with
+    ``load_state_dict(assign=)``, into wherever the model holds it. A state dict ``source`` is
+    copied, never shared with the model, unless ``assign``, which puts its tensors in the model
+    as they are (moved or cast only where ``device`` or the bias dtype says). A model holding
+    meta tensors (built on the meta device) needs ``assign=True``, as ``load_state_dict`` cannot
+    copy into them; with ``assign=False`` it raises CheckpointError naming them.
     With ``strict``, model tensors the checkpoint lacks and checkpoint tensors the model lacks
-    are errors. Everything is checked before the model changes; problems raise CheckpointError
-    (a ValueError) naming the tensor key, the expected and the actual dtype or shape.
+    are errors; without it such a model tensor stays as it is, and so does a quantized layer's
+    bias, except on the meta device, where it has no values to keep (CheckpointError naming it).
+    Everything is checked before the model changes; problems raise CheckpointError (a
+    ValueError) naming the tensor key, the expected and the actual dtype or shape.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(
@@ -419,8 +423,7 @@ def load_mxfp8(
     # from files belong to this call alone.
     copy = not assign and isinstance(source, Mapping)
 
-    replacements: dict[int, MXFP8Linear] = {}
-    names: list[str] = []
+    layers = []  # (name, module, weight, scale, bias) of each layer to replace
     consumed: set[str] = set()
     missing: list[str] = []
     for name, module in model.named_modules():
@@ -443,8 +446,15 @@ def load_mxfp8(
         bias = None
         if module.bias is not None:
             bias_key = f"{name}.bias"
-            bias = tensors.get(bias_key, module.bias.detach())
-            if bias_key in tensors:
+            bias = tensors.get(bias_key)
+            if bias is None:
+                missing.append(bias_key)  # strict: an error below; else the layer keeps its own
+                if not strict and module.bias.is_meta:
+                    raise CheckpointError(
+                        f"load_mxfp8: the checkpoint lacks '{bias_key}', and layer '{name}' has "
+                        "no bias values of its own to keep (a meta tensor)"
+                    )
+            else:
                 consumed.add(bias_key)
                 if tuple(bias.shape) != (module.out_features,):
                     raise CheckpointError(
@@ -455,24 +465,8 @@ def load_mxfp8(
                     raise CheckpointError(
                         f"tensor '{bias_key}' has dtype {_dtype(bias)}; expected a float dtype"
                     )
-            else:
-                missing.append(bias_key)
-        target = device if device is not None else module.weight.device
-        if torch.device(target).type == "meta":
-            target = "cpu"
-        if bias is not None:  # the checkpoint's, or the replaced layer's own
-            bias = bias.to(device=target, dtype=module.bias.dtype, copy=not assign)
-        options = {"out_dtype": out_dtype}
-        if isinstance(module, MXFP8Linear):  # a reload keeps the layer's options
-            options = {
-                "out_dtype": module.out_dtype if out_dtype is None else out_dtype,
-                "activation": module.activation,
-                "batch_invariant": module.batch_invariant,
-            }
-        replacements[id(module)] = MXFP8Linear.from_quantized(
-            weight.to(target, copy=copy), scale.to(target, copy=copy), bias, **options
-        )
-        names.append(name)
+        layers.append((name, module, weight, scale, bias))
+    names = [name for name, *_ in layers]
 
     # The rest of the model: a tensor counts as supplied when the checkpoint holds it under any
     # of its names (tied weights appear once).
@@ -510,12 +504,41 @@ def load_mxfp8(
             raise CheckpointError(
                 f"tensor '{key}' has dtype {_dtype(value)}; the model holds it as {_dtype(want)}"
             )
+    loadable = {k: v for k, v in rest.items() if k in expected}
+    # load_state_dict(assign=False) copies into the model's tensors, which on the meta device it
+    # skips with a warning: the model would keep tensors without values.
+    on_meta = sorted(k for k in loadable if expected[k].is_meta)
+    if on_meta and not assign:
+        raise CheckpointError(
+            f"load_mxfp8: argument 'assign' is False, but the model holds {_name_list(on_meta)} "
+            "on the meta device, where load_state_dict cannot copy values; expected assign=True "
+            "for a model built on the meta device"
+        )
+
+    replacements: dict[int, MXFP8Linear] = {}
+    for name, module, weight, scale, bias in layers:
+        target = device if device is not None else module.weight.device
+        if torch.device(target).type == "meta":
+            target = "cpu"
+        if module.bias is not None:
+            if bias is None:  # not strict, and the checkpoint lacks it: the layer keeps its own
+                bias = module.bias.detach()
+            bias = bias.to(device=target, dtype=module.bias.dtype, copy=not assign)
+        options = {"out_dtype": out_dtype}
+        if isinstance(module, MXFP8Linear):  # a reload keeps the layer's options
+            options = {
+                "out_dtype": module.out_dtype if out_dtype is None else out_dtype,
+                "activation": module.activation,
+                "batch_invariant": module.batch_invariant,
+            }
+        replacements[id(module)] = MXFP8Linear.from_quantized(
+            weight.to(target, copy=copy), scale.to(target, copy=copy), bias, **options
+        )
 
     for parent in list(model.modules()):
         for child_name, child in list(parent._modules.items()):  # named_children() hides repeats
             if id(child) in replacements:
                 setattr(parent, child_name, replacements[id(child)])
-    loadable = {k: v for k, v in rest.items() if k in expected}
     model.load_state_dict(loadable, strict=False, assign=assign)
     if assign:  # assign puts new tensor objects in place, which unties tied ones: tie them again
         for alias, source in aliases.items():

@@ -229,6 +229,36 @@ def test_load_into_a_meta_model_with_assign(tmp_path):
     assert torch.equal(target(ids), source(ids))
 
 
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_meta_layer_whose_bias_the_checkpoint_lacks_is_named(strict):
+    g = fresh_gen()
+    tensors = broken(hand_written_tensors(g), lambda t: t.pop("layers.1.proj.bias"))
+    with torch.device("meta"):
+        model = Tiny()
+    # without strict the model's own bias would stay, but a meta bias has no values to keep
+    with pytest.raises(CheckpointError, match=r"the checkpoint lacks 'layers\.1\.proj\.bias'"):
+        load_mxfp8(model, tensors, MODELOPT_CONFIG, strict=strict, assign=True)
+    assert not any(isinstance(m, MXFP8Linear) for m in model.modules())
+    assert all(t.is_meta for t in model.state_dict().values())
+
+
+def test_a_meta_model_needs_assign():
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    with torch.device("meta"):
+        model = Tiny()
+    with pytest.raises(CheckpointError, match=r"argument 'assign' is False, but the model holds "
+                                              r"'embed\.weight', 'layers\.0\.gate\.weight', .* on "
+                                              r"the meta device.*expected assign=True"):
+        load_mxfp8(model, tensors, MODELOPT_CONFIG)
+    assert not any(isinstance(m, MXFP8Linear) for m in model.modules())
+    assert all(t.is_meta for t in model.state_dict().values())
+    model.layers[1].norm.to_empty(device="cpu")  # one module materialised, the rest still meta
+    with pytest.raises(CheckpointError, match=r"argument 'assign' is False.*'embed\.weight'"):
+        load_mxfp8(model, tensors, MODELOPT_CONFIG)
+    assert_loaded(model, tensors, load_mxfp8(model, tensors, MODELOPT_CONFIG, assign=True))
+
+
 def test_loading_a_state_dict_copies_it_unless_assign():
     g = fresh_gen()
     tensors = hand_written_tensors(g)
