@@ -593,6 +593,36 @@ def _ct_config(ignore: list[str]) -> dict:
     }
 
 
+def _check_save_directory(directory: str, format: str) -> None:
+    """Refuses a directory holding another checkpoint's files, which load_mxfp8 would read beside
+    or instead of the ones save_mxfp8 writes: other shards, a shard index (preferred to the
+    files themselves) or the other layout's config (``config.json``'s ``quantization_config`` is
+    preferred to ``hf_quant_config.json``; beside a new one, ``hf_quant_config.json`` would
+    contradict it)."""
+    if not os.path.isdir(directory):
+        return
+    names = os.listdir(directory)
+    clashing = [n for n in names if n.endswith(".safetensors") and n != "model.safetensors"]
+    if "model.safetensors.index.json" in names:
+        clashing.append("model.safetensors.index.json")
+    if format == MODELOPT:
+        own = "hf_quant_config.json"
+        config_json = os.path.join(directory, "config.json")
+        if os.path.isfile(config_json) and "quantization_config" in _read_json(config_json):
+            clashing.append("config.json")
+    else:
+        own = "config.json"
+        if "hf_quant_config.json" in names:
+            clashing.append("hf_quant_config.json")
+    if clashing:
+        raise FileExistsError(
+            f"save_mxfp8: argument 'directory' is '{directory}', which holds "
+            f"{_name_list(sorted(clashing))} from another checkpoint: load_mxfp8 would read them "
+            "with or instead of the new files; expected a new or empty directory, or one whose "
+            f"only checkpoint files are model.safetensors and {own} (replaced by this call)"
+        )
+
+
 def save_mxfp8(
     model: torch.nn.Module, directory: str | os.PathLike, format: str = MODELOPT
 ) -> None:
@@ -600,7 +630,15 @@ def save_mxfp8(
     architecture built with ``nn.Linear`` layers: ``model.safetensors`` (every state-dict tensor,
     tied tensors once) plus the config, which lists the model's remaining ``nn.Linear`` layers as
     unquantized. ``format="modelopt"`` writes ``hf_quant_config.json``; ``"compressed-tensors"``
-    writes ``quantization_config`` into ``config.json``, keeping that file's other keys."""
+    writes ``quantization_config`` into ``config.json``, keeping that file's other keys.
+
+    ``directory`` may be new, or hold an earlier checkpoint of the same format (its
+    ``model.safetensors`` and config are replaced) and any files that are not checkpoint files
+    (a tokenizer, a ``config.json`` without ``quantization_config``). Files that ``load_mxfp8``
+    would read with or instead of the new ones raise FileExistsError before anything is
+    written: other ``*.safetensors`` shards, ``model.safetensors.index.json``, and the other
+    format's config (a ``config.json`` with ``quantization_config`` for ``"modelopt"``, an
+    ``hf_quant_config.json`` for ``"compressed-tensors"``)."""
     if format not in FORMATS:
         raise ValueError(
             f"save_mxfp8: argument 'format' is {format!r}; expected one of {list(FORMATS)}"
@@ -610,6 +648,7 @@ def save_mxfp8(
             f"save_mxfp8: argument 'model' is a {type(model).__name__}; expected torch.nn.Module"
         )
     directory = os.fspath(directory)
+    _check_save_directory(directory, format)
     os.makedirs(directory, exist_ok=True)
     unquantized = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
     tensors_path = os.path.join(directory, "model.safetensors")

@@ -4,6 +4,7 @@ and every way a checkpoint can be wrong."""
 import json
 import os
 import random
+import re
 import struct
 
 import emulation
@@ -520,6 +521,61 @@ def test_linear_subclasses_are_left_alone_as_quantize_model_leaves_them(config):
         load_mxfp8(model, tensors, config, strict=False)
     assert not any(isinstance(m, MXFP8Linear) for m in model.modules())
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
+@pytest.mark.parametrize("fmt", ["modelopt", "compressed-tensors"])
+def test_save_replaces_its_own_earlier_checkpoint(tmp_path, fmt):
+    g = fresh_gen()
+    for _ in range(2):  # the second save over the first
+        source = Tiny()
+        quantize_model(source, exclude=["lm_head", "*.gate"])
+        save_mxfp8(source, tmp_path, format=fmt)
+    target = Tiny()
+    assert load_mxfp8(target, tmp_path) == QUANTIZED
+    ids = torch.randint(0, 50, (2, 6), generator=g)
+    assert torch.equal(target(ids), source(ids))
+
+
+def stale_files(directory, fmt, what, tensors):
+    """Files of another checkpoint that load_mxfp8 would read beside (or instead of) a new save."""
+    keys = sorted(tensors)
+    if what in ("index", "shards"):
+        shards = {"model-00001-of-00002.safetensors": keys[::2],
+                  "model-00002-of-00002.safetensors": keys[1::2]}
+        if what == "shards":
+            for shard, shard_keys in shards.items():
+                save_file({k: tensors[k] for k in shard_keys}, directory / shard)
+        index = {"metadata": {}, "weight_map": {k: s for s, ks in shards.items() for k in ks}}
+        (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+        (directory / "config.json").write_text(json.dumps({"architectures": ["Tiny"]}))
+        return (["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+                if what == "shards" else ["model.safetensors.index.json"])
+    if what == "other shard":
+        save_file({k: tensors[k] for k in keys[:3]}, directory / "extra.safetensors")
+        return ["extra.safetensors"]
+    # the other format's config, which the loader would prefer (modelopt) or which would
+    # contradict the new one (compressed-tensors)
+    if fmt == "modelopt":
+        (directory / "config.json").write_text(json.dumps(ct_config()))
+        return ["config.json"]
+    (directory / "hf_quant_config.json").write_text(json.dumps(MODELOPT_CONFIG))
+    return ["hf_quant_config.json"]
+
+
+@pytest.mark.parametrize("fmt", ["modelopt", "compressed-tensors"])
+@pytest.mark.parametrize("what", ["shards", "index", "other shard", "other config"])
+def test_save_refuses_a_directory_holding_another_checkpoint(tmp_path, fmt, what):
+    g = fresh_gen()
+    names = stale_files(tmp_path, fmt, what, hand_written_tensors(g))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    source = Tiny()
+    quantize_model(source, exclude=["lm_head", "*.gate"])
+    files = ", ".join(repr(n) for n in names)
+    with pytest.raises(FileExistsError, match=rf"save_mxfp8: argument 'directory' is "
+                                              rf"'{re.escape(str(tmp_path))}', which holds "
+                                              rf"{re.escape(files)}.*expected"):
+        save_mxfp8(source, tmp_path, format=fmt)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
 # --------------------------------------------------------------------------- corrupt files
