@@ -15,43 +15,61 @@ def _fail(message: str):
     raise RuntimeError(message)
 
 
+def _dtype_name(dtype: torch.dtype) -> str:
+    """The dtype as the C++ ops spell it: c10's ScalarType name ("Float", "BFloat16", "Byte",
+    "Float8_e4m3fn"), which a tensor's type() carries ("torch.meta.FloatTensor")."""
+    return torch.empty(0, dtype=dtype, device="meta").type().rsplit(".", 1)[-1][: -len("Tensor")]
+
+
+def _shape(t: torch.Tensor) -> str:
+    return str(list(t.shape))
+
+
 def _check_k(op: str, name: str, t: torch.Tensor) -> int:
     if t.dim() < 1:
         _fail(f"{op}: argument '{name}' is a 0-d tensor; expected [..., K]")
     k = t.shape[-1]
     torch._check(
         k > 0 and k % _BLOCK == 0,
-        lambda: f"{op}: argument '{name}' has K = {k}; expected a positive multiple of 32",
+        lambda: f"{op}: argument '{name}' has K = {k} (shape {_shape(t)}); "
+        "expected a positive multiple of 32",
     )
     return k
 
 
 def _check_activation(op: str, x: torch.Tensor) -> int:
     if x.dtype not in _ACTIVATION_DTYPES:
-        _fail(f"{op}: argument 'x' has dtype {x.dtype}; expected bfloat16, float16 or float32")
+        _fail(
+            f"{op}: argument 'x' has dtype {_dtype_name(x.dtype)}; expected BFloat16, Half or Float"
+        )
     return _check_k(op, "x", x)
 
 
 def _check_weight(op: str, x, weight, weight_scale, k) -> int:
     if weight.dtype != torch.float8_e4m3fn:
-        _fail(f"{op}: argument 'weight' has dtype {weight.dtype}; expected float8_e4m3fn")
+        _fail(
+            f"{op}: argument 'weight' has dtype {_dtype_name(weight.dtype)}; "
+            "expected Float8_e4m3fn"
+        )
+
+    def weight_shape() -> str:
+        return f"{op}: argument 'weight' has shape {_shape(weight)}; expected [N, {k}] (N, K of x)"
+
     if weight.dim() != 2:
-        _fail(f"{op}: argument 'weight' has shape {list(weight.shape)}; expected [N, K]")
-    torch._check(
-        weight.shape[1] == k,
-        lambda: f"{op}: argument 'weight' has shape {list(weight.shape)}; expected [N, {k}]",
-    )
+        _fail(weight_shape())
+    torch._check(weight.shape[1] == k, weight_shape)
     n = weight.shape[0]
+    torch._check(n >= 1, lambda: f"{op}: argument 'weight' has N = 0; expected N >= 1")
     if weight_scale.dtype not in _SCALE_DTYPES:
         _fail(
-            f"{op}: argument 'weight_scale' has dtype {weight_scale.dtype}; "
-            "expected uint8 or float8_e8m0fnu"
+            f"{op}: argument 'weight_scale' has dtype {_dtype_name(weight_scale.dtype)}; "
+            "expected Byte (uint8) or Float8_e8m0fnu"
         )
     torch._check(
         weight_scale.dim() == 2
         and weight_scale.shape[0] == n
         and weight_scale.shape[1] == k // _BLOCK,
-        lambda: f"{op}: argument 'weight_scale' has shape {list(weight_scale.shape)}; "
+        lambda: f"{op}: argument 'weight_scale' has shape {_shape(weight_scale)}; "
         f"expected [{n}, {k // _BLOCK}] (N, K/32)",
     )
     for name, t in (("weight", weight), ("weight_scale", weight_scale)):
@@ -64,10 +82,13 @@ def _check_bias(op: str, x, bias, n) -> None:
     if bias is None:
         return
     if bias.dtype not in _ACTIVATION_DTYPES:
-        _fail(f"{op}: argument 'bias' has dtype {bias.dtype}; expected bfloat16, float16 or float32")
+        _fail(
+            f"{op}: argument 'bias' has dtype {_dtype_name(bias.dtype)}; "
+            "expected BFloat16, Half or Float"
+        )
     torch._check(
         bias.dim() == 1 and bias.shape[0] == n,
-        lambda: f"{op}: argument 'bias' has shape {list(bias.shape)}; expected [{n}] (N)",
+        lambda: f"{op}: argument 'bias' has shape {_shape(bias)}; expected [{n}] (N)",
     )
     if bias.device != x.device:
         _fail(f"{op}: argument 'bias' is on {bias.device}; expected x's device {x.device}")
@@ -84,8 +105,8 @@ def _check_activation_mode(op: str, x: torch.Tensor, index: int) -> None:
     w8a16 = index == 1 or (index == -1 and _C._default_activation() == "bf16")
     if w8a16 and x.dtype not in (torch.bfloat16, torch.float16):
         _fail(
-            f"{op}: argument 'x' has dtype {x.dtype}; the activation mode 'bf16' (W8A16) "
-            "multiplies a bfloat16 or float16 x as it is"
+            f"{op}: argument 'x' has dtype {_dtype_name(x.dtype)}; the activation mode 'bf16' "
+            "(W8A16) multiplies a BFloat16 or Half x as it is"
         )
 
 
@@ -101,7 +122,9 @@ def _check_batch_invariant(op: str, index: int) -> None:
 
 def _check_out_dtype(op: str, dtype: torch.dtype) -> torch.dtype:
     if dtype not in _ACTIVATION_DTYPES:
-        _fail(f"{op}: argument 'out_dtype' is {dtype}; expected bfloat16, float16 or float32")
+        _fail(
+            f"{op}: argument 'out_dtype' is {_dtype_name(dtype)}; expected BFloat16, Half or Float"
+        )
     return dtype
 
 
@@ -136,19 +159,22 @@ def _linear_quantized_fake(
     op = "mxlinear.linear_quantized"
     _check_batch_invariant(op, batch_invariant)
     if x_data.dtype != torch.float8_e4m3fn:
-        _fail(f"{op}: argument 'x_data' has dtype {x_data.dtype}; expected float8_e4m3fn")
+        _fail(
+            f"{op}: argument 'x_data' has dtype {_dtype_name(x_data.dtype)}; "
+            "expected Float8_e4m3fn"
+        )
     k = _check_k(op, "x_data", x_data)
     if x_scales.dtype not in _SCALE_DTYPES:
         _fail(
-            f"{op}: argument 'x_scales' has dtype {x_scales.dtype}; "
-            "expected uint8 or float8_e8m0fnu"
+            f"{op}: argument 'x_scales' has dtype {_dtype_name(x_scales.dtype)}; "
+            "expected Byte (uint8) or Float8_e8m0fnu"
         )
     torch._check(
         x_scales.dim() == x_data.dim()
         and x_scales.shape[:-1] == x_data.shape[:-1]
         and x_scales.shape[-1] == k // _BLOCK,
-        lambda: f"{op}: argument 'x_scales' has shape {list(x_scales.shape)}; expected x_data's "
-        f"shape with K/32 = {k // _BLOCK} last (x_data is {list(x_data.shape)})",
+        lambda: f"{op}: argument 'x_scales' has shape {_shape(x_scales)}; expected x_data's "
+        f"shape with K/32 = {k // _BLOCK} last (x_data is {_shape(x_data)})",
     )
     if x_scales.device != x_data.device:
         _fail(

@@ -244,7 +244,7 @@ def test_fake_implementations_on_meta_tensors():
     assert out.shape == (2, 3, 24) and out.dtype == torch.bfloat16
     out = mxlinear.linear(x, w, ws, None, torch.float32, activation="bf16")
     assert out.shape == (2, 3, 24) and out.dtype == torch.float32
-    with pytest.raises(RuntimeError, match=r"'x' has dtype torch.float32; .*\(W8A16\)"):
+    with pytest.raises(RuntimeError, match=r"'x' has dtype Float; .*\(W8A16\)"):
         mxlinear.linear(x.float(), w, ws, activation="bf16")
     with pytest.raises(Exception, match="'weight_scale'"):
         mxlinear.linear(x, w, ws[:, :1])
@@ -253,6 +253,57 @@ def test_fake_implementations_on_meta_tensors():
     # A device mix is refused, naming the argument on the other device.
     with pytest.raises(RuntimeError, match="'weight_scale' is on cpu"):
         mxlinear.linear(x, w, torch.empty(24, 2, dtype=torch.uint8))
+
+
+def test_fake_implementations_refuse_what_eager_refuses_with_its_message():
+    # Each bad call on CPU tensors and on their meta copies (the fake kernels): the same
+    # RuntimeError, word for word, naming the argument, or the same result shape and dtype.
+    g = fresh_gen()
+    m, n = (int(v) for v in torch.randint(1, 9, (2,), generator=g))
+    k = 32 * int(torch.randint(1, 5, (1,), generator=g))
+    w, ws = random_weight(n, k, g)
+    x = torch.randn(m, k, generator=g, dtype=torch.bfloat16)
+    xd, xs = mxlinear.quantize(x)
+    bias = torch.randn(n, generator=g)
+    lin, linq = torch.ops.mxlinear.linear, torch.ops.mxlinear.linear_quantized
+    quant = torch.ops.mxlinear._quantize
+    cases = [
+        ("x", lambda x, w, ws, b, xd, xs: quant(x.double(), 0)),
+        ("x", lambda x, w, ws, b, xd, xs: quant(x[:, : k - 8], 0)),
+        ("x", lambda x, w, ws, b, xd, xs: lin(x.int(), w, ws)),
+        ("x", lambda x, w, ws, b, xd, xs: lin(x[:, :0], w, ws)),
+        ("x", lambda x, w, ws, b, xd, xs: lin(x.float(), w, ws, None, None, 1)),
+        ("weight", lambda x, w, ws, b, xd, xs: lin(x, w.view(torch.uint8), ws)),
+        ("weight", lambda x, w, ws, b, xd, xs: lin(x, w[0], ws)),
+        ("weight", lambda x, w, ws, b, xd, xs: lin(x, torch.cat([w, w], 1), ws)),
+        ("weight", lambda x, w, ws, b, xd, xs: lin(x, w[:0], ws[:0])),
+        ("weight", lambda x, w, ws, b, xd, xs: linq(xd, xs, w[:0], ws[:0])),
+        ("weight_scale", lambda x, w, ws, b, xd, xs: lin(x, w, ws.float())),
+        ("weight_scale", lambda x, w, ws, b, xd, xs: lin(x, w, ws[:, :-1])),
+        ("bias", lambda x, w, ws, b, xd, xs: lin(x, w, ws, b.double())),
+        ("bias", lambda x, w, ws, b, xd, xs: lin(x, w, ws, torch.cat([b, b]))),
+        ("out_dtype", lambda x, w, ws, b, xd, xs: lin(x, w, ws, None, torch.float64)),
+        ("out_dtype", lambda x, w, ws, b, xd, xs: linq(xd, xs, w, ws, None, torch.int8)),
+        ("x_data", lambda x, w, ws, b, xd, xs: linq(x, xs, w, ws)),
+        ("x_data", lambda x, w, ws, b, xd, xs: linq(xd[:, : k - 16], xs, w, ws)),
+        ("x_scales", lambda x, w, ws, b, xd, xs: linq(xd, xs.float(), w, ws)),
+        ("x_scales", lambda x, w, ws, b, xd, xs: linq(xd, xs[:, :-1], w, ws)),
+        (None, lambda x, w, ws, b, xd, xs: lin(x, w, ws.view(torch.float8_e8m0fnu), b)),
+        (None, lambda x, w, ws, b, xd, xs: linq(xd, xs, w, ws, b, torch.float16)),
+    ]
+    for argument, call in cases:
+        results = []
+        for device in ("cpu", "meta"):
+            try:
+                out = call(x.to(device), w.to(device), ws.to(device), bias.to(device),
+                           xd.to(device), xs.to(device))
+                results.append((out.shape, out.dtype))
+            except RuntimeError as e:
+                results.append(str(e))
+        eager, fake = results
+        assert fake == eager
+        if argument is not None:
+            assert isinstance(eager, str) and f"argument '{argument}'" in eager, eager
 
 
 # --------------------------------------------------------------------------- bad input
