@@ -8,7 +8,16 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from .nn import BLOCK, MXFP8Linear, _check_activation, _check_batch_invariant
+from .nn import (
+    _FLOAT_DTYPES,
+    _RULES,
+    BLOCK,
+    MXFP8Linear,
+    _check_activation,
+    _check_batch_invariant,
+    _check_out_dtype,
+    _dtype_names,
+)
 
 Selector = Iterable[str] | Callable[[str, torch.nn.Module], bool] | None
 
@@ -20,8 +29,9 @@ class QuantizedModules:
     """What ``quantize_model`` did, in ``model.named_modules()`` order.
 
     ``converted``: qualified names of the layers now ``MXFP8Linear``. ``skipped``: name -> reason
-    for selected layers that MXFP8 cannot serve (``in_features`` not a multiple of 32, or a
-    subclass of ``nn.Linear`` whose forward the swap would lose); they stay as they were.
+    for selected layers that MXFP8 cannot serve (``in_features`` not a positive multiple of 32,
+    no output features, a weight dtype other than bfloat16, float16 or float32, or a subclass of
+    ``nn.Linear`` whose forward the swap would lose); they stay as they were.
     """
 
     converted: list[str]
@@ -71,6 +81,16 @@ def _unsupported(module: torch.nn.Module) -> str | None:
         return reason
     if module.in_features % BLOCK != 0:
         return f"in_features = {module.in_features} is not a multiple of {BLOCK}"
+    if module.in_features == 0:
+        return f"in_features = 0 is not a positive multiple of {BLOCK}"
+    if module.out_features == 0:
+        return "out_features = 0; an MXFP8 layer needs at least one output"
+    dtype = module.weight.dtype
+    if dtype not in _FLOAT_DTYPES:
+        return (
+            f"weight dtype {str(dtype).removeprefix('torch.')} is not one of "
+            f"{_dtype_names(_FLOAT_DTYPES)}"
+        )
     return None
 
 
@@ -97,7 +117,11 @@ def quantize_model(
     ``activation`` is the new layers' mode: None (``MXLINEAR_ACTIVATION``), ``"mx"`` (W8A8) or
     ``"bf16"`` (W8A16, activations multiplied as they are); see ``MXFP8Linear``.
     ``batch_invariant`` is the new layers' batch-invariant switch: None
-    (``MXLINEAR_BATCH_INVARIANT``), True or False; see ``MXFP8Linear``.
+    (``MXLINEAR_BATCH_INVARIANT``), True or False; see ``MXFP8Linear``. The options are checked
+    before anything is converted, whether or not any layer is selected: a ``rule`` other than
+    ``"rceil"`` or ``"floor"`` or an ``activation`` outside its three values raises ValueError, an
+    ``out_dtype`` other than None, bfloat16, float16 or float32 or a ``batch_invariant`` other
+    than None or a bool TypeError.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(
@@ -110,6 +134,11 @@ def quantize_model(
             "place; "
             "use MXFP8Linear.from_linear"
         )
+    if rule not in _RULES:
+        raise ValueError(
+            f"quantize_model: argument 'rule' is {rule!r}; expected 'rceil' or 'floor'"
+        )
+    _check_out_dtype("quantize_model", out_dtype)
     _check_activation("quantize_model", activation)
     _check_batch_invariant("quantize_model", batch_invariant)
     if include is not None and not callable(include) and not isinstance(include, str):

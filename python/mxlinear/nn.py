@@ -41,8 +41,12 @@ def _is_block_multiple(k: int) -> bool:
 
 def _check_out_dtype(where: str, out_dtype) -> None:
     if out_dtype is not None and out_dtype not in _FLOAT_DTYPES:
+        # A value that is no dtype shows its type, so that the string "bfloat16" is told apart.
+        value = out_dtype if isinstance(out_dtype, torch.dtype) else (
+            f"{out_dtype!r} (a {type(out_dtype).__name__})"
+        )
         raise TypeError(
-            f"{where}: argument 'out_dtype' is {out_dtype}; expected None or one of "
+            f"{where}: argument 'out_dtype' is {value}; expected None or one of "
             f"{_dtype_names(_FLOAT_DTYPES)}"
         )
 
