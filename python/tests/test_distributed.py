@@ -15,6 +15,7 @@ import json
 import math
 import os
 import queue
+import re
 import subprocess
 import sys
 import traceback
@@ -316,6 +317,82 @@ def check_refusal(rank, world):
     assert layer.weight.shape[0] == layer.n_splits[rank]
 
 
+def check_bad_input_on_an_empty_shard(rank, world, seed):
+    # More ranks than K blocks (row) or one rank holding every row (column): the ranks with an
+    # empty shard compute nothing, yet must refuse a bad input as the others do, or they would
+    # wait in the collective while the others raise.
+    g = gen(seed)
+    n = int(torch.randint(1, 41, (1,), generator=g))
+    k = 32 * int(torch.randint(1, world, (1,), generator=g))  # fewer blocks than ranks
+    w, ws = random_weight(n, k, g)
+    bias = random_x((n,), g)
+    x = random_x((5, k), g)
+    data, scales = mxlinear.quantize(x)
+    row = RowParallelMXFP8Linear.from_quantized(w, ws, bias, activation="bf16")
+    row_local = RowParallelMXFP8Linear.from_quantized(w, ws, bias, activation="bf16",
+                                                      input_is_parallel=True)
+    assert row.k_start == row.k_end or rank < k // 32
+    k0, k1 = row.k_start, row.k_end
+    owner = int(torch.randint(0, world, (1,), generator=g))
+    column = ColumnParallelMXFP8Linear.from_quantized(
+        w, ws, bias, activation="bf16", n_splits=[n if r == owner else 0 for r in range(world)])
+
+    def with_attribute(layer, name, value, call):
+        saved = getattr(layer, name)
+        setattr(layer, name, value)
+        try:
+            call()
+        finally:
+            setattr(layer, name, saved)
+
+    cases = [
+        lambda: row.partial_sum(x.float()),  # W8A16 refuses float32
+        lambda: row.partial_sum(x.double()),
+        lambda: row.partial_sum((data, scales.float())),
+        lambda: row.partial_sum((x, scales)),
+        lambda: row.partial_sum((data, scales[..., :-1])),
+        lambda: row.partial_sum((data, scales[:-1])),
+        lambda: row_local.partial_sum(x[:, k0:k1].int()),
+        lambda: with_attribute(row, "batch_invariant", 1, lambda: row.partial_sum(x)),
+        lambda: with_attribute(row, "activation", "fp8", lambda: row.partial_sum(x)),
+        lambda: column(x.float()),
+        lambda: column(torch.cat([x, x], -1)),
+        lambda: column(x[:, :-8]),
+        lambda: column(x[0, 0]),
+        lambda: column((data, scales[:-1])),
+        lambda: with_attribute(column, "out_dtype", torch.float64, lambda: column(x)),
+    ]
+    collective = [  # the calls that hung: forward's all-reduce and all-gather
+        lambda: row(x.float()),
+        lambda: with_attribute(column, "gather_output", True, lambda: column(x.float())),
+    ]
+
+    def outcomes(calls):
+        out = []
+        for call in calls:
+            try:
+                call()
+                out.append("returned")
+            except (RuntimeError, TypeError, ValueError) as e:
+                out.append(f"{type(e).__name__}: {re.sub(r'rank [0-9]+', 'rank R', str(e))}")
+        everyone = [None] * world
+        dist.all_gather_object(everyone, out)
+        return everyone
+
+    for calls in (cases, collective):  # the first list has no collective: it cannot hang
+        everyone = outcomes(calls)
+        for i in range(len(calls)):
+            seen = {r: everyone[r][i] for r in range(world)}
+            assert len(set(seen.values())) == 1 and seen[0] != "returned", (i, seen)
+    # The group is still in step: good inputs work on every rank.
+    column.gather_output = True
+    assert torch.equal(column(x), mxlinear.linear(x, w, ws, bias, activation="bf16"))
+    out = row(x)
+    outs = [torch.empty_like(out) for _ in range(world)]
+    dist.all_gather(outs, out)
+    assert out.shape == (5, n) and all(torch.equal(o, out) for o in outs)
+
+
 def check_safetensors(rank, world, path, prefix, kind):
     from safetensors.torch import load_file
 
@@ -469,6 +546,11 @@ def test_row_parallel_within_bound_explicit_uneven_split(pools, world, k_splits,
 @pytest.mark.parametrize("world", [2, 4])
 def test_k_shard_not_whole_blocks_is_refused(pools, world):
     pools(world).run("check_refusal")
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_empty_shards_refuse_bad_input_as_the_others_do(pools, world):
+    pools(world).run("check_bad_input_on_an_empty_shard", torch.seed() % 2**31)
 
 
 def write_checkpoint(directory, prefix, n, k, split_files: bool, e8m0: bool) -> str:

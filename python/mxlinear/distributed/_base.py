@@ -101,6 +101,44 @@ class _ShardedMXFP8Linear(_MXFP8Buffers):
         layer._set_shard(w.to(target), s.to(target), None if b is None else b.to(target))
         return layer
 
+    def _check_as_the_shards_do(self, x, width: int | None, k: int, n: int, bias, out_dtype):
+        """On a rank whose shard is empty (more ranks than rows or blocks), which computes
+        nothing, the checks that ``mxlinear.linear`` makes of ``x`` on the ranks with a shard:
+        without them a bad x raises there while this rank waits in the collective. The op checks
+        stand-ins: x (a tensor or a (data, scales) pair) with its last dimension ``width`` (None:
+        x's own) and an [n, k] weight, its scales and ``bias``'s [n]. First on the meta device,
+        where its fake kernel checks x's shape and dtypes with its eager messages; then, since
+        meta tensors have no device to compare, on the real devices with no rows, for which the
+        op returns once its checks pass. Neither reads a stand-in: the weights are one element
+        each, expanded."""
+        quantized = isinstance(x, tuple)
+        for device in ("meta", None):  # None: each tensor's own device
+
+            def like(t, last):
+                if not isinstance(t, torch.Tensor):
+                    return t  # the op refuses it as it is
+                if t.dim() == 0:
+                    shape = ()
+                else:
+                    last = t.shape[-1] if last is None else last
+                    shape = (*t.shape[:-1], last) if device == "meta" else (0, last)
+                return torch.empty(shape, dtype=t.dtype, device=device or t.device)
+
+            def expanded(t, *shape):
+                return torch.empty((1,) * len(shape), dtype=t.dtype,
+                                   device=device or t.device).expand(*shape)
+
+            if quantized and len(x) == 2:
+                scale_width = None if width is None else width // BLOCK
+                stand_in = (like(x[0], width), like(x[1], scale_width))
+            else:
+                stand_in = like(x, width)
+            mxlinear.linear(stand_in, expanded(self.weight, n, k),
+                            expanded(self.weight_scale, n, k // BLOCK),
+                            None if bias is None else expanded(bias, n),
+                            out_dtype, None if quantized else self.activation,
+                            batch_invariant=self.batch_invariant)
+
     def _set_shard(self, weight, weight_scale, bias) -> None:
         self.weight = weight
         self.weight_scale = weight_scale.view(torch.uint8)

@@ -145,7 +145,9 @@ class ColumnParallelMXFP8Linear(_ShardedMXFP8Linear):
         if self.weight.shape[0] > 0:
             out = mxlinear.linear(x, self.weight, self.weight_scale, self.bias, self.out_dtype,
                                   activation, batch_invariant=self.batch_invariant)
-        else:  # an empty shard (more ranks than rows)
+        else:  # an empty shard (more ranks than rows), once x passes the other ranks' checks
+            self._check_as_the_shards_do(x, None, self.in_features, max(self.n_splits),
+                                         self.bias, self.out_dtype)
             lead = (x[0] if quantized else x).shape[:-1]
             dtype = self.out_dtype or (torch.bfloat16 if quantized else x.dtype)
             out = torch.empty(*lead, 0, dtype=dtype, device=self.weight.device)

@@ -179,11 +179,24 @@ class RowParallelMXFP8Linear(_ShardedMXFP8Linear):
                 f"RowParallelMXFP8Linear: argument 'x' has {width} columns; expected {want} "
                 f"({what}, input_is_parallel={self.input_is_parallel}, rank {self.rank})"
             )
+        if quantized:
+            # Every rank checks the whole pair: a rank that sliced too few scale columns would
+            # raise alone, and the others would wait in the all-reduce.
+            data, scales = x
+            expected = [*data.shape[:-1], width // BLOCK]
+            if isinstance(scales, torch.Tensor) and list(scales.shape) != expected:
+                raise ValueError(
+                    f"RowParallelMXFP8Linear: argument 'x' is a (data, scales) pair whose scales "
+                    f"have shape {list(scales.shape)}; expected {expected} (data's shape with "
+                    f"{width}/32 last; data is {list(data.shape)}, rank {self.rank})"
+                )
         if self.k_end > self.k_start:
             partial = mxlinear.linear(local, self.weight, self.weight_scale, None, torch.float32,
                                       None if quantized else self.activation,
                                       batch_invariant=self.batch_invariant)
-        else:  # an empty K shard (more ranks than blocks) contributes zeros
+        else:  # an empty K shard (more ranks than blocks) contributes zeros, once x passes the
+            # checks the other ranks' calls make of their one-block-or-more slices
+            self._check_as_the_shards_do(x, BLOCK, BLOCK, self.out_features, None, torch.float32)
             partial = torch.zeros(*lead, self.out_features, dtype=torch.float32,
                                   device=self.weight.device)
         return partial.contiguous()
