@@ -132,8 +132,6 @@ def test_forward_without_bias_and_on_empty_batch():
     assert layer(torch.empty(0, 64, dtype=torch.bfloat16)).shape == (0, 12)
 
 
-@pytest.mark.skipif(not hasattr(torch.ops.mxlinear, "linear_quantized"),
-                    reason="torch.ops.mxlinear.linear_quantized is not registered by this build")
 def test_forward_accepts_prequantized_input():
     import mxlinear
 
