@@ -242,6 +242,22 @@ TEST(Registry, RowsAndTheCostModelNameOnlyConfigsThatCanRunTheCall) {
   EXPECT_EQ(dispatched(r, layer(3000, 8192)), "general/g1 (default config)");
 }
 
+// A forced backend that cannot claim the layer narrows nothing: its calls take what automatic
+// selection gives them (here the cost model's choice among every kernel), as the warning says.
+TEST(Registry, ForcedBackendThatCannotClaimTheLayerLeavesItsCallsAutomatic) {
+  const std::string table = row("64", "tuned", "t64");
+  const std::string automatic = dispatched(make_modelled(table, {}), layer(3000, 6144));
+  ASSERT_THAT(automatic, HasSubstr("tuned/"));
+  ASSERT_THAT(automatic, HasSubstr("(cost model"));
+  const Registry forced = make_modelled(table, {{"MXLINEAR_BACKEND", "tuned"}});
+  const LayerSelection s = forced.select(layer(3000, 6144), kH200);
+  ASSERT_NE(s.kernel, nullptr);
+  EXPECT_EQ(s.kernel->name(), "general");
+  ASSERT_EQ(s.warnings.size(), 1u);
+  EXPECT_THAT(s.warnings[0], HasSubstr("using automatic selection: general"));
+  EXPECT_EQ(dispatched(forced, layer(3000, 6144)), automatic);
+}
+
 TEST(Registry, CostModelNeverOverridesWhatTheLayerOrTheEnvironmentRules) {
   const std::string table = row("64", "tuned", "t64");
   // The modelled kernel cannot implement this layer.

@@ -21,6 +21,14 @@
 namespace mxlinear {
 namespace {
 
+// Whether the forced backend (MXLINEAR_BACKEND) is the kernel that claims the layer: only then
+// does it narrow the layer's calls to itself. Where it cannot run the layer, selection fell back
+// to the automatic order, and the calls take every kernel that order allows.
+bool forced_on(const Environment& env, const LayerSelection& selection) {
+  return env.backend != "auto" && selection.kernel != nullptr &&
+         selection.kernel->name() == env.backend;
+}
+
 // The mode of a layer's calls: W8A8 for the MX operand, W8A16 for a 16-bit one.
 ActivationMode mode_of(const LayerDescription& layer) {
   return layer.operand == ActivationOperand::kMx ? ActivationMode::kW8A8 : ActivationMode::kW8A16;
@@ -147,8 +155,14 @@ LayerSelection Registry::select(const LayerDescription& layer,
     if (std::find(order.begin(), order.end(), k.get()) == order.end()) order.push_back(k.get());
   }
   for (const Kernel* k : order) {
-    // The other mode's kernels are not candidates (the CPU reference serves both).
+    // The other mode's kernels are not candidates (the CPU reference serves both); a forced one
+    // says why it is passed over.
     if (!is_cpu_reference(*k) && k->activation_mode() != mode_of(layer)) {
+      if (k->name() == env_.backend) {
+        s.rejected.push_back(
+            {std::string(k->name()), fmt::format("runs the other activation mode; this layer is {}",
+                                                 describe(layer.operand))});
+      }
       continue;
     }
     std::string reason;
@@ -190,7 +204,7 @@ Dispatch Registry::dispatch(const LayerSelection& selection, const DeviceDescrip
   d.kernel = selection.kernel;
   if (!d.kernel) return d;
   if (selection.layer.batch_invariant) return invariant_dispatch(selection, device, m);
-  const bool forced = env_.backend != "auto";
+  const bool forced = forced_on(env_, selection);
   const LayerDescription& layer = selection.layer;
   const bool w8a16 = mode_of(layer) == ActivationMode::kW8A16;
   // A row may hand this M to another kernel (a tuned row for the generic kernel where it is
@@ -281,7 +295,7 @@ Dispatch Registry::invariant_dispatch(const LayerSelection& selection,
 
 const Kernel* Registry::untuned_fallback(const LayerSelection& selection,
                                          const DeviceDescription& device) const {
-  const bool forced = env_.backend != "auto";
+  const bool forced = forced_on(env_, selection);
   for (const auto& k : kernels_) {
     if (k->needs_tuned_rows() || is_cpu_reference(*k) ||
         k->activation_mode() != mode_of(selection.layer) ||
@@ -317,7 +331,7 @@ std::optional<Dispatch> Registry::modelled(const LayerSelection& selection,
       return it->second;
     }
   }
-  const bool forced = env_.backend != "auto";
+  const bool forced = forced_on(env_, selection);
   std::optional<Dispatch> best;
   for (const auto& kernel : kernels_) {
     // The batch-invariant mode prices the configs that keep the K order of the selected kernel

@@ -117,8 +117,8 @@ class Registry {
   std::vector<std::string> warnings_;
 
   // The config the cost model rates fastest for M rows of the selection's layer among the
-  // kernels that may serve it (the forced backend alone where one is), or nullopt where no
-  // modelled config can run.
+  // kernels that may serve it (the forced backend alone where it claims the layer), or nullopt
+  // where no modelled config can run.
   std::optional<Dispatch> modelled(const LayerSelection& selection, const DeviceDescription& device,
                                    std::int64_t m) const;
   // The batch-invariant mode's choice for M rows: a tuned row of the selected kernel with a
@@ -127,7 +127,8 @@ class Registry {
   Dispatch invariant_dispatch(const LayerSelection& selection, const DeviceDescription& device,
                               std::int64_t m) const;
   // The first kernel of the layer's mode that needs no tuned rows (the generic kernel) and may
-  // serve it: not disabled, supported, able, and the forced backend where one is; or nullptr.
+  // serve it: not disabled, supported, able, and the forced backend where it claims the layer;
+  // or nullptr.
   const Kernel* untuned_fallback(const LayerSelection& selection,
                                  const DeviceDescription& device) const;
   // The cost model's choices, made once per layer, device and M: pricing every config takes
