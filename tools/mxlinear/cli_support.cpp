@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 
 #include "host/log.hpp"
@@ -48,12 +50,26 @@ CLI::Validator multiple_of_32(std::int64_t max) {
 CLI::Validator non_negative_integer() {
   return CLI::Validator(
       [](std::string& value) -> std::string {
-        if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos) {
-          return fmt::format("is {}; expected a non-negative integer", detail::for_display(value));
+        std::uint64_t parsed = 0;
+        const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), parsed);
+        if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos ||
+            ec != std::errc() || end != value.data() + value.size()) {
+          // Digits past 2^64 - 1 would be clamped by the conversion, not refused.
+          return fmt::format("is {}; expected a non-negative integer up to {}",
+                             detail::for_display(value), std::numeric_limits<std::uint64_t>::max());
         }
         return "";
       },
       "");
+}
+
+void refuse_unreadable_existing(std::string_view option, const std::string& path,
+                                const std::string& problem) {
+  struct stat st {};
+  if (problem.empty() || ::stat(path.c_str(), &st) != 0) return;
+  refuse(option, fmt::format("is '{}', which {}; expected a file this command can read to resume "
+                             "it, or --restart to start it afresh",
+                             detail::for_display(path), problem));
 }
 
 void require_writable_path(std::string_view option, const std::string& path) {

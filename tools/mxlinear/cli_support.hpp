@@ -21,6 +21,11 @@ CLI::Validator non_negative_integer();
 // Throws Error(kInvalidArgument) naming `option` unless `path` can be written: a writable
 // regular file, or a new file in an existing writable directory.
 void require_writable_path(std::string_view option, const std::string& path);
+// Throws Error(kInvalidArgument) naming `option` where `path` exists but reading it failed with
+// `problem` (over the cap, unreadable): a command that resumes a file never truncates one it
+// could not read.
+void refuse_unreadable_existing(std::string_view option, const std::string& path,
+                                const std::string& problem);
 
 // The kernel called `name` (of the built-in list, without reading tuned tables); throws Error
 // naming `option` and the valid kernels.

@@ -102,6 +102,16 @@ int run_tune(const TuneOptions& o) {
     }
   }
   require_writable_path("--out", o.out);
+  const detail::UserFile existing = detail::read_user_file(o.out, TunedTable::kMaxFileBytes);
+  if (!o.restart) refuse_unreadable_existing("--out", o.out, existing.problem);
+  if (!o.timings.empty()) {
+    require_writable_path("--timings", o.timings);
+    if (!o.restart) {
+      refuse_unreadable_existing(
+          "--timings", o.timings,
+          detail::read_user_file(o.timings, TunedTable::kMaxFileBytes).problem);
+    }
+  }
   const std::vector<ModelLayer> layers = load_model(o.model);
   const std::vector<TuneFigure> figures = tune_figures(layers, o.ms);
   if (!gpu_available()) {
@@ -112,7 +122,6 @@ int run_tune(const TuneOptions& o) {
   const TableContext context = table_context(Registry::global().kernels());
   // Resume: the rows an earlier run of the same table wrote are kept and not timed again.
   std::set<FigureKey> done;
-  const detail::UserFile existing = detail::read_user_file(o.out, TunedTable::kMaxFileBytes);
   if (!o.restart && existing.problem.empty() && !existing.text.empty()) {
     done = figures_in_table(existing.text, device.arch, device.sms, o.w8a16(), context);
   } else {
@@ -124,7 +133,6 @@ int run_tune(const TuneOptions& o) {
                            o.model, o.activation, device.name, device.sms, mxlinear::version())));
   }
   if (!o.timings.empty()) {
-    require_writable_path("--timings", o.timings);
     const detail::UserFile old = detail::read_user_file(o.timings, TunedTable::kMaxFileBytes);
     if (o.restart || !old.problem.empty() || old.text.empty()) {
       std::ofstream(o.timings, std::ios::binary | std::ios::trunc).close();
@@ -208,9 +216,11 @@ int run_tune(const TuneOptions& o) {
     layer.n = n;
     layer.k = k;
     if (o.w8a16()) layer.operand = ActivationOperand::kBf16;
+    // No kernel at all where the environment disables every one that could run the layer.
     const Dispatch untuned =
         untuned_registry.dispatch(untuned_registry.select(layer, device), device, m);
-    const auto untuned_time = measure(*untuned.kernel, untuned.config);
+    std::optional<std::pair<double, double>> untuned_time;
+    if (untuned.kernel) untuned_time = measure(*untuned.kernel, untuned.config);
     std::optional<Candidate> best;
     double best_us = 0, best_err = 0;
     for (const Candidate& c : cs) {
@@ -241,7 +251,8 @@ int run_tune(const TuneOptions& o) {
            tuned_row(device.arch, device.sms, f, std::string(best->kernel->name()), best->config,
                      best_us, best_err / kGuard, context));
     const std::string best_name = fmt::format("{}/{}", best->kernel->name(), best->config);
-    const std::string untuned_name = fmt::format("{}/{}", untuned.kernel->name(), untuned.config);
+    const std::string untuned_name =
+        untuned.kernel ? fmt::format("{}/{}", untuned.kernel->name(), untuned.config) : "none";
     if (untuned_time)
       outcomes.push_back({f, best_name, best_us, untuned_name, untuned_time->first});
     fmt::print("[{}/{} configs, ETA {}] {} x {} M = {}: {} {:.2f} us (untuned {} {})\n", timed,
