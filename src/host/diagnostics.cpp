@@ -8,6 +8,7 @@
 #include "device/common/timeline.hpp"
 #include "device/kernels/prefill/activation_bf16.hpp"
 #include "host/cuda_check.hpp"
+#include "host/log.hpp"
 #include "host/validate.hpp"
 
 namespace mxlinear {
@@ -40,7 +41,8 @@ void set_kernel_timeline(std::string_view kernel, std::uint32_t* buffer,
     e = device::timeline::set_prefill_buffer(buffer, buffer ? capacity_ctas : 0);
   } else {
     detail::fail(ErrorCode::kInvalidArgument, "set_kernel_timeline", "kernel",
-                 fmt::format("is '{}', expected 'decode', 'gemv' or 'prefill'", kernel));
+                 fmt::format("is '{}', expected 'decode', 'gemv' or 'prefill'",
+                             detail::for_display(kernel)));
   }
   detail::check_cuda(e, "set_kernel_timeline");
 }

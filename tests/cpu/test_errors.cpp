@@ -473,6 +473,23 @@ TEST(Errors, TimelineNamesWhatItCannotTime) {
   }
 }
 
+// A described device's arch is echoed in every report: only letters, digits and '_' pass, and
+// a refused spec is echoed escaped.
+TEST(Errors, DeviceSpecsAreCheckedAndEchoedEscaped) {
+  EXPECT_EQ(DeviceDescription::parse("sm_90a:132").arch, "sm_90a");
+  for (const std::string& spec :
+       {std::string("sm\x1b[2J:132"), std::string("sm 90:132"), std::string(":132"),
+        std::string("sm_90a:0"), std::string("sm_90a:4097"), std::string(40, 'a') + ":8"}) {
+    ExpectInvalidArgument([&] { (void)DeviceDescription::parse(spec); }, "spec",
+                          {"DeviceDescription::parse", "expected 'cpu' or '<arch>:<sms>'"}, {});
+  }
+  try {
+    (void)DeviceDescription::parse("sm\x1b[2J:132");
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("is 'sm\\x1b[2J:132'"));
+  }
+}
+
 TEST_F(LinearErrors, PrefillPrepassTakesOnlyDeviceOperands) {
   // Host views (no GPU needed): the first check names x and where it lives; no output written.
   ExpectInvalidArgument([&] { run_prefill_activation_prepass(xq, out_buf_.data(), nullptr); },

@@ -1,8 +1,11 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cstddef>
 
+#include "host/log.hpp"
 #include "host/validate.hpp"
 #include "mxlinear/selection.hpp"
 
@@ -35,7 +38,14 @@ DeviceDescription DeviceDescription::parse(const std::string& spec) {
   if (spec == "cpu") return DeviceDescription{};
   const auto colon = spec.find(':');
   int sms = 0;
-  if (colon != std::string::npos && colon > 0) {
+  // The arch is echoed in reports and messages: letters, digits and '_' only.
+  const bool arch_ok =
+      colon != std::string::npos && colon > 0 && colon <= 32 &&
+      std::all_of(spec.begin(), spec.begin() + static_cast<std::ptrdiff_t>(colon), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '_';
+      });
+  if (arch_ok) {
     const char* b = spec.data() + colon + 1;
     const char* e = spec.data() + spec.size();
     const auto [end, ec] = std::from_chars(b, e, sms);
@@ -49,7 +59,9 @@ DeviceDescription DeviceDescription::parse(const std::string& spec) {
     }
   }
   detail::fail(ErrorCode::kInvalidArgument, "DeviceDescription::parse", "spec",
-               fmt::format("is '{}'; expected 'cpu' or '<arch>:<sms>' such as 'sm_90a:132'", spec));
+               fmt::format("is '{}'; expected 'cpu' or '<arch>:<sms>' such as 'sm_90a:132' (arch: "
+                           "letters, digits and '_'; sms: 1 to 4096)",
+                           detail::for_display(spec)));
 }
 
 std::string DeviceDescription::to_string() const {

@@ -401,8 +401,8 @@ CallVerdict Registry::runnable(const Kernel& kernel, std::string_view config,
     return std::find(names.begin(), names.end(), config) != names.end();
   }();
   if (!has_config) {
-    return {fmt::format("is '{}'; expected one of {}'s: {}", config, kernel.name(),
-                        fmt::join(kernel.configs(), ", ")),
+    return {fmt::format("is '{}'; expected one of {}'s: {}", detail::for_display(config),
+                        kernel.name(), fmt::join(kernel.configs(), ", ")),
             "config", ErrorCode::kInvalidArgument};
   }
   if (const Verdict v = kernel.can_run(m, layer.k, config); !v.ok()) {
