@@ -23,6 +23,12 @@ int rotation_copies(std::size_t weight_bytes, std::size_t l2_bytes, double facto
   return std::max(2, static_cast<int>(std::ceil(needed)));
 }
 
+int rotation_calls(int copies) {
+  constexpr int kMinCalls = 8;
+  copies = std::max(copies, 1);
+  return copies * ((kMinCalls + copies - 1) / copies);
+}
+
 Summary summarize(std::vector<double> samples) {
   Summary s;
   if (samples.empty()) return s;

@@ -13,6 +13,9 @@ namespace mxlinear::bench {
 
 // Copies of a weight set needed so that one pass over them is at least `factor` times L2.
 int rotation_copies(std::size_t weight_bytes, std::size_t l2_bytes, double factor = 3.0);
+// Calls one timed graph makes over `copies` rotating copies: at least 8, a whole number of
+// rotations, so that a graph replayed back to back reads each copy again only after every other.
+int rotation_calls(int copies);
 
 struct Summary {
   double median = 0, min = 0, max = 0;

@@ -18,6 +18,19 @@ TEST(BenchHarness, RotationCoversThreeTimesL2) {
   EXPECT_EQ(rotation_copies(std::size_t{1} << 34, l2), 2);  // never fewer than two
 }
 
+// Whole rotations of at least 8 calls: no copy is read again before every other copy is.
+TEST(BenchHarness, RotationCallsAreWholeRotationsOfAtLeastEight) {
+  for (int copies = 1; copies <= 40; ++copies) {
+    const int calls = rotation_calls(copies);
+    EXPECT_GE(calls, 8) << copies;
+    EXPECT_EQ(calls % copies, 0) << copies;
+    EXPECT_LT(calls - copies, 8) << copies;  // no more than needed
+  }
+  EXPECT_EQ(rotation_calls(5), 10);
+  EXPECT_EQ(rotation_calls(3), 9);
+  EXPECT_EQ(rotation_calls(12), 12);
+}
+
 TEST(BenchHarness, SummaryIsMedianMinMax) {
   const Summary odd = summarize({5, 1, 3});
   EXPECT_EQ(odd.median, 3);

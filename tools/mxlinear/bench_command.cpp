@@ -126,7 +126,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
     row["w8a16_error"] = e.what();
   }
   row["check_w8a16"] = ok_w8a16 ? "ok" : "WRONG";
-  const int calls = std::max(w.copies, 8);
+  const int calls = bench::rotation_calls(w.copies);
   const MedianOf median = [&](const std::function<void(int)>& f) {
     return bench::summarize(bench::time_graph(f, calls, 2, timing, stream));
   };

@@ -57,14 +57,14 @@ json bench_quantize(std::int64_t m, std::int64_t k, std::size_t l2, const Ceilin
                                         {m, k}, DType::kBF16, Location::kDevice),
                  qv, sv, stream);
       },
-      std::max(copies, 8), 2, timing, stream));
+      bench::rotation_calls(copies), 2, timing, stream));
   // The same bytes in and out with no arithmetic: what this traffic allows.
   const auto copy = bench::summarize(bench::time_graph(
       [&](int i) {
         bench::narrowing_copy(x.bytes() + static_cast<std::size_t>(i % copies) * bytes,
                               static_cast<std::size_t>(m * k), q.ptr, s.ptr, stream);
       },
-      std::max(copies, 8), 2, timing, stream));
+      bench::rotation_calls(copies), 2, timing, stream));
   const double read_per_s = static_cast<double>(bytes) / (t.median * 1e-6);
   // Every byte moved: bf16 in, e4m3 and one scale byte per 32 elements out.
   const double moved = static_cast<double>(bytes) + static_cast<double>(m * k) * (1.0 + 1.0 / 32);

@@ -203,9 +203,9 @@ int run_tune(const TuneOptions& o) {
         }
         return std::nullopt;
       }
-      const double us =
-          bench::summarize(bench::time_graph(call, std::max(w->copies, 8), 2, timing, stream))
-              .median;
+      const double us = bench::summarize(bench::time_graph(call, bench::rotation_calls(w->copies),
+                                                           2, timing, stream))
+                            .median;
       if (!o.timings.empty()) {
         append("--timings", o.timings,
                timing_line(f, std::string(kernel.name()), config, us, err / kGuard, true));
