@@ -97,6 +97,7 @@ json seed_report(bool w8a16 = false, bool invariant = false) {
     doc["geomeans"].push_back(
         {{"m", m}, {"vs_cublas_bf16", 0.8}, {"vs_cublaslt_fp8", 0.5}, {"vs_tri_mx", 5.0}});
     if (w8a16) doc["geomeans"].back()["w8a16_vs_cublas_bf16"] = 1.25;
+    if (w8a16) doc["geomeans"].back()["linear_vs_cublas_bf16"] = 0.7;
     if (invariant) {
       doc["geomeans"].back()["invariant_over_default"] = 1.5;
       doc["geomeans"].back()["invariant_w8a16_over_default"] = 1.75;
@@ -389,8 +390,9 @@ TEST(BenchReport, MarkdownShowsTheInvariantFiguresOnlyWhenPresent) {
   const std::string plain = markdown_report(seed_report(/*w8a16=*/true));
   EXPECT_THAT(plain, Not(HasSubstr("invariant")));
   EXPECT_THAT(plain,
-              HasSubstr("\n| M | x cuBLAS bf16 | x cuBLASLt FP8 | x tri_mx | W8A16 x cuBLAS "
-                        "bf16 |\n|---|---|---|---|---|\n| 1 | 0.80 | 0.50 | 5.00 | 1.25 |\n"));
+              HasSubstr("\n| M | x cuBLAS bf16 | from bf16 x cuBLAS bf16 | x cuBLASLt FP8 | x "
+                        "tri_mx | W8A16 x cuBLAS bf16 |\n|---|---|---|---|---|---|\n| 1 | 0.80 | "
+                        "0.70 | 0.50 | 5.00 | 1.25 |\n"));
 
   json doc = seed_report(/*w8a16=*/true, /*invariant=*/true);
   json& row = doc["rows"][0];  // self_attn.qkv_proj at M = 1
