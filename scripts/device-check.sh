@@ -39,6 +39,8 @@ OUT="${OUT:-$PWD/device-out}"
 mkdir -p "$OUT"
 steps=" ${*:-test sanitize sass select bench} "
 export PATH="$PATH:/usr/local/cuda/bin"
+# On the GPU machine a GPU test that finds no GPU fails instead of skipping.
+export MXLINEAR_REQUIRE_GPU=1
 status=0
 has_step() { [[ "$steps" == *" $1 "* ]]; }
 

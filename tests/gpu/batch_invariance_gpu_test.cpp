@@ -2,12 +2,15 @@
 // M or on the row's place in x. Eight fixed rows of x go through the public linear() at every M
 // the dispatch tells apart (1 to 8192, and M between buckets), at positions spread over the batch
 // among fresh random rows, and through every config the mode can select; each time their output
-// rows must equal those of one reference call bit for bit. In W8A8 (bf16 x), W8A16 (bf16 x) and
+// rows must equal those of one reference call bit for bit, in fp32 (a bf16 output would round
+// away most changes of the summation order the mode fixes). In W8A8 (bf16 x), W8A16 (bf16 x) and
 // W8A16 (fp16 x), on shapes with long K and N not a multiple of 128.
 #include <gmock/gmock.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -85,7 +88,7 @@ Layer make_layer(std::int64_t n, std::int64_t k, DType dtype, std::mt19937_64& r
 // or linear_with(kernel, config), in the fixed rows' order wherever they sat; the other rows are
 // drawn from the pool at a random offset.
 // `prequantized` (W8A8): x quantized by mxlinear::quantize first, then the pre-quantized entry.
-std::vector<std::uint16_t> fixed_outputs(const Layer& l, const Mode& mode, std::int64_t m,
+std::vector<std::uint32_t> fixed_outputs(const Layer& l, const Mode& mode, std::int64_t m,
                                          std::mt19937_64& rng, const Kernel* kernel = nullptr,
                                          const std::string& config = {},
                                          bool prequantized = false) {
@@ -101,11 +104,10 @@ std::vector<std::uint16_t> fixed_outputs(const Layer& l, const Mode& mode, std::
     std::memcpy(&x[static_cast<std::size_t>(at[i]) * k], &l.fixed.codes[i * k], k * 2);
   }
   const DeviceBuffer dx = DeviceBuffer::from(x);
-  DeviceBuffer out(static_cast<std::size_t>(m * l.n) * 2);
+  DeviceBuffer out(static_cast<std::size_t>(m * l.n) * 4);
   out.poison();
   const TensorView xv = TensorView::contiguous(dx.get(), {m, l.k}, mode.x_dtype, Location::kDevice);
-  const TensorView ov =
-      TensorView::contiguous(out.get(), {m, l.n}, DType::kBF16, Location::kDevice);
+  const TensorView ov = TensorView::contiguous(out.get(), {m, l.n}, DType::kF32, Location::kDevice);
   const MxWeight weight{l.w.data_view(), l.w.scales_view()};
   LinearOptions options;
   options.activation = mode.activation;
@@ -126,9 +128,9 @@ std::vector<std::uint16_t> fixed_outputs(const Layer& l, const Mode& mode, std::
     linear(xv, weight, std::nullopt, ov, nullptr, {}, options);
   }
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<std::uint16_t> all =
-      out.download<std::uint16_t>(static_cast<std::size_t>(m * l.n));
-  std::vector<std::uint16_t> rows;
+  const std::vector<std::uint32_t> all =
+      out.download<std::uint32_t>(static_cast<std::size_t>(m * l.n));
+  std::vector<std::uint32_t> rows;
   for (const std::int64_t p : at) {
     rows.insert(rows.end(), all.begin() + p * l.n, all.begin() + (p + 1) * l.n);
   }
@@ -138,33 +140,33 @@ std::vector<std::uint16_t> fixed_outputs(const Layer& l, const Mode& mode, std::
 // The reference call (M = 8, rows in place) must be a real answer: finite, not all zero, and in
 // W8A16 within MXFP8.md's accumulation bound of the fp64 product (not with tiny scales: the
 // folded weights' subnormal rounding has its own bound, which the prefill kernel's tests check).
-void check_reference(const Layer& l, const Mode& mode, const std::vector<std::uint16_t>& ref,
+void check_reference(const Layer& l, const Mode& mode, const std::vector<std::uint32_t>& ref,
                      bool tiny_scales) {
   int nonzero = 0;
-  for (const std::uint16_t c : ref) {
-    ASSERT_TRUE(std::isfinite(bf16_bits_to_float(c)));
-    nonzero += bf16_bits_to_float(c) != 0.0f ? 1 : 0;
+  for (const std::uint32_t c : ref) {
+    ASSERT_TRUE(std::isfinite(std::bit_cast<float>(c)));
+    nonzero += std::bit_cast<float>(c) != 0.0f ? 1 : 0;
   }
   EXPECT_GT(nonzero, static_cast<int>(ref.size() / 2));
   if (mode.activation == ActivationMode::kW8A16 && !tiny_scales) {
     const W8A16Operands op = w8a16_operands(l.fixed, l.host_w);
-    std::vector<std::uint8_t> raw(ref.size() * 2);
+    std::vector<std::uint8_t> raw(ref.size() * 4);
     std::memcpy(raw.data(), ref.data(), raw.size());
     expect_within_accumulation_bound(raw, w8a16_reference(op, {}), w8a16_abs_product_sums(op), l.k,
-                                     DType::kBF16);
+                                     DType::kF32);
   }
 }
 
 // The first differing element of a fixed row, for the failure message.
-std::string first_difference(const std::vector<std::uint16_t>& got,
-                             const std::vector<std::uint16_t>& ref, std::int64_t n) {
+std::string first_difference(const std::vector<std::uint32_t>& got,
+                             const std::vector<std::uint32_t>& ref, std::int64_t n) {
   if (got.size() != ref.size()) return "sizes differ";
   const auto un = static_cast<std::size_t>(n);
   for (std::size_t i = 0; i < ref.size(); ++i) {
     if (got[i] != ref[i]) {
       return (::testing::Message()
               << "first difference: fixed row " << i / un << ", column " << i % un << ": "
-              << bf16_bits_to_float(got[i]) << " against " << bf16_bits_to_float(ref[i]))
+              << std::bit_cast<float>(got[i]) << " against " << std::bit_cast<float>(ref[i]))
           .GetString();
     }
   }
@@ -172,7 +174,7 @@ std::string first_difference(const std::vector<std::uint16_t>& got,
 }
 
 // The reference's first min(M, 8) fixed rows: what a call of M rows returns for them.
-std::vector<std::uint16_t> head(const std::vector<std::uint16_t>& ref, std::int64_t m,
+std::vector<std::uint32_t> head(const std::vector<std::uint32_t>& ref, std::int64_t m,
                                 std::int64_t n) {
   return {ref.begin(), ref.begin() + std::min(m, kFixedRows) * n};
 }
@@ -204,17 +206,17 @@ TEST_P(BatchInvariance, FixedRowsGiveTheSameBitsAtEveryM) {
     SCOPED_TRACE(::testing::Message() << mode.name << ", " << s.n << " x " << s.k);
     auto rng = make_rng();
     const Layer l = make_layer(s.n, s.k, mode.x_dtype, rng, s.scales);
-    const std::vector<std::uint16_t> ref = fixed_outputs(l, mode, kFixedRows, rng);
+    const std::vector<std::uint32_t> ref = fixed_outputs(l, mode, kFixedRows, rng);
     check_reference(l, mode, ref, s.scales == WeightScales::kTiny);
     for (const std::int64_t m : {1,   2,   3,   4,   5,    13,   16,   32,   33,   64,  100,
                                  128, 256, 300, 512, 1000, 1024, 2048, 2500, 4096, 8192}) {
       if (m > s.max_m) continue;
-      const std::vector<std::uint16_t> want = head(ref, m, s.n);
-      const std::vector<std::uint16_t> got = fixed_outputs(l, mode, m, rng);
+      const std::vector<std::uint32_t> want = head(ref, m, s.n);
+      const std::vector<std::uint32_t> got = fixed_outputs(l, mode, m, rng);
       EXPECT_TRUE(got == want) << "M = " << m << ": " << first_difference(got, want, s.n);
       if (mode.activation == ActivationMode::kW8A8 && (m == 1 || m == 64 || m == 1000)) {
         // An activation its producer quantized gives the same rows through the other entry.
-        const std::vector<std::uint16_t> pre = fixed_outputs(l, mode, m, rng, nullptr, {}, true);
+        const std::vector<std::uint32_t> pre = fixed_outputs(l, mode, m, rng, nullptr, {}, true);
         EXPECT_TRUE(pre == want) << "pre-quantized, M = " << m << ": "
                                  << first_difference(pre, want, s.n);
       }
@@ -235,7 +237,7 @@ TEST_P(BatchInvariance, EveryConfigTheModeCanSelectGivesTheSameBits) {
     SCOPED_TRACE(::testing::Message() << mode.name << ", " << s.n << " x " << s.k);
     auto rng = make_rng();
     const Layer l = make_layer(s.n, s.k, mode.x_dtype, rng, s.scales);
-    const std::vector<std::uint16_t> ref = fixed_outputs(l, mode, kFixedRows, rng);
+    const std::vector<std::uint32_t> ref = fixed_outputs(l, mode, kFixedRows, rng);
     LayerDescription layer;
     layer.n = s.n;
     layer.k = s.k;
@@ -255,8 +257,8 @@ TEST_P(BatchInvariance, EveryConfigTheModeCanSelectGivesTheSameBits) {
         for (const std::int64_t m : {1, 3, 8, 77, 300}) {
           if (!registry.runnable(*kernel, config, layer, m, device).ok()) continue;
           SCOPED_TRACE(std::string(kernel->name()) + "/" + config + " at M = " + std::to_string(m));
-          const std::vector<std::uint16_t> want = head(ref, m, s.n);
-          const std::vector<std::uint16_t> got =
+          const std::vector<std::uint32_t> want = head(ref, m, s.n);
+          const std::vector<std::uint32_t> got =
               fixed_outputs(l, mode, m, rng, kernel.get(), config);
           EXPECT_TRUE(got == want) << first_difference(got, want, s.n);
           ++ran;

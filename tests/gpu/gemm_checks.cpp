@@ -150,7 +150,10 @@ void check_two_runs_equal(const GemmRunner& run, std::int64_t m, std::int64_t n,
   const MxOperand w = random_operand(n, k, rng);
   const auto first = run(a, w, DType::kF32, nullptr, device::BiasType::kNone);
   const auto second = run(a, w, DType::kF32, nullptr, device::BiasType::kNone);
+  ASSERT_EQ(first.size(), second.size());
   EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size()), 0);
+  // Equal runs must also be right: two runs that wrote nothing leave the same poison.
+  expect_within_tolerance(first, reference(a, w, {}), abs_product_sums(a, w), k, DType::kF32);
 }
 
 void check_nan_bias_determinism(const GemmRunner& run, const ContractSizes& sizes,

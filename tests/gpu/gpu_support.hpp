@@ -6,20 +6,35 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "mxlinear/linear.hpp"
 
 // Skips (visibly, in CTest's output too) when there is no sm_90 GPU; the test still compiles.
-#define MXL_REQUIRE_GPU()                                             \
-  do {                                                                \
-    if (!::mxlinear::gpu_available()) GTEST_SKIP() << "no sm_90 GPU"; \
+// With MXLINEAR_REQUIRE_GPU=1 (the GPU machine's runs) it fails instead: there, a missing GPU is
+// a fault, and gpu_available() is library code that a skip must not trust.
+#define MXL_REQUIRE_GPU()                        \
+  do {                                           \
+    if (!::mxlinear::gpu_available()) {          \
+      if (::mxlinear::test::gpu_required())      \
+        FAIL() << "MXLINEAR_REQUIRE_GPU=1, but " \
+                  "gpu_available() is false";    \
+      GTEST_SKIP() << "no sm_90 GPU";            \
+    }                                            \
   } while (0)
 
 #define MXL_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
 namespace mxlinear::test {
+
+// Whether MXLINEAR_REQUIRE_GPU=1: a GPU test fails where it would skip for want of a GPU.
+inline bool gpu_required() {
+  const char* v = std::getenv("MXLINEAR_REQUIRE_GPU");
+  return v != nullptr && std::string_view(v) == "1";
+}
 
 // Owns device memory; freed on scope exit.
 class DeviceBuffer {
