@@ -297,6 +297,23 @@ TEST(BenchReport, MarkdownShowsTheW8A16FiguresOrDashes) {
   EXPECT_EQ(geomean_without.at("W8A16 x cuBLAS bf16"), "-");
 }
 
+// The W8A8 call from bf16 has its own check: where it failed, neither W8A8 time is needed; where
+// it passed (or a report predates it), both are.
+TEST(BenchReport, TheCallFromBf16IsCheckedBeforeItsTimesAreRequired) {
+  json doc = seed_report(/*w8a16=*/true);
+  doc["rows"][0]["check_linear"] = "WRONG";
+  doc["rows"][0].erase("linear_us");
+  doc["rows"][0].erase("gemm_us");
+  EXPECT_EQ(schema_errors(doc), std::vector<std::string>{});
+  doc["rows"][0]["check_linear"] = "ok";
+  std::vector<std::string> e = schema_errors(doc);
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_THAT(e[0], HasSubstr("rows[0]: missing 'gemm_us'"));
+  EXPECT_THAT(e[1], HasSubstr("rows[0]: missing 'linear_us'"));
+  doc["rows"][0]["check_linear"] = 3;
+  EXPECT_THAT(schema_errors(doc)[0], HasSubstr("rows[0]: 'check_linear' has the wrong type"));
+}
+
 // The W8A16 fields are optional as a whole (older reports lack them), but a row that has the
 // W8A16 figure must have its kernel and check, and its time where the check passed.
 TEST(BenchReport, W8A16FieldsAreCheckedWherePresent) {
