@@ -38,6 +38,14 @@ class SweepSummary(unittest.TestCase):
         self.assertIn("| 1 | 1.41 | 0.94 | 5.66 |", out)
         self.assertNotIn("full linear", out)
 
+    def test_a_row_without_anchor_times_is_shown_and_left_out_of_the_geomeans(self):
+        row = figure(64, 1, {"prefill/a": 6.0})
+        del row["cublas_bf16_us"], row["cublaslt_fp8_tensor_us"]
+        row["anchor_error"] = "cuBLAS refused the shape"
+        out = summary({"rows": [figure(128, 1, {"prefill/a": 4.0}), row]}, "prefill")
+        self.assertIn("| l64 | 64x1024 | 1 | nan | nan |", out)
+        self.assertIn("| 1 | 3.00 | 2.00 | 9.80 |", out)  # cuBLAS: the other row alone
+
     def test_full_linear_table_and_both_kinds_of_failure(self):
         doc = {"rows": [figure(256, 8, {"decode/a": 6.0}, linear={"decode/a": 8.0, "gemv/b": 6.0},
                                configs_wrong={"prefill/c": 0.5},
