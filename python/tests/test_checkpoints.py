@@ -21,6 +21,7 @@ from mxlinear.checkpoints import (
 )
 from mxlinear.convert import quantize_model
 from mxlinear.nn import MXFP8Linear
+from test_ops import fresh_seed
 
 MODELOPT_CONFIG = {"producer": {"name": "modelopt", "version": "0.40.0"},
                    "quantization": {"quant_algo": "MXFP8", "kv_cache_quant_algo": None,
@@ -76,7 +77,7 @@ QUANTIZED = ["layers.0.proj", "layers.0.out", "layers.1.proj", "layers.1.out"]
 
 def fresh_gen() -> torch.Generator:
     g = torch.Generator()
-    g.manual_seed(torch.seed())  # torch.seed() also reseeds the global generator modules draw from
+    g.manual_seed(fresh_seed())  # also reseeds the global generator modules draw from
     return g
 
 
@@ -470,7 +471,7 @@ def test_reloading_keeps_the_layers_options():
     quantize_model(model, exclude=["lm_head", "*.gate"])
     choices = [("mx", True, torch.bfloat16), ("bf16", False, torch.float32), ("mx", None, None),
                (None, True, torch.float16)]
-    random.Random(torch.seed()).shuffle(choices)
+    random.Random(fresh_seed()).shuffle(choices)
     for name, (activation, batch_invariant, out_dtype) in zip(QUANTIZED, choices):
         layer = model.get_submodule(name)
         layer.activation, layer.batch_invariant, layer.out_dtype = activation, batch_invariant, out_dtype
@@ -625,7 +626,7 @@ def test_corrupt_files_raise_checkpoint_errors(tmp_path):
         path.write_bytes(variant)
         with pytest.raises(CheckpointError, match=r"bad\.safetensors' is not a readable safetensors file"):
             read_safetensors(path)
-    for variant in random_corruptions(raw, random.Random(torch.seed())):
+    for variant in random_corruptions(raw, random.Random(fresh_seed())):
         path.write_bytes(variant)
         try:
             read_safetensors(path)  # damage inside a tensor name, say, can leave a valid file

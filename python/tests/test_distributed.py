@@ -29,6 +29,7 @@ import mxlinear
 from mxlinear.distributed import ColumnParallelMXFP8Linear, RowParallelMXFP8Linear, even_splits
 from mxlinear.distributed import bench
 from mxlinear.nn import MXFP8Linear
+from test_ops import fresh_seed
 
 U32 = 2.0**-24
 U64 = 2.0**-53
@@ -537,20 +538,20 @@ def check_bench_refusals(rank, world):
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("activation", ["mx", "bf16"])
 def test_column_parallel_gathered_equals_unsharded(pools, world, activation):
-    pools(world).run("check_column", torch.seed() % 2**31, activation, 203, 160)
+    pools(world).run("check_column", fresh_seed() % 2**31, activation, 203, 160)
 
 
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("activation", ["mx", "bf16"])
 @pytest.mark.parametrize("out_dtype", [None, torch.float32])
 def test_row_parallel_within_bound_even_split(pools, world, activation, out_dtype):
-    pools(world).run("check_row", torch.seed() % 2**31, activation, None, out_dtype)
+    pools(world).run("check_row", fresh_seed() % 2**31, activation, None, out_dtype)
 
 
 @pytest.mark.parametrize("world,k_splits", [(2, [64, 448]), (4, [96, 0, 320, 32])])
 @pytest.mark.parametrize("activation", ["mx", "bf16"])
 def test_row_parallel_within_bound_explicit_uneven_split(pools, world, k_splits, activation):
-    pools(world).run("check_row", torch.seed() % 2**31, activation, k_splits, None)
+    pools(world).run("check_row", fresh_seed() % 2**31, activation, k_splits, None)
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -560,13 +561,13 @@ def test_k_shard_not_whole_blocks_is_refused(pools, world):
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_empty_shards_refuse_bad_input_as_the_others_do(pools, world):
-    pools(world).run("check_bad_input_on_an_empty_shard", torch.seed() % 2**31)
+    pools(world).run("check_bad_input_on_an_empty_shard", fresh_seed() % 2**31)
 
 
 def write_checkpoint(directory, prefix, n, k, split_files: bool, e8m0: bool) -> str:
     from safetensors.torch import save_file
 
-    w, ws = random_weight(n, k, gen(torch.seed() % 2**31))
+    w, ws = random_weight(n, k, gen(fresh_seed() % 2**31))
     tensors = {f"{prefix}.weight": w,
                f"{prefix}.weight_scale": ws.view(torch.float8_e8m0fnu) if e8m0 else ws,
                f"{prefix}.bias": random_x((n,), gen(3)),
@@ -598,7 +599,7 @@ def test_from_safetensors_reads_the_rank_slice(pools, tmp_path, world, kind, spl
 @pytest.mark.parametrize("cuts", [[0, 32, 96], [0, 64, 160, 352], [96, 352]])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_w8a8_quantizing_a_k_slice_equals_slicing_the_quantized_input(cuts, dtype):
-    g = gen(torch.seed() % 2**31)
+    g = gen(fresh_seed() % 2**31)
     x = random_x((11, 352), g, dtype) * torch.pow(
         2.0, torch.randint(-8, 9, (11, 11), generator=g).float()).repeat_interleave(32, 1).to(dtype)
     data, scales = mxlinear.quantize(x)
@@ -674,7 +675,7 @@ def test_tp_mlp_bench_under_torchrun(tmp_path):
 @needs_two_gpus
 @pytest.mark.parametrize("activation", ["mx", "bf16"])
 def test_nccl_column_parallel(pools, activation):
-    pools(2, "nccl").run("check_column", torch.seed() % 2**31, activation, 203, 160, "cuda")
+    pools(2, "nccl").run("check_column", fresh_seed() % 2**31, activation, 203, 160, "cuda")
 
 
 @pytest.mark.gpu
@@ -682,7 +683,7 @@ def test_nccl_column_parallel(pools, activation):
 @pytest.mark.parametrize("activation", ["mx", "bf16"])
 @pytest.mark.parametrize("k_splits", [None, [64, 448]])
 def test_nccl_row_parallel_within_bound(pools, activation, k_splits):
-    pools(2, "nccl").run("check_row", torch.seed() % 2**31, activation, k_splits, None, "cuda")
+    pools(2, "nccl").run("check_row", fresh_seed() % 2**31, activation, k_splits, None, "cuda")
 
 
 @pytest.mark.gpu
