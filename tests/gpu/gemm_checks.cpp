@@ -110,13 +110,17 @@ void check_nan_propagates_exactly(const GemmRunner& run, std::int64_t k, std::mt
   MxOperand a = random_operand(kM, k, rng);
   MxOperand w = random_operand(kN, k, rng);
   const std::int64_t blocks = k / kBlockSize;
+  // Each operand's scales and codes take their own path through a kernel (the weight scales
+  // through shared memory or registers, the activation's through the quantized copy).
   a.scales[static_cast<std::size_t>(3 * blocks + blocks - 2)] = 0xFF;  // row 3: a NaN scale
+  a.data[static_cast<std::size_t>(11 * k + 5)] = 0x7F;                 // row 11: a +NaN code
   w.data[static_cast<std::size_t>(17 * k + 70)] = 0x7F;                // column 17: +NaN code
+  w.scales[static_cast<std::size_t>(40 * blocks + 1)] = 0xFF;          // column 40: a NaN scale
   w.data[static_cast<std::size_t>(66 * k + k - 124)] = 0xFF;           // column 66: -NaN code
   const auto out = run(a, w, DType::kF32, nullptr, device::BiasType::kNone);
   for (std::int64_t m = 0; m < kM; ++m) {
     for (std::int64_t n = 0; n < kN; ++n) {
-      const bool should_be_nan = m == 3 || n == 17 || n == 66;
+      const bool should_be_nan = m == 3 || m == 11 || n == 17 || n == 40 || n == 66;
       const double v = output_value(out, DType::kF32, static_cast<std::size_t>(m * kN + n));
       EXPECT_EQ(std::isnan(v), should_be_nan) << "out[" << m << ", " << n << "] = " << v;
     }
