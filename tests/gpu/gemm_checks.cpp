@@ -318,9 +318,11 @@ void check_chain_graph_replay(const ChainCall& call, int calls, DeviceBuffer (&o
 namespace {
 
 // A random [m, cols] bf16 or fp16 activation (raw 16-bit patterns) with a NaN at [0, 7] and an
-// Inf at [1, 40] (at [0, 40] for one row).
-std::vector<std::uint16_t> random_activation16(std::int64_t m, std::int64_t cols, DType dtype,
-                                               std::mt19937_64& rng) {
+// Inf at [1, 40] (at [0, 40] for one row); from two rows, the last row's first blocks of K (as
+// many as there are) are the quantizer's edges: all zero, amax exactly 448 x 2^-3, subnormal
+// values only, a -Inf.
+std::vector<std::uint16_t> random_activation16(std::int64_t m, std::int64_t cols, std::int64_t k,
+                                               DType dtype, std::mt19937_64& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<std::uint16_t> x(static_cast<std::size_t>(m * cols));
   for (auto& e : x) {
@@ -336,6 +338,21 @@ std::vector<std::uint16_t> random_activation16(std::int64_t m, std::int64_t cols
   x[7] = dtype == DType::kBF16 ? 0x7FC0 : 0x7E00;  // NaN
   x[static_cast<std::size_t>(cols + 40) % x.size()] =
       dtype == DType::kBF16 ? 0x7F80 : 0x7C00;  // Inf
+  if (m < 2) return x;                          // one row: it keeps its NaN and Inf
+  const bool bf16 = dtype == DType::kBF16;
+  std::uint16_t* last = &x[static_cast<std::size_t>((m - 1) * cols)];
+  const auto block = [&](std::int64_t b) -> std::uint16_t* {
+    return (b + 1) * kBlockSize <= k ? last + b * kBlockSize : nullptr;
+  };
+  if (std::uint16_t* z = block(0)) std::fill(z, z + kBlockSize, std::uint16_t{0});
+  if (std::uint16_t* e = block(1)) e[9] = bf16 ? 0x4260 : 0x5300;  // 56 = 448 x 2^-3, the amax
+  if (std::uint16_t* t = block(2)) {
+    std::uniform_int_distribution<int> code(1, bf16 ? 0x7F : 0x3FF);  // subnormal magnitudes
+    for (std::int64_t i = 0; i < kBlockSize; ++i) {
+      t[i] = static_cast<std::uint16_t>(code(rng) | (i % 2 ? 0x8000 : 0));
+    }
+  }
+  if (std::uint16_t* n = block(3)) n[30] = bf16 ? 0xFF80 : 0xFC00;  // -Inf
   return x;
 }
 
@@ -343,7 +360,7 @@ std::vector<std::uint16_t> random_activation16(std::int64_t m, std::int64_t cols
 void compare_quantizing_inside(const GemmLauncher& launch, const GemmShape& c, std::int64_t ld_x,
                                DType dtype, std::mt19937_64& rng) {
   // ld_x columns a row, the last ld_x - K of them outside the view.
-  const DeviceBuffer dx = DeviceBuffer::from(random_activation16(c.m, ld_x, dtype, rng));
+  const DeviceBuffer dx = DeviceBuffer::from(random_activation16(c.m, ld_x, c.k, dtype, rng));
   const MxOperand w = random_operand(c.n, c.k, rng);
   const DeviceMx dw = upload(w);
   DeviceMx da{DeviceBuffer(static_cast<std::size_t>(c.m * c.k)),
@@ -375,6 +392,16 @@ void compare_quantizing_inside(const GemmLauncher& launch, const GemmShape& c, s
   const auto b = inside.download<std::uint32_t>(bytes / 4);
   EXPECT_EQ(a, b);
   for (std::uint32_t bits : b) ASSERT_NE(bits, 0xFFFFFFFFu) << "an output was not written";
+  // Row 0 holds a NaN (and the last row, from 4 blocks of K, a -Inf): NaN across the row.
+  const auto nan_row = [&](std::int64_t r) {
+    for (std::int64_t n = 0; n < c.n; ++n) {
+      float v = 0;
+      std::memcpy(&v, &b[static_cast<std::size_t>(r * c.n + n)], 4);
+      EXPECT_TRUE(std::isnan(v)) << "out[" << r << ", " << n << "] = " << v;
+    }
+  };
+  nan_row(0);
+  if (c.m >= 2 && c.k >= 4 * kBlockSize) nan_row(c.m - 1);
 }
 
 }  // namespace
