@@ -52,10 +52,10 @@ void DeviceBuffer::download_to(void* dst, std::size_t bytes) const {
 // a non-blocking stream does not wait for it: a poison landing after a kernel's stores would fail
 // a correct kernel (the likely cause of a graph replay once seen failing with 0xFF bytes where
 // eager had a value). So the fill is complete on return.
-void DeviceBuffer::poison() {
+void DeviceBuffer::fill(unsigned char byte) {
   if (bytes_ &&
-      (cudaMemset(ptr_, 0xFF, bytes_) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)) {
-    throw std::runtime_error("poison failed");
+      (cudaMemset(ptr_, byte, bytes_) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)) {
+    throw std::runtime_error("fill failed");
   }
 }
 

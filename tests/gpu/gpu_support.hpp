@@ -67,7 +67,10 @@ class DeviceBuffer {
   void download_to(void* dst, std::size_t bytes) const;
   // Fills with 0xFF bytes (NaN in bf16, fp16 and fp32, so an unwritten element fails); done on
   // return, so work on any stream sees it.
-  void poison();
+  void poison() { fill(0xFF); }
+  // Fills every byte with `byte`, done on return (where 0xFF is itself an expected value, a
+  // second run poisoned otherwise catches what a kernel left unwritten).
+  void fill(unsigned char byte);
 
  private:
   void* ptr_ = nullptr;

@@ -79,26 +79,31 @@ void expect_gpu_matches_cpu(const std::vector<float>& values, std::int64_t rows,
   DeviceBuffer x = DeviceBuffer::from(raw);
   DeviceBuffer q(cpu_q.size());
   DeviceBuffer s(cpu_s.size());
-  q.poison();
-  s.poison();
-  quantize(TensorView::matrix(x.get(), rows, k, ld_x, dtype, Location::kDevice),
-           TensorView::contiguous(q.get(), {rows, k}, DType::kE4M3, Location::kDevice),
-           TensorView::contiguous(s.get(), {rows, k / 32}, DType::kE8M0, Location::kDevice),
-           nullptr, rule);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const auto gpu_q = q.download<std::uint8_t>(cpu_q.size());
-  const auto gpu_s = s.download<std::uint8_t>(cpu_s.size());
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < cpu_q.size() && bad < 5; ++i) {
-    if (gpu_q[i] != cpu_q[i]) {
-      ++bad;
-      ADD_FAILURE() << "data byte " << i << ": gpu " << int(gpu_q[i]) << " cpu " << int(cpu_q[i]);
+  // Twice, poisoned with 0xFF and with 0x00: each is the right byte somewhere (a NaN block's
+  // scale, an all-zero block's data), so one run alone would pass where a byte was never written.
+  for (const int poison : {0xFF, 0x00}) {
+    SCOPED_TRACE(::testing::Message() << "outputs poisoned with " << poison);
+    q.fill(static_cast<unsigned char>(poison));
+    s.fill(static_cast<unsigned char>(poison));
+    quantize(TensorView::matrix(x.get(), rows, k, ld_x, dtype, Location::kDevice),
+             TensorView::contiguous(q.get(), {rows, k}, DType::kE4M3, Location::kDevice),
+             TensorView::contiguous(s.get(), {rows, k / 32}, DType::kE8M0, Location::kDevice),
+             nullptr, rule);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto gpu_q = q.download<std::uint8_t>(cpu_q.size());
+    const auto gpu_s = s.download<std::uint8_t>(cpu_s.size());
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < cpu_q.size() && bad < 5; ++i) {
+      if (gpu_q[i] != cpu_q[i]) {
+        ++bad;
+        ADD_FAILURE() << "data byte " << i << ": gpu " << int(gpu_q[i]) << " cpu " << int(cpu_q[i]);
+      }
     }
-  }
-  for (std::size_t i = 0; i < cpu_s.size() && bad < 10; ++i) {
-    if (gpu_s[i] != cpu_s[i]) {
-      ++bad;
-      ADD_FAILURE() << "scale " << i << ": gpu " << int(gpu_s[i]) << " cpu " << int(cpu_s[i]);
+    for (std::size_t i = 0; i < cpu_s.size() && bad < 10; ++i) {
+      if (gpu_s[i] != cpu_s[i]) {
+        ++bad;
+        ADD_FAILURE() << "scale " << i << ": gpu " << int(gpu_s[i]) << " cpu " << int(cpu_s[i]);
+      }
     }
   }
 }
