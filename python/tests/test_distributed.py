@@ -325,6 +325,15 @@ def check_refusal(rank, world):
     # Uneven N splits are any sizes; the column layer has no alignment rule.
     layer = ColumnParallelMXFP8Linear.from_quantized(w, ws, n_splits=[9 - world] + [1] * (world - 1))
     assert layer.weight.shape[0] == layer.n_splits[rank]
+    # Inference-only: an input that requires grad is refused on every rank before any collective
+    # (whose gradient would be this rank's part alone), and accepted without grad mode.
+    x = torch.randn(3, 128, generator=gen(2)).requires_grad_()
+    for parallel in (layer, RowParallelMXFP8Linear.from_quantized(w, ws)):
+        with pytest.raises(RuntimeError, match=r"argument 'x' requires grad; expected an "
+                                               r"inference call"):
+            parallel(x)
+        with torch.no_grad():
+            assert parallel(x).shape[-1] in (8, layer.weight.shape[0])
 
 
 def check_bad_input_on_an_empty_shard(rank, world, seed):

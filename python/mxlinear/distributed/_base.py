@@ -101,6 +101,20 @@ class _ShardedMXFP8Linear(_MXFP8Buffers):
         layer._set_shard(w.to(target), s.to(target), None if b is None else b.to(target))
         return layer
 
+    def _refuse_gradients(self, x) -> None:
+        """The layers are inference-only: their collectives are not differentiable, so an input
+        that requires grad would get a gradient of this rank's part alone (or none), silently.
+        Refused where autograd would record the call."""
+        tensors = x if isinstance(x, tuple) else (x,)
+        if torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in tensors
+        ):
+            raise RuntimeError(
+                f"{type(self).__name__}: argument 'x' requires grad; expected an inference call "
+                "(torch.no_grad() or torch.inference_mode()): the tensor-parallel layers' "
+                "collectives pass no gradients"
+            )
+
     def _check_as_the_shards_do(self, x, width: int | None, k: int, n: int, bias, out_dtype):
         """On a rank whose shard is empty (more ranks than rows or blocks), which computes
         nothing, the checks that ``mxlinear.linear`` makes of ``x`` on the ranks with a shard:

@@ -140,6 +140,7 @@ class ColumnParallelMXFP8Linear(_ShardedMXFP8Linear):
     def forward(self, x: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """``x`` [..., K] (every rank passes the full input) or a pre-quantized ``(data, scales)``
         pair. Returns [..., n_local], or [..., N] with ``gather_output``."""
+        self._refuse_gradients(x)
         quantized = isinstance(x, tuple)
         activation = None if quantized else self.activation
         if self.weight.shape[0] > 0:

@@ -205,6 +205,7 @@ class RowParallelMXFP8Linear(_ShardedMXFP8Linear):
         """``x``: the full input [..., K] (``input_is_parallel=False``) or the rank's slice
         [..., k_local], or a pre-quantized ``(data, scales)`` pair of either. Returns the full
         [..., N] output on every rank."""
+        self._refuse_gradients(x)
         partial = self.partial_sum(x)
         dtype = self.out_dtype or (torch.bfloat16 if isinstance(x, tuple) else x.dtype)
         if self.world_size > 1:
