@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -138,9 +139,10 @@ std::vector<std::uint32_t> fixed_outputs(const Layer& l, const Mode& mode, std::
   return rows;
 }
 
-// The reference call (M = 8, rows in place) must be a real answer: finite, not all zero, and in
-// W8A16 within MXFP8.md's accumulation bound of the fp64 product (not with tiny scales: the
-// folded weights' subnormal rounding has its own bound, which the prefill kernel's tests check).
+// The reference call (M = 8, rows in place) must be a real answer: finite, not all zero, and
+// within MXFP8.md's accumulation bound of the fp64 product, of the quantized rows in W8A8 (bf16
+// x) and of the rows as they are in W8A16 (not with tiny scales: the folded weights' subnormal
+// rounding has its own bound, which the prefill kernel's tests check).
 void check_reference(const Layer& l, const Mode& mode, const std::vector<std::uint32_t>& ref,
                      bool tiny_scales) {
   int nonzero = 0;
@@ -149,6 +151,36 @@ void check_reference(const Layer& l, const Mode& mode, const std::vector<std::ui
     nonzero += std::bit_cast<float>(c) != 0.0f ? 1 : 0;
   }
   EXPECT_GT(nonzero, static_cast<int>(ref.size() / 2));
+  if (mode.activation == ActivationMode::kW8A8 && l.fixed.dtype == DType::kBF16 && !tiny_scales) {
+    // W8A8: the fixed rows quantized by the contract's model (RCEIL), then the fp32 bound of the
+    // exact product, so that a wrong answer given alike at every M cannot pass as invariant.
+    MxOperand a;
+    a.rows = l.fixed.rows;
+    a.k = l.k;
+    a.data.resize(static_cast<std::size_t>(a.rows * a.k));
+    a.scales.resize(static_cast<std::size_t>(a.rows * a.k / kBlockSize));
+    std::array<float, kBlockSize> block{};
+    for (std::int64_t r = 0; r < a.rows; ++r) {
+      for (std::int64_t b = 0; b < a.k / kBlockSize; ++b) {
+        for (std::int64_t i = 0; i < kBlockSize; ++i) {
+          const std::uint32_t bits =
+              static_cast<std::uint32_t>(
+                  l.fixed.codes[static_cast<std::size_t>(r * l.fixed.ld_x + b * kBlockSize + i)])
+              << 16;
+          std::memcpy(&block[static_cast<std::size_t>(i)], &bits, 4);
+        }
+        const QuantizedBlock q = quantize_block(block.data(), ScaleRule::kRceil);
+        const auto at = static_cast<std::size_t>(r * (a.k / kBlockSize) + b);
+        a.scales[at] = q.scale;
+        std::copy(q.q.begin(), q.q.end(),
+                  a.data.begin() + static_cast<std::ptrdiff_t>(at * kBlockSize));
+      }
+    }
+    std::vector<std::uint8_t> raw(ref.size() * 4);
+    std::memcpy(raw.data(), ref.data(), raw.size());
+    expect_within_accumulation_bound(raw, reference(a, l.host_w, {}), abs_product_sums(a, l.host_w),
+                                     l.k, DType::kF32);
+  }
   if (mode.activation == ActivationMode::kW8A16 && !tiny_scales) {
     const W8A16Operands op = w8a16_operands(l.fixed, l.host_w);
     std::vector<std::uint8_t> raw(ref.size() * 4);
