@@ -72,9 +72,8 @@ class TunedTable {
  public:
   // Parses one table's text. Every line that is not blank, a comment or the header becomes a
   // row or a warning naming source:line (past kMaxRowWarnings, one warning counts the rest);
-  // nothing throws. Within one table the first row of a
-  // key wins and a later conflicting row is reported; rows of a later add() override earlier
-  // tables.
+  // nothing throws. Within one table the first row of a key wins and a later conflicting row is
+  // reported; rows of a later add() override earlier tables.
   TableStats add(const std::string& text, const std::string& source, const TableContext& context);
   // The most bytes add_file() reads of one table (16 MiB; the shipped H200 table has 10 KB).
   static constexpr std::size_t kMaxFileBytes = std::size_t{16} << 20;
