@@ -133,6 +133,14 @@ ReferenceRows reference_rows_w8a16(const LayerWeights& w, const DeviceMemory& x,
   return ref;
 }
 
+double checked_first_run(const FigureBuffers& b, const std::function<void()>& run,
+                         const ReferenceRows& reference, cudaStream_t stream) {
+  b.poison_output(stream);
+  run();
+  cuda_or_throw(cudaStreamSynchronize(stream), "sync");
+  return check_rows(reference, b.out, b.n);
+}
+
 double check_rows(const ReferenceRows& ref, const DeviceMemory& out, std::int64_t n) {
   double worst = 0;
   std::vector<std::uint16_t> got(static_cast<std::size_t>(n));

@@ -65,6 +65,12 @@ ReferenceRows reference_rows_w8a16(const LayerWeights& w, const DeviceMemory& x,
 // Worst relative Frobenius error of the reference rows of a bf16 output [m, n].
 double check_rows(const ReferenceRows& ref, const DeviceMemory& out, std::int64_t n);
 
+// Runs `run` once on the figure's poisoned output, waits for it and returns check_rows() of the
+// output against `reference`: how every call of the bench is checked before it is timed. What
+// `run` throws (a call the shape or mode refuses) propagates.
+double checked_first_run(const FigureBuffers& b, const std::function<void()>& run,
+                         const ReferenceRows& reference, cudaStream_t stream);
+
 // A figure's timing: the summary of the graph replays of call(i), i the weight copy.
 using MedianOf = std::function<bench::Summary(const std::function<void(int)>&)>;
 

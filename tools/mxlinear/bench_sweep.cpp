@@ -25,7 +25,6 @@ void add_sweep_figures(json& row, const SweepFilter& sweep, const FigureInputs& 
   const ReferenceRows &ref = in.reference, &ref_w8a16 = in.reference_w8a16;
   const QuantizedActivation xa = b.quantized();
   const TensorView &xv = b.xv, &ov = b.ov;
-  const DeviceMemory& out = b.out;
   const MedianOf& median = in.median;
   cudaStream_t stream = in.stream;
   // Named, and not batch-invariant, as the figure's own W8A16 call (whatever the environment says).
@@ -69,14 +68,13 @@ void add_sweep_figures(json& row, const SweepFilter& sweep, const FigureInputs& 
   // config cannot take this shape (e.g. more K splits than chunks: it throws before launching).
   const auto first_run_error = [&](const std::function<void(int)>& run,
                                    const ReferenceRows& reference) -> std::optional<double> {
-    b.poison_output(stream);
     try {
-      run(0);
-    } catch (const Error&) {
+      return checked_first_run(
+          b, [&] { run(0); }, reference, stream);
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kCudaError) throw;
       return std::nullopt;
     }
-    cuda_or_throw(cudaStreamSynchronize(stream), "sync");
-    return check_rows(reference, out, n);
   };
   for (const auto& kernel : Registry::global().kernels()) {
     if (!swept(*kernel, layer, ok)) continue;
@@ -105,10 +103,9 @@ void add_sweep_figures(json& row, const SweepFilter& sweep, const FigureInputs& 
       const auto full_call = [&](int i) {
         linear_with(*kernel, config, xv, w.view(i), std::nullopt, ov, stream, b.work());
       };
-      b.poison_output(stream);
-      full_call(0);
-      cuda_or_throw(cudaStreamSynchronize(stream), "sync");
-      if (const double linear_err = check_rows(ref, out, n); !(linear_err <= in.tolerance)) {
+      if (const double linear_err = checked_first_run(
+              b, [&] { full_call(0); }, ref, stream);
+          !(linear_err <= in.tolerance)) {
         configs_linear_wrong[key] = linear_err;
       } else {
         configs_linear[key] = median(full_call).median;

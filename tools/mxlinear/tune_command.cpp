@@ -189,10 +189,8 @@ int run_tune(const TuneOptions& o) {
         linear_with(kernel, config, b.xv, w->view(i), std::nullopt, b.ov, stream, b.work(),
                     options);
       };
-      b.poison_output(stream);
-      call(0);
-      cuda(cudaStreamSynchronize(stream), "sync");
-      const double err = check_rows(ref, b.out, n);
+      const double err = checked_first_run(
+          b, [&] { call(0); }, ref, stream);
       ++timed;
       if (!(err <= kGuard)) {
         fmt::print(stderr, "mxlinear tune: {}/{} failed the check at {} x {} x {} ({:.2e})\n",
