@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -339,17 +338,17 @@ void linear_from_16bit(std::string_view op, const TensorView& x, const MxWeight&
 std::size_t linear_workspace_bytes(std::int64_t rows, std::int64_t k,
                                    const DeviceDescription& device) {
   constexpr std::string_view op = "linear_workspace_bytes";
-  constexpr std::int64_t kMaxRows = std::numeric_limits<std::int32_t>::max();
-  if (rows < 0 || rows > kMaxRows) {
-    detail::fail(ErrorCode::kInvalidArgument, op, "rows",
-                 fmt::format("is {}; expected 0..{} (M, the activation's rows)", rows, kMaxRows));
-  }
-  if (k < kBlockSize || k % kBlockSize != 0 || k > kMaxRows) {
+  if (rows < 0 || rows > detail::kMaxExtent) {
     detail::fail(
-        ErrorCode::kInvalidArgument, op, "k",
-        fmt::format("is {}; expected a positive multiple of {} up to {}", k, kBlockSize, kMaxRows));
+        ErrorCode::kInvalidArgument, op, "rows",
+        fmt::format("is {}; expected 0..{} (M, the activation's rows)", rows, detail::kMaxExtent));
   }
-  if (rows > (std::int64_t{1} << 48) / k) {  // as check_view bounds an activation's elements
+  if (k < kBlockSize || k % kBlockSize != 0 || k > detail::kMaxExtent) {
+    detail::fail(ErrorCode::kInvalidArgument, op, "k",
+                 fmt::format("is {}; expected a positive multiple of {} up to {}", k, kBlockSize,
+                             detail::kMaxExtent));
+  }
+  if (rows > detail::kMaxElements / k) {  // as check_view bounds an activation's elements
     detail::fail(ErrorCode::kInvalidArgument, op, "rows",
                  fmt::format("is {} at K = {}; expected rows x K at most 2^48", rows, k));
   }

@@ -20,12 +20,6 @@ std::string dtype_list(std::initializer_list<DType> allowed) {
   return s;
 }
 
-constexpr std::int64_t kMaxExtent = std::numeric_limits<std::int32_t>::max();
-
-// The most elements a view may hold or span: far beyond any device's memory, and small enough
-// that the row and span arithmetic below stays within int64.
-constexpr std::int64_t kMaxElements = std::int64_t{1} << 48;
-
 // a * b where it is at most kMaxElements (a, b >= 0); nullopt otherwise.
 std::optional<std::int64_t> bounded_product(std::int64_t a, std::int64_t b) {
   std::int64_t p = 0;

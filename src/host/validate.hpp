@@ -1,7 +1,9 @@
 // Argument checks shared by every entry point, so each rule and its message exist once.
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -11,6 +13,12 @@
 #include "mxlinear/linear_types.hpp"
 
 namespace mxlinear::detail {
+
+// The largest extent of a view and the most rows a call takes (the kernels index them as int).
+inline constexpr std::int64_t kMaxExtent = std::numeric_limits<std::int32_t>::max();
+// The most elements a view may hold or span: far beyond any device's memory, and small enough
+// that row and span arithmetic stays within int64.
+inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 48;
 
 // Throws Error with "op: argument 'name' <what>".
 [[noreturn]] void fail(ErrorCode code, std::string_view op, std::string_view argument,

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -457,7 +456,7 @@ std::vector<ReportRow> Registry::report(const std::vector<ModelLayer>& layers,
     detail::fail(ErrorCode::kInvalidArgument, "selection_report", "ms",
                  "is empty; expected at least one token count");
   }
-  constexpr std::int64_t kMaxTokens = std::numeric_limits<std::int32_t>::max();  // as linear()
+  constexpr std::int64_t kMaxTokens = detail::kMaxExtent;  // the most rows linear() takes
   for (std::size_t i = 0; i < ms.size(); ++i) {
     if (ms[i] < 1 || ms[i] > kMaxTokens || (i > 0 && ms[i] <= ms[i - 1])) {
       detail::fail(ErrorCode::kInvalidArgument, "selection_report", "ms",

@@ -11,6 +11,7 @@
 
 #include "host/log.hpp"
 #include "host/user_file.hpp"
+#include "host/validate.hpp"
 
 namespace mxlinear {
 namespace {
@@ -19,7 +20,7 @@ constexpr std::string_view kHeader =
     "arch,sms,n,k,m,kernel,config,us,error_ratio,mxlinear_version,cuda_version";
 constexpr std::size_t kFields = 11;
 constexpr std::size_t kMaxLine = 1024;
-constexpr std::int64_t kMaxExtent = std::numeric_limits<std::int32_t>::max();
+using detail::kMaxExtent;
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
