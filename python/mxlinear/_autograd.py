@@ -13,7 +13,7 @@ of two fits bfloat16 down to 2^-133) and in float32 otherwise (float16's range c
 
 import torch
 
-_BLOCK = 32
+from .nn import _dequantized
 
 
 def _refuse_weight_grads(op: str, named: dict) -> None:
@@ -23,15 +23,6 @@ def _refuse_weight_grads(op: str, named: dict) -> None:
                 f"{op}: argument '{name}' requires grad; expected a constant (mxlinear "
                 "differentiates x and bias, not the quantized operands)"
             )
-
-
-def _dequantized(weight: torch.Tensor, weight_scale: torch.Tensor, dtype: torch.dtype):
-    """``value(q) * 2^(b - 127)`` per element (NaN where the scale byte is 0xFF), as ``dtype``."""
-    scales = weight_scale.view(torch.uint8).to(torch.int32)
-    factor = torch.ldexp(torch.ones_like(scales, dtype=torch.float32), scales - 127)
-    factor = torch.where(scales == 0xFF, torch.full_like(factor, float("nan")), factor)
-    w = weight.to(torch.float32).unflatten(-1, (-1, _BLOCK)) * factor.unsqueeze(-1)
-    return w.flatten(-2).to(dtype)
 
 
 def _bias_grad(grad: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -51,7 +42,7 @@ def _linear_backward(ctx, grad: torch.Tensor):
     grad_x = grad_bias = None
     if ctx.needs_input_grad[0]:
         compute = torch.bfloat16 if ctx.x_dtype == torch.bfloat16 else torch.float32
-        w = _dequantized(weight, weight_scale, compute)
+        w = _dequantized(weight, weight_scale).to(compute)
         grad_x = torch.matmul(grad.to(compute), w).to(ctx.x_dtype)
     if ctx.bias_dtype is not None and ctx.needs_input_grad[3]:
         grad_bias = _bias_grad(grad, ctx.bias_dtype)

@@ -10,12 +10,12 @@ import torch
 
 from .nn import (
     _FLOAT_DTYPES,
-    _RULES,
     BLOCK,
     MXFP8Linear,
     _check_activation,
     _check_batch_invariant,
     _check_out_dtype,
+    _check_rule,
     _dtype_names,
 )
 
@@ -134,10 +134,7 @@ def quantize_model(
             "place; "
             "use MXFP8Linear.from_linear"
         )
-    if rule not in _RULES:
-        raise ValueError(
-            f"quantize_model: argument 'rule' is {rule!r}; expected 'rceil' or 'floor'"
-        )
+    _check_rule("quantize_model", rule)
     _check_out_dtype("quantize_model", out_dtype)
     _check_activation("quantize_model", activation)
     _check_batch_invariant("quantize_model", batch_invariant)

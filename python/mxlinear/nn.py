@@ -51,8 +51,19 @@ def _check_out_dtype(where: str, out_dtype) -> None:
         )
 
 
-def _check_rule(where: str, rule) -> None:
-    if rule is not None and rule not in _RULES:
+def _dequantized(weight: torch.Tensor, weight_scale: torch.Tensor) -> torch.Tensor:
+    """float32 ``value(q) * 2^(b - 127)`` of e4m3 codes and their E8M0 scale bytes (uint8 or
+    float8_e8m0fnu), NaN where a scale byte is 0xFF."""
+    scales = weight_scale.view(torch.uint8).to(torch.int32)
+    factor = torch.ldexp(torch.ones_like(scales, dtype=torch.float32), scales - 127)
+    factor = torch.where(scales == 0xFF, torch.full_like(factor, float("nan")), factor)
+    w = weight.to(torch.float32).unflatten(-1, (-1, BLOCK))
+    return (w * factor.unsqueeze(-1)).flatten(-2)
+
+
+def _check_rule(where: str, rule, optional: bool = False) -> None:
+    """A scale rule to quantize with; `optional`: None too (a rule only recorded)."""
+    if not (optional and rule is None) and rule not in _RULES:
         raise ValueError(f"{where}: argument 'rule' is {rule!r}; expected 'rceil' or 'floor'")
 
 
@@ -163,8 +174,7 @@ def _check_linear(where: str, linear, rule) -> None:
             f"{where}: argument 'linear' has weight dtype {linear.weight.dtype}; expected one of "
             f"{_dtype_names(_FLOAT_DTYPES)}"
         )
-    if rule not in _RULES:
-        raise ValueError(f"{where}: argument 'rule' is {rule!r}; expected 'rceil' or 'floor'")
+    _check_rule(where, rule)
 
 
 class _MXFP8Buffers(torch.nn.Module):
@@ -286,7 +296,7 @@ class MXFP8Linear(_MXFP8Buffers):
         where = "MXFP8Linear"
         _check_layer_options(where, in_features, out_features, bias_dtype, out_dtype, activation,
                              batch_invariant)
-        _check_rule(where, rule)
+        _check_rule(where, rule, optional=True)
         self.in_features = in_features
         self.out_features = out_features
         self.out_dtype = out_dtype
@@ -319,7 +329,7 @@ class MXFP8Linear(_MXFP8Buffers):
         where = "MXFP8Linear.from_quantized"
         n, k = _check_quantized(where, weight, weight_scale, bias)
         _check_out_dtype(where, out_dtype)
-        _check_rule(where, rule)
+        _check_rule(where, rule, optional=True)
         _check_activation(where, activation)
         _check_batch_invariant(where, batch_invariant)
         layer = cls(
@@ -386,11 +396,7 @@ class MXFP8Linear(_MXFP8Buffers):
     def dequantized_weight(self) -> torch.Tensor:
         """The weight as float32: ``value(q) * 2^(b - 127)`` per element (NaN where the scale byte
         is 0xFF), exact except where the product leaves float32's range."""
-        scales = self.weight_scale.to(torch.int32)
-        factor = torch.ldexp(torch.ones_like(scales, dtype=torch.float32), scales - 127)
-        factor = torch.where(scales == 0xFF, torch.full_like(factor, float("nan")), factor)
-        w = self.weight.to(torch.float32).unflatten(-1, (-1, BLOCK))
-        return (w * factor.unsqueeze(-1)).flatten(-2)
+        return _dequantized(self.weight, self.weight_scale)
 
     def extra_repr(self) -> str:
         return self._options_repr(f"rule={self.rule}")
