@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -461,6 +462,31 @@ Activation16 exact_activation16(std::int64_t rows, std::int64_t k, std::int64_t 
     if (keep(rng) != 0) return 0.0f;
     return std::ldexp(static_cast<float>(value(rng)), exponent(rng));  // exact in bf16 and fp16
   });
+}
+
+MxOperand quantized_bf16_rows(const std::uint16_t* codes, std::int64_t rows, std::int64_t k,
+                              std::int64_t ld_x) {
+  MxOperand a;
+  a.rows = rows;
+  a.k = k;
+  a.data.resize(static_cast<std::size_t>(rows * k));
+  a.scales.resize(static_cast<std::size_t>(rows * k / kBlockSize));
+  std::array<float, kBlockSize> block{};
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t b = 0; b < k / kBlockSize; ++b) {
+      for (std::int64_t i = 0; i < kBlockSize; ++i) {
+        const std::uint32_t bits = static_cast<std::uint32_t>(codes[r * ld_x + b * kBlockSize + i])
+                                   << 16;
+        std::memcpy(&block[static_cast<std::size_t>(i)], &bits, 4);
+      }
+      const QuantizedBlock q = quantize_block(block.data(), ScaleRule::kRceil);
+      const auto at = static_cast<std::size_t>(r * (k / kBlockSize) + b);
+      a.scales[at] = q.scale;
+      std::copy(q.q.begin(), q.q.end(),
+                a.data.begin() + static_cast<std::ptrdiff_t>(at * kBlockSize));
+    }
+  }
+  return a;
 }
 
 Activation16 random_activation16_as_is(std::int64_t rows, std::int64_t k, std::int64_t ld_x,

@@ -135,6 +135,11 @@ struct Activation16 {
 Activation16 exact_activation16(std::int64_t rows, std::int64_t k, std::int64_t ld_x, DType dtype,
                                 std::mt19937_64& rng);
 
+// bf16 rows (raw codes, `ld_x` apart) quantized by the contract's model (RCEIL): the W8A8
+// activation a correct quantizer gives them, for fp64 references.
+MxOperand quantized_bf16_rows(const std::uint16_t* codes, std::int64_t rows, std::int64_t k,
+                              std::int64_t ld_x);
+
 // Normal(0, 1) samples rounded to dtype (all finite).
 Activation16 random_activation16_as_is(std::int64_t rows, std::int64_t k, std::int64_t ld_x,
                                        DType dtype, std::mt19937_64& rng);

@@ -59,22 +59,7 @@ Layer make_layer(std::int64_t b, std::int64_t s, std::int64_t n, std::int64_t k,
 
 // The layer's activation quantized by the contract's model (RCEIL, the default rule).
 MxOperand quantized_activation(const Layer& l) {
-  MxOperand a;
-  a.rows = l.b * l.s;
-  a.k = l.k;
-  a.data.resize(static_cast<std::size_t>(a.rows * a.k));
-  a.scales.resize(static_cast<std::size_t>(a.rows * a.k / kBlockSize));
-  std::array<float, kBlockSize> block{};
-  for (std::size_t b = 0; b < a.scales.size(); ++b) {
-    for (std::size_t i = 0; i < kBlockSize; ++i) {
-      const std::uint32_t bits = static_cast<std::uint32_t>(l.x[b * kBlockSize + i]) << 16;
-      std::memcpy(&block[i], &bits, 4);
-    }
-    const QuantizedBlock q = quantize_block(block.data(), ScaleRule::kRceil);
-    a.scales[b] = q.scale;
-    std::copy(q.q.begin(), q.q.end(), a.data.begin() + static_cast<std::ptrdiff_t>(b * kBlockSize));
-  }
-  return a;
+  return quantized_bf16_rows(l.x.data(), l.b * l.s, l.k, l.k);
 }
 
 // A bf16 output [b*s, n] of the layer against fp64 within the tolerance of MXFP8.md, with the
