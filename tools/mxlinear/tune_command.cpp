@@ -104,13 +104,11 @@ int run_tune(const TuneOptions& o) {
   require_writable_path("--out", o.out);
   const detail::UserFile existing = detail::read_user_file(o.out, TunedTable::kMaxFileBytes);
   if (!o.restart) refuse_unreadable_existing("--out", o.out, existing.problem);
+  detail::UserFile old_timings;
   if (!o.timings.empty()) {
     require_writable_path("--timings", o.timings);
-    if (!o.restart) {
-      refuse_unreadable_existing(
-          "--timings", o.timings,
-          detail::read_user_file(o.timings, TunedTable::kMaxFileBytes).problem);
-    }
+    old_timings = detail::read_user_file(o.timings, TunedTable::kMaxFileBytes);
+    if (!o.restart) refuse_unreadable_existing("--timings", o.timings, old_timings.problem);
   }
   const std::vector<ModelLayer> layers = load_model(o.model);
   const std::vector<TuneFigure> figures = tune_figures(layers, o.ms);
@@ -132,12 +130,10 @@ int run_tune(const TuneOptions& o) {
                            "mxlinear {}",
                            o.model, o.activation, device.name, device.sms, mxlinear::version())));
   }
-  if (!o.timings.empty()) {
-    const detail::UserFile old = detail::read_user_file(o.timings, TunedTable::kMaxFileBytes);
-    if (o.restart || !old.problem.empty() || old.text.empty()) {
-      std::ofstream(o.timings, std::ios::binary | std::ios::trunc).close();
-      append("--timings", o.timings, timings_header());
-    }
+  if (!o.timings.empty() &&
+      (o.restart || !old_timings.problem.empty() || old_timings.text.empty())) {
+    std::ofstream(o.timings, std::ios::binary | std::ios::trunc).close();
+    append("--timings", o.timings, timings_header());
   }
   // Each figure still to time, with the configs it times.
   std::vector<std::pair<TuneFigure, std::vector<Candidate>>> todo;
