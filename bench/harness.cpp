@@ -69,6 +69,11 @@ double geomean(const std::vector<double>& values) {
   return count ? std::exp(log_sum / count) : 0.0;
 }
 
+std::size_t positive_count(const std::vector<double>& values) {
+  return static_cast<std::size_t>(
+      std::count_if(values.begin(), values.end(), [](double v) { return v > 0; }));
+}
+
 std::string ratio_text(double geomean_value) {
   return geomean_value > 0 ? fmt::format("{:.2f}", geomean_value) : "n/a";
 }

@@ -40,6 +40,8 @@ std::int64_t pad16(std::int64_t m);
 
 // Geometric mean (of positive values; 0 for none).
 double geomean(const std::vector<double>& values);
+// How many of `values` geomean() counts (positive; NaN is not).
+std::size_t positive_count(const std::vector<double>& values);
 // A geomean for people: "n/a" where geomean() found no values (0), else two decimals.
 std::string ratio_text(double geomean_value);
 

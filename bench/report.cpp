@@ -171,16 +171,23 @@ std::string markdown_report(const json& doc) {
       invariant ? " batch-invariant / default | W8A16 batch-invariant / default |" : "",
       invariant ? "---|---|" : "");
   // A geomean's ratio, or "-" where the geomean lacks it (reports from before the figure).
+  // Where some of the M's rows had no figure, the cell says over how many rows it is taken.
   const auto ratio_of = [](const json& g, const char* key) {
-    return g.contains(key) ? ratio_text(g[key].get<double>()) : std::string("-");
+    if (!g.contains(key)) return std::string("-");
+    std::string cell = ratio_text(g[key].get<double>());
+    if (g.contains("rows") && g.contains("rows_left_out") && g["rows_left_out"].contains(key)) {
+      const auto rows = g["rows"].get<std::int64_t>();
+      cell +=
+          fmt::format(" ({} of {} rows)", rows - g["rows_left_out"][key].get<std::int64_t>(), rows);
+    }
+    return cell;
   };
   for (const json& g : doc["geomeans"]) {
     // Reports from before W8A16 was timed lack its geomean.
     s += fmt::format("| {} | {} | {} | {} | {} | {} |", g["m"].get<std::int64_t>(),
-                     ratio_text(g["vs_cublas_bf16"].get<double>()),
-                     ratio_of(g, "linear_vs_cublas_bf16"),
-                     ratio_text(g["vs_cublaslt_fp8"].get<double>()),
-                     ratio_text(g["vs_tri_mx"].get<double>()), ratio_of(g, "w8a16_vs_cublas_bf16"));
+                     ratio_of(g, "vs_cublas_bf16"), ratio_of(g, "linear_vs_cublas_bf16"),
+                     ratio_of(g, "vs_cublaslt_fp8"), ratio_of(g, "vs_tri_mx"),
+                     ratio_of(g, "w8a16_vs_cublas_bf16"));
     if (invariant) {
       s += fmt::format(" {} | {} |", ratio_of(g, "invariant_over_default"),
                        ratio_of(g, "invariant_w8a16_over_default"));
@@ -266,6 +273,14 @@ const OptionalFigure kOptionalFigures[] = {
 constexpr const char* kOptionalGeomeans[] = {"w8a16_vs_cublas_bf16", "linear_vs_cublas_bf16",
                                              "invariant_over_default",
                                              "invariant_w8a16_over_default"};
+// Every ratio a geomean may have (the ones rows_left_out may name).
+constexpr const char* kGeomeanRatios[] = {"vs_cublas_bf16",
+                                          "vs_cublaslt_fp8",
+                                          "vs_tri_mx",
+                                          "w8a16_vs_cublas_bf16",
+                                          "linear_vs_cublas_bf16",
+                                          "invariant_over_default",
+                                          "invariant_w8a16_over_default"};
 
 void require(const json& j, const char* key, json::value_t type, const std::string& where,
              std::vector<std::string>& errors) {
@@ -354,9 +369,32 @@ std::vector<std::string> schema_errors(const json& doc) {
       for (const char* k : {"m", "vs_cublas_bf16", "vs_cublaslt_fp8", "vs_tri_mx"}) {
         require(doc["geomeans"][i], k, T::number_float, fmt::format("geomeans[{}]", i), e);
       }
-      for (const char* k : kOptionalGeomeans) {
-        require_if_present(doc["geomeans"][i], k, T::number_float, fmt::format("geomeans[{}]", i),
-                           e);
+      const json& g = doc["geomeans"][i];
+      const std::string where = fmt::format("geomeans[{}]", i);
+      for (const char* k : kOptionalGeomeans) require_if_present(g, k, T::number_float, where, e);
+      // Reports from before the counts lack them.
+      require_if_present(g, "rows", T::number_float, where, e);
+      require_if_present(g, "rows_left_out", T::object, where, e);
+      if (g.contains("rows_left_out") && g["rows_left_out"].is_object()) {
+        const json& left_out = g["rows_left_out"];
+        // A count: a whole number >= 0 (nlohmann keeps a parsed 8 unsigned, a literal 8 signed).
+        const auto is_count = [](const json& v) {
+          return v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0);
+        };
+        const bool counted = g.contains("rows") && is_count(g["rows"]);
+        if (!counted) e.push_back(where + ": 'rows_left_out' without a row count 'rows'");
+        std::size_t known = 0;
+        for (const char* k : kGeomeanRatios) {
+          if (!left_out.contains(k)) continue;
+          ++known;
+          if (!is_count(left_out[k]) || !g.contains(k) ||
+              (counted && left_out[k].get<std::int64_t>() > g["rows"].get<std::int64_t>())) {
+            e.push_back(fmt::format("{}: rows_left_out '{}' is not a count of its rows", where, k));
+          }
+        }
+        if (known != left_out.size()) {
+          e.push_back(where + ": rows_left_out names a ratio the report does not have");
+        }
       }
     }
   }

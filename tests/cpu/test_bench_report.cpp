@@ -8,6 +8,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -295,6 +296,42 @@ TEST(BenchReport, MarkdownShowsTheW8A16FiguresOrDashes) {
   const auto geomean_without = table_row(md, "| 32 | 0.80 |");
   ASSERT_FALSE(geomean_without.empty()) << md;
   EXPECT_EQ(geomean_without.at("W8A16 x cuBLAS bf16"), "-");
+}
+
+// A geomean that lacks some of its M's rows (a failed check, an anchor error) says over how many
+// rows it is taken; the counts are checked like every other field.
+TEST(BenchReport, AGeomeanOverFewerRowsSaysHowMany) {
+  json doc = seed_report(/*w8a16=*/true);
+  doc["geomeans"][0]["rows"] = 8;
+  doc["geomeans"][0]["rows_left_out"] = {{"vs_tri_mx", 3}, {"w8a16_vs_cublas_bf16", 1}};
+  ASSERT_EQ(schema_errors(doc), std::vector<std::string>{});
+  const auto counted = table_row(markdown_report(doc), "| 1 | 0.80 |");
+  ASSERT_FALSE(counted.empty());
+  EXPECT_EQ(counted.at("x tri_mx"), "5.00 (5 of 8 rows)");
+  EXPECT_EQ(counted.at("W8A16 x cuBLAS bf16"), "1.25 (7 of 8 rows)");
+  EXPECT_EQ(counted.at("x cuBLAS bf16"), "0.80");
+  const auto whole = table_row(markdown_report(doc), "| 32 | 0.80 |");
+  ASSERT_FALSE(whole.empty());
+  EXPECT_EQ(whole.at("x tri_mx"), "5.00");
+
+  const auto errors_with = [&](const std::function<void(json&)>& change) {
+    json bad = doc;
+    change(bad["geomeans"][0]);
+    return schema_errors(bad);
+  };
+  EXPECT_THAT(errors_with([](json& g) { g["rows_left_out"]["vs_tri_mx"] = 9; }),
+              ::testing::Contains(HasSubstr("rows_left_out 'vs_tri_mx' is not a count")));
+  EXPECT_THAT(errors_with([](json& g) { g["rows_left_out"]["vs_tri_mx"] = -1; }),
+              ::testing::Contains(HasSubstr("rows_left_out 'vs_tri_mx' is not a count")));
+  EXPECT_THAT(errors_with([](json& g) { g["rows_left_out"]["made_up\x1b[2J"] = 1; }),
+              ::testing::Contains(HasSubstr("names a ratio the report does not have")));
+  EXPECT_THAT(errors_with([](json& g) { g.erase("rows"); }),
+              ::testing::Contains(HasSubstr("'rows_left_out' without a row count")));
+  EXPECT_THAT(errors_with([](json& g) { g["rows_left_out"] = "3"; }),
+              ::testing::Contains(HasSubstr("'rows_left_out' has the wrong type")));
+  EXPECT_THAT(
+      errors_with([](json& g) { g.erase("w8a16_vs_cublas_bf16"); }),
+      ::testing::Contains(HasSubstr("rows_left_out 'w8a16_vs_cublas_bf16' is not a count")));
 }
 
 // The W8A8 call from bf16 has its own check: where it failed, neither W8A8 time is needed; where

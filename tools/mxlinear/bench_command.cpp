@@ -394,21 +394,29 @@ int run_bench(const BenchOptions& o) {
         invariant_w8a16.push_back(bench::value_or_nan(r, "invariant_w8a16_us") /
                                   bench::value_or_nan(r, "w8a16_us"));
       }
-      doc["geomeans"].push_back({{"m", m},
-                                 {"vs_cublas_bf16", bench::geomean(bf16)},
-                                 {"linear_vs_cublas_bf16", bench::geomean(bf16_linear)},
-                                 {"vs_cublaslt_fp8", bench::geomean(fp8)},
-                                 {"vs_tri_mx", bench::geomean(tri)},
-                                 {"w8a16_vs_cublas_bf16", bench::geomean(bf16_w8a16)}});
+      json g = {{"m", m}, {"rows", bf16.size()}, {"rows_left_out", json::object()}};
+      // A ratio's geomean, and how many of the M's rows it lacks (a failed check, an anchor
+      // error): a geomean over fewer rows says so instead of passing for the whole set.
+      const auto add = [&g](const char* key, const std::vector<double>& values) {
+        g[key] = bench::geomean(values);
+        const std::size_t left_out = values.size() - bench::positive_count(values);
+        if (left_out > 0) g["rows_left_out"][key] = left_out;
+      };
+      add("vs_cublas_bf16", bf16);
+      add("linear_vs_cublas_bf16", bf16_linear);
+      add("vs_cublaslt_fp8", fp8);
+      add("vs_tri_mx", tri);
+      add("w8a16_vs_cublas_bf16", bf16_w8a16);
       std::string invariant_ratios;
       if (o.batch_invariant) {
         // Above 1: the batch-invariant mode is that much slower than the default one.
-        doc["geomeans"].back()["invariant_over_default"] = bench::geomean(invariant);
-        doc["geomeans"].back()["invariant_w8a16_over_default"] = bench::geomean(invariant_w8a16);
+        add("invariant_over_default", invariant);
+        add("invariant_w8a16_over_default", invariant_w8a16);
         invariant_ratios = fmt::format("; batch-invariant / default: W8A8 {}, W8A16 {}",
                                        bench::ratio_text(bench::geomean(invariant)),
                                        bench::ratio_text(bench::geomean(invariant_w8a16)));
       }
+      doc["geomeans"].push_back(g);
       fmt::print(
           "geomean M={:>5}: x cuBLAS bf16 {} (from bf16 {}), x cuBLASLt FP8 {}, x tri_mx {}; "
           "W8A16 x cuBLAS bf16 {}{}\n",
@@ -416,6 +424,10 @@ int run_bench(const BenchOptions& o) {
           bench::ratio_text(bench::geomean(bf16_linear)), bench::ratio_text(bench::geomean(fp8)),
           bench::ratio_text(bench::geomean(tri)), bench::ratio_text(bench::geomean(bf16_w8a16)),
           invariant_ratios);
+      for (const auto& [key, left_out] : g["rows_left_out"].items()) {
+        fmt::print("  {}: {} of {} rows left out (no figure)\n", key, left_out.get<std::size_t>(),
+                   bf16.size());
+      }
     }
     doc["quantize"] = json::array();
     std::set<std::int64_t> ks;
