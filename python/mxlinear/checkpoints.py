@@ -27,7 +27,7 @@ import torch
 
 import mxlinear  # the package's version, looked up at call time
 
-from .convert import _linear_subclass
+from .convert import _linear_subclass, _swap, _unmovable
 from .nn import BLOCK, MXFP8Linear
 
 MODELOPT = "modelopt"
@@ -401,7 +401,9 @@ def load_mxfp8(
     dtype; ``out_dtype`` is given to every new layer. A layer that is already an
     ``MXFP8Linear`` keeps its ``activation``, ``batch_invariant`` and, unless ``out_dtype`` is
     given, its ``out_dtype``; its ``rule`` becomes None, since checkpoints do not record the rule
-    their weights were quantized with. Every other tensor is loaded with
+    their weights were quantized with. A replaced layer's hooks and attached attributes move to its
+    replacement as ``quantize_model`` moves them; a quantized layer whose hooks or state cannot
+    move raises CheckpointError naming it and why. Every other tensor is loaded with
     ``load_state_dict(assign=)``, into wherever the model holds it. A state dict ``source`` is
     copied, never shared with the model, unless ``assign``, which puts its tensors in the model
     as they are (moved or cast only where ``device`` or the bias dtype says). A model holding
@@ -441,6 +443,12 @@ def load_mxfp8(
                     f"MXFP8Linear: {kept}"
                 )
             continue
+        reason = _unmovable(module)
+        if reason is not None:
+            raise CheckpointError(
+                f"load_mxfp8: the {scheme.format} config quantizes layer '{name}', but it cannot "
+                f"become an MXFP8Linear: {reason}"
+            )
         weight, scale = _quantized_tensors(tensors, name, module, scheme.format)
         consumed.update((f"{name}.weight", f"{name}.weight_scale"))
         bias = None
@@ -515,7 +523,7 @@ def load_mxfp8(
             "for a model built on the meta device"
         )
 
-    replacements: dict[int, MXFP8Linear] = {}
+    replacements: dict[int, tuple[torch.nn.Module, MXFP8Linear]] = {}
     for name, module, weight, scale, bias in layers:
         target = device if device is not None else module.weight.device
         if torch.device(target).type == "meta":
@@ -531,14 +539,11 @@ def load_mxfp8(
                 "activation": module.activation,
                 "batch_invariant": module.batch_invariant,
             }
-        replacements[id(module)] = MXFP8Linear.from_quantized(
+        replacements[id(module)] = module, MXFP8Linear.from_quantized(
             weight.to(target, copy=copy), scale.to(target, copy=copy), bias, **options
         )
 
-    for parent in list(model.modules()):
-        for child_name, child in list(parent._modules.items()):  # named_children() hides repeats
-            if id(child) in replacements:
-                setattr(parent, child_name, replacements[id(child)])
+    _swap(model, replacements)
     model.load_state_dict(loadable, strict=False, assign=assign)
     if assign:  # assign puts new tensor objects in place, which unties tied ones: tie them again
         for alias, source in aliases.items():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
+import weakref
 from collections.abc import Callable, Iterable
 
 import torch
@@ -30,8 +32,9 @@ class QuantizedModules:
 
     ``converted``: qualified names of the layers now ``MXFP8Linear``. ``skipped``: name -> reason
     for selected layers that MXFP8 cannot serve (``in_features`` not a positive multiple of 32,
-    no output features, a weight dtype other than bfloat16, float16 or float32, or a subclass of
-    ``nn.Linear`` whose forward the swap would lose); they stay as they were.
+    no output features, a weight dtype other than bfloat16, float16 or float32, a subclass of
+    ``nn.Linear`` whose forward the swap would lose, or a layer carrying hooks or state that an
+    ``MXFP8Linear`` cannot take over, see ``_unmovable``); they stay as they were.
     """
 
     converted: list[str]
@@ -75,6 +78,144 @@ def _linear_subclass(module: torch.nn.Module) -> str | None:
     return None
 
 
+# Hook tables whose hooks see the layer's call (its input, output and the gradient of its input),
+# which the swap keeps: they move to the replacement as they are.
+_CALL_HOOKS = (
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_backward_pre_hooks",
+    "_backward_hooks",
+)
+# Hook tables whose hooks see the layer's state dict, whose layout the swap changes for an
+# nn.Linear (a float weight becomes E4M3 bytes plus weight_scale).
+_STATE_DICT_HOOKS = (
+    "_state_dict_pre_hooks",
+    "_state_dict_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+)
+_OWN_TENSORS = {
+    torch.nn.Linear: ("weight", "bias"),
+    MXFP8Linear: ("weight", "weight_scale", "bias"),
+}
+
+
+@functools.cache
+def _fresh(cls: type) -> torch.nn.Module:
+    """An untouched layer of ``cls`` (``nn.Linear`` or ``MXFP8Linear``), the reference for what a
+    user or a library attached to one in a model."""
+    if cls is torch.nn.Linear:
+        return torch.nn.Linear(BLOCK, 1, device="meta")
+    return MXFP8Linear(BLOCK, 1, device="meta")
+
+
+def _kind(module: torch.nn.Module) -> type:
+    return MXFP8Linear if isinstance(module, MXFP8Linear) else torch.nn.Linear
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(repr(n) for n in names)
+
+
+def _attached(module: torch.nn.Module) -> list[str]:
+    """The instance attributes of ``module`` that a fresh layer of its kind does not have."""
+    fresh = _fresh(_kind(module)).__dict__
+    return [n for n in module.__dict__ if n not in fresh]
+
+
+def _unmovable(module: torch.nn.Module) -> str | None:
+    """Why what is attached to ``module`` (an ``nn.Linear``, or an ``MXFP8Linear`` reloaded by
+    ``load_mxfp8``) cannot move to an ``MXFP8Linear`` in its place, or None when it can.
+    ``_move_attached`` moves the rest: forward (pre-)hooks and full backward (pre-)hooks keep
+    their order, flags and handles, because they see only the layer's call, and other instance
+    attributes are copied. Refused here is what would silently change meaning or get lost: a
+    forward replaced on the instance or by ``Module.compile()``, ``register_backward_hook``
+    hooks (whose gradients depend on the layer's last operation), state-dict hooks on an
+    ``nn.Linear`` (its state dict changes layout), tensors or submodules of its own, and
+    attributes whose names the replacement uses."""
+    attached = module.__dict__
+    if "forward" in attached:
+        return (
+            "its forward is replaced on the instance (module.forward = ..., as accelerate's hooks "
+            "do), which an MXFP8Linear in its place would not run"
+        )
+    if attached.get("_compiled_call_impl") is not None:
+        return (
+            "it was compiled with Module.compile(), which compiled the nn.Linear's own call; "
+            "compile after converting"
+        )
+    if module._backward_hooks and module._is_full_backward_hook is False:
+        return (
+            "it has a hook from register_backward_hook, whose gradients depend on the layer's "
+            "last operation; expected register_full_backward_hook, whose hooks are carried over"
+        )
+    if not isinstance(module, MXFP8Linear):
+        tables = [t for t in _STATE_DICT_HOOKS if getattr(module, t)]
+        if tables:
+            return (
+                f"it has state-dict hooks ({', '.join(tables)}), written for nn.Linear's float "
+                "weight; an MXFP8Linear's state dict holds E4M3 bytes and weight_scale"
+            )
+    own = _OWN_TENSORS[_kind(module)]
+    for kind, table in (
+        ("parameter", module._parameters),
+        ("buffer", module._buffers),
+        ("submodule", module._modules),
+    ):
+        extra = [n for n in table if n not in own]
+        if extra:
+            return (
+                f"it holds the {kind}(s) {_names(extra)} of its own, which an MXFP8Linear in its "
+                "place would not have"
+            )
+    replacement = _fresh(MXFP8Linear)
+    clashing = [
+        n
+        for n in _attached(module)
+        if n in replacement.__dict__ or n in replacement._buffers or hasattr(MXFP8Linear, n)
+    ]
+    if clashing:
+        return f"its attribute(s) {_names(clashing)} would clash with MXFP8Linear's own"
+    return None
+
+
+def _move_attached(old: torch.nn.Module, new: MXFP8Linear) -> None:
+    """Moves ``old``'s hooks and attached attributes to its replacement ``new``, which
+    ``_unmovable`` accepted. The hook tables themselves move, not copies: torch keys them by
+    handle id and a RemovableHandle holds the table, so the handles a user keeps still remove
+    their hook from ``new``; ``old``, out of the model now, is left with empty tables so that the
+    two never share hooks."""
+    new.training = old.training
+    for table in _CALL_HOOKS + _STATE_DICT_HOOKS:
+        hooks = getattr(old, table)
+        setattr(new, table, hooks)
+        setattr(old, table, type(hooks)())
+    new._is_full_backward_hook = old._is_full_backward_hook
+    # register_load_state_dict_pre_hook wraps its hook with a weak reference to the module the
+    # hook is called with.
+    for hook in new._load_state_dict_pre_hooks.values():
+        if getattr(hook, "with_module", False) and hook.module() is old:
+            hook.module = weakref.ref(new)
+    for name in _attached(old):
+        new.__dict__[name] = old.__dict__[name]
+
+
+def _swap(
+    model: torch.nn.Module, replacements: dict[int, tuple[torch.nn.Module, MXFP8Linear]]
+) -> None:
+    """Puts each replacement, keyed by ``id(old)``, wherever ``model`` holds its old layer."""
+    for old, new in replacements.values():
+        _move_attached(old, new)
+    # Every parent that holds a replaced layer gets the replacement, shared layers included.
+    for parent in list(model.modules()):
+        for child_name, child in list(parent._modules.items()):  # named_children() hides repeats
+            if id(child) in replacements:
+                setattr(parent, child_name, replacements[id(child)][1])
+
+
 def _unsupported(module: torch.nn.Module) -> str | None:
     reason = _linear_subclass(module)
     if reason is not None:
@@ -91,7 +232,7 @@ def _unsupported(module: torch.nn.Module) -> str | None:
             f"weight dtype {str(dtype).removeprefix('torch.')} is not one of "
             f"{_dtype_names(_FLOAT_DTYPES)}"
         )
-    return None
+    return _unmovable(module)
 
 
 def quantize_model(
@@ -116,6 +257,12 @@ def quantize_model(
     everywhere. The model itself must not be an ``nn.Linear`` (use ``MXFP8Linear.from_linear``).
     ``activation`` is the new layers' mode: None (``MXLINEAR_ACTIVATION``), ``"mx"`` (W8A8) or
     ``"bf16"`` (W8A16, activations multiplied as they are); see ``MXFP8Linear``.
+    A converted layer's forward pre-hooks, forward hooks and full backward (pre-)hooks move to
+    its replacement in their order, with their flags, and the handles that registered them
+    remove them from it; its ``training`` flag and other attributes attached to it are copied. A
+    layer with hooks or state that would change meaning or get lost (a forward replaced on the
+    instance, ``register_backward_hook`` or state-dict hooks, tensors or submodules of its own)
+    is skipped with the reason.
     ``batch_invariant`` is the new layers' batch-invariant switch: None
     (``MXLINEAR_BATCH_INVARIANT``), True or False; see ``MXFP8Linear``. The options are checked
     before anything is converted, whether or not any layer is selected: a ``rule`` other than
@@ -161,7 +308,7 @@ def quantize_model(
                 f"converted: {reason}"
             )
 
-    replacements: dict[int, MXFP8Linear] = {}
+    replacements: dict[int, tuple[torch.nn.Module, MXFP8Linear]] = {}
     converted: list[str] = []
     skipped: dict[str, str] = {}
     for name, module in modules.items():
@@ -175,7 +322,7 @@ def quantize_model(
         if reason is not None:
             skipped[name] = reason
             continue
-        replacements[id(module)] = MXFP8Linear.from_linear(
+        replacements[id(module)] = module, MXFP8Linear.from_linear(
             module,
             rule=rule,
             out_dtype=out_dtype,
@@ -183,10 +330,5 @@ def quantize_model(
             batch_invariant=batch_invariant,
         )
         converted.append(name)
-
-    # Every parent that holds a converted layer gets the replacement, shared layers included.
-    for parent in list(model.modules()):
-        for child_name, child in list(parent._modules.items()):  # named_children() hides repeats
-            if id(child) in replacements:
-                setattr(parent, child_name, replacements[id(child)])
+    _swap(model, replacements)
     return QuantizedModules(converted=converted, skipped=skipped)

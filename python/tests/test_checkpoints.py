@@ -488,6 +488,69 @@ def test_reloading_keeps_the_layers_options():
             activation, batch_invariant, torch.float16)
 
 
+def test_loading_moves_the_layers_hooks_to_the_replacements():
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    model = Tiny()
+    seen = []
+    proj, out = model.layers[0].proj, model.layers[1].out
+    handles = [
+        proj.register_forward_hook(lambda m, args, output: seen.append(("proj", m, output))),
+        out.register_forward_pre_hook(lambda m, args: (args[0] * 0,)),  # zeroes the layer's input
+    ]
+    proj.layer_index = 0
+    model.eval()
+    assert_loaded(model, tensors, load_mxfp8(model, tensors, MODELOPT_CONFIG))
+    new_proj, new_out = model.layers[0].proj, model.layers[1].out
+    assert new_proj.layer_index == 0 and not new_proj.training
+    ids = torch.randint(0, 50, (2, 5), generator=g)
+    with torch.no_grad():
+        zeroed = model(ids)
+        assert len(seen) == 1 and seen[0][1] is new_proj
+        inner = []
+        new_out.register_forward_hook(lambda m, args, output: inner.append(output))
+        model(ids)
+        assert new_out.bias is None and not inner[0].any()  # the pre-hook zeroed its input
+        for handle in handles:
+            handle.remove()
+        seen.clear()
+        assert not torch.equal(model(ids), zeroed) and seen == []
+
+
+def test_reloading_moves_state_dict_hooks_with_the_layer():
+    # An MXFP8Linear's state dict keeps its layout on reload, so its state-dict hooks move too,
+    # and a load pre-hook registered with its module is called with the replacement.
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    model = Tiny()
+    quantize_model(model, exclude=["lm_head", "*.gate"])
+    calls = []
+    old = model.layers[0].proj
+    old.register_load_state_dict_pre_hook(lambda module, *args: calls.append(module))
+    old.register_state_dict_post_hook(lambda module, *args: calls.append(module))
+    assert_loaded(model, tensors, load_mxfp8(model, tensors, MODELOPT_CONFIG))
+    new = model.layers[0].proj
+    assert new is not old and calls[-1] is new  # load_mxfp8's own load_state_dict
+    calls.clear()
+    new.load_state_dict(new.state_dict())
+    assert calls == [new, new]
+
+
+def test_a_quantized_layer_whose_hooks_cannot_move_is_an_error():
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    model = Tiny()
+    model.layers[1].proj.register_state_dict_post_hook(lambda *args: None)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match=r"load_mxfp8: the modelopt config quantizes layer "
+                                              r"'layers\.1\.proj', but it cannot become an "
+                                              r"MXFP8Linear: it has state-dict hooks "
+                                              r"\(_state_dict_hooks\)"):
+        load_mxfp8(model, tensors, MODELOPT_CONFIG)
+    assert not any(isinstance(m, MXFP8Linear) for m in model.modules())
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
 class Attention(torch.nn.Module):
     def __init__(self):
         super().__init__()
