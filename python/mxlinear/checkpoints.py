@@ -218,38 +218,115 @@ def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"'{path}' is not a readable safetensors file: {e}") from e
 
 
-def _shards(directory: str) -> list[str]:
-    index = os.path.join(directory, "model.safetensors.index.json")
-    if os.path.isfile(index):
-        weight_map = _read_json(index).get("weight_map")
-        if not isinstance(weight_map, dict) or not _is_string_list(list(weight_map.values())):
+_INDEX = "model.safetensors.index.json"
+
+
+def _open_safetensors(path: str, where: str):
+    """A reader of one safetensors file: its header is parsed here, its tensors when asked for."""
+    from safetensors import safe_open
+
+    try:
+        return safe_open(path, "pt", device="cpu")
+    except Exception as e:  # the parser's own error type, or whatever a bad header leads to
+        raise CheckpointError(f"{where}: '{path}' is not a readable safetensors file: {e}") from e
+
+
+def _index_files(index: str, where: str) -> dict[str, str]:
+    """An index's weight_map (tensor name -> shard file name), checked."""
+    weight_map = _read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not _is_string_list(list(weight_map.values())):
+        raise CheckpointError(
+            f"{where}: '{index}': weight_map is {weight_map!r}; expected a mapping of tensor name "
+            "to file"
+        )
+    for name in sorted(set(weight_map.values())):
+        if os.path.basename(name) != name:
             raise CheckpointError(
-                f"'{index}': weight_map is {weight_map!r}; expected a mapping of tensor name to "
-                "file"
+                f"{where}: '{index}' names the shard {name!r}; expected a file name in the "
+                "directory"
             )
+    return weight_map
+
+
+def _tensor_files(
+    path: str, where: str, wanted: Callable[[str], bool] = lambda key: True
+) -> dict[str, tuple[object, str]]:
+    """Which file holds each tensor of a checkpoint, for the tensor names ``wanted`` accepts:
+    name -> (the file's open reader, its path), in file order. ``path`` is one safetensors file
+    or a checkpoint directory. load_mxfp8 and the tensor-parallel layers' from_safetensors both
+    read through this, so they take every tensor from the same file.
+
+    In a directory with ``model.safetensors.index.json``, the index decides: each tensor comes
+    from the shard its weight_map names, and copies of it in other files (stale shards of an
+    earlier save, a file the index does not list) are never read. A tensor the index places in a
+    file that lacks it, or one that a listed shard holds but the index does not place, raises
+    CheckpointError naming the tensor, the file and the index. Without an index every
+    ``*.safetensors`` file is read, and a tensor stored in two of them raises CheckpointError
+    naming the tensor and both files, since nothing says which one to take."""
+    if not os.path.isdir(path):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{where}: no safetensors file at '{path}'")
+        reader = _open_safetensors(path, where)
+        return {key: (reader, path) for key in reader.keys() if wanted(key)}
+    index = os.path.join(path, _INDEX)
+    weight_map = _index_files(index, where) if os.path.isfile(index) else None
+    if weight_map is not None:
         names = sorted(set(weight_map.values()))
         for name in names:
-            if os.path.basename(name) != name:
-                raise CheckpointError(
-                    f"'{index}' names the shard {name!r}; expected a file name in the directory"
+            if not os.path.isfile(os.path.join(path, name)):
+                raise FileNotFoundError(
+                    f"{where}: '{index}' names the shard {name!r}, which is not a file in "
+                    f"'{path}'"
                 )
     else:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".safetensors"))
+        names = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
     if not names:
-        raise FileNotFoundError(f"no .safetensors files in '{directory}'")
-    return [os.path.join(directory, n) for n in names]
-
-
-def _read_tensors(paths: list[str]) -> dict[str, torch.Tensor]:
-    tensors: dict[str, torch.Tensor] = {}
-    origin: dict[str, str] = {}
-    for path in paths:
-        for key, value in read_safetensors(path).items():
-            if key in tensors:
+        raise FileNotFoundError(f"{where}: no .safetensors files in '{path}'")
+    placed: dict[str, list[str]] = {name: [] for name in names}
+    for key, name in (weight_map or {}).items():
+        if wanted(key):
+            placed[name].append(key)
+    found: dict[str, tuple[object, str]] = {}
+    for name in names:
+        file = os.path.join(path, name)
+        reader = _open_safetensors(file, where)
+        stored = [key for key in reader.keys() if wanted(key)]
+        if weight_map is not None:
+            for key in stored:
+                if key not in weight_map:
+                    raise CheckpointError(
+                        f"{where}: '{file}' holds tensor '{key}', which '{index}' does not "
+                        "place; expected the index to name the file of every tensor in its shards"
+                    )
+            held = set(stored)
+            for key in placed[name]:
+                if key not in held:
+                    raise CheckpointError(
+                        f"{where}: '{index}' places tensor '{key}' in '{file}', which does not "
+                        "hold it"
+                    )
+            stored = [key for key in stored if weight_map[key] == name]
+        for key in stored:
+            if key in found:
                 raise CheckpointError(
-                    f"tensor '{key}' is stored twice: in '{origin[key]}' and '{path}'"
+                    f"{where}: tensor '{key}' is stored twice, in '{found[key][1]}' and '{file}', "
+                    f"and '{path}' has no {_INDEX} to say which file holds it"
                 )
-            tensors[key], origin[key] = value, path
+            found[key] = reader, file
+    return found
+
+
+def _read_tensors(path: str) -> dict[str, torch.Tensor]:
+    """Every tensor of a checkpoint file or directory, each from the file ``_tensor_files``
+    resolves it to, on the CPU."""
+    tensors: dict[str, torch.Tensor] = {}
+    for key, (reader, file) in _tensor_files(path, "load_mxfp8").items():
+        try:
+            tensors[key] = reader.get_tensor(key)
+        except Exception as e:  # a header that passed but data that does not fit it
+            raise CheckpointError(
+                f"load_mxfp8: '{file}' is not a readable safetensors file: {e}"
+            ) from e
     return tensors
 
 
@@ -281,10 +358,8 @@ def _resolve(source, config):
         directory = None
     elif isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
-        if os.path.isdir(path):
-            directory, tensors = path, _read_tensors(_shards(path))
-        else:
-            directory, tensors = os.path.dirname(path) or ".", read_safetensors(path)
+        tensors = _read_tensors(path)
+        directory = path if os.path.isdir(path) else os.path.dirname(path) or "."
     else:
         raise TypeError(
             f"load_mxfp8: argument 'source' is a {type(source).__name__}; expected a directory, a "
@@ -389,9 +464,10 @@ def load_mxfp8(
     """Loads an MXFP8 checkpoint into ``model``, replacing each linear layer that the checkpoint
     quantizes with ``MXFP8Linear.from_quantized``, and returns their names in module order.
 
-    ``source``: a checkpoint directory (``model.safetensors.index.json`` shards, else every
-    ``*.safetensors`` in it), one ``.safetensors`` file, or a state dict of tensors. ``config``:
-    the quantization config as a mapping or a JSON file path; by default ``config.json``
+    ``source``: a checkpoint directory (each tensor from the shard that
+    ``model.safetensors.index.json`` names for it, else from every ``*.safetensors`` in it, where
+    a tensor stored twice is an error), one ``.safetensors`` file, or a state dict of tensors.
+    ``config``: the quantization config as a mapping or a JSON file path; by default ``config.json``
     (``quantization_config``) or ``hf_quant_config.json`` next to the tensors. The layers to
     replace are the model's ``nn.Linear`` (and ``MXFP8Linear``) modules that the config
     quantizes; their tensors must be present with the stored dtypes and shapes. Subclasses of
@@ -608,8 +684,8 @@ def _check_save_directory(directory: str, format: str) -> None:
         return
     names = os.listdir(directory)
     clashing = [n for n in names if n.endswith(".safetensors") and n != "model.safetensors"]
-    if "model.safetensors.index.json" in names:
-        clashing.append("model.safetensors.index.json")
+    if _INDEX in names:
+        clashing.append(_INDEX)
     if format == MODELOPT:
         own = "hf_quant_config.json"
         config_json = os.path.join(directory, "config.json")

@@ -184,10 +184,84 @@ def test_load_sharded_checkpoint(tmp_path):
     (tmp_path / "hf_quant_config.json").write_text(json.dumps(MODELOPT_CONFIG))
     model = scrambled(Tiny())
     assert_loaded(model, tensors, load_mxfp8(model, tmp_path))
-    # a key in two shards is ambiguous
-    save_file({k: tensors[k] for k in keys[:2]}, tmp_path / "model-00002-of-00002.safetensors")
-    with pytest.raises(CheckpointError, match=rf"'{keys[0]}' is stored twice"):
+
+
+def stale(tensors: dict) -> dict:
+    """Other values under the same names, dtypes and shapes, as an earlier save would have left."""
+    return {k: (v.view(torch.uint8) ^ 0x11).view(v.dtype) if v.element_size() == 1 else v + 1
+            for k, v in tensors.items()}
+
+
+def write_shards(directory, tensors, index=True):
+    """Two shards (even and odd keys), with their index unless not ``index``."""
+    keys = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": keys[::2],
+              "model-00002-of-00002.safetensors": keys[1::2]}
+    for shard, shard_keys in shards.items():
+        save_file({k: tensors[k] for k in shard_keys}, directory / shard)
+    weight_map = {k: s for s, ks in shards.items() for k in ks}
+    if index:
+        (directory / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    (directory / "hf_quant_config.json").write_text(json.dumps(MODELOPT_CONFIG))
+    return weight_map
+
+
+def test_the_index_says_which_shard_holds_each_tensor(tmp_path):
+    # Stale copies in a listed shard and in a file the index does not list are never read,
+    # whichever file comes first or last.
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    weight_map = write_shards(tmp_path, tensors)
+    first, second = sorted(set(weight_map.values()))
+    in_first = {k: v for k, v in tensors.items() if weight_map[k] == first}
+    in_second = {k: v for k, v in tensors.items() if weight_map[k] == second}
+    save_file({**in_second, **stale(in_first)}, tmp_path / second)
+    save_file(stale(tensors), tmp_path / "model-00000-of-00002.safetensors")
+    save_file(stale(tensors), tmp_path / "model-00003-of-00003.safetensors")
+    model = scrambled(Tiny())
+    assert_loaded(model, tensors, load_mxfp8(model, tmp_path))
+
+
+def test_an_index_that_does_not_match_its_shards_is_an_error(tmp_path):
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    weight_map = write_shards(tmp_path, tensors)
+    index = tmp_path / "model.safetensors.index.json"
+    first, second = sorted(set(weight_map.values()))
+    key = next(k for k in sorted(tensors) if weight_map[k] == first)
+    index.write_text(json.dumps({"weight_map": {**weight_map, key: second}}))
+    with pytest.raises(CheckpointError, match=rf"^load_mxfp8: '{re.escape(str(index))}' places "
+                                              rf"tensor '{key}' in "
+                                              rf"'{re.escape(str(tmp_path / second))}', which "
+                                              r"does not hold it$"):
         load_mxfp8(Tiny(), tmp_path)
+    index.write_text(json.dumps({"weight_map": {k: v for k, v in weight_map.items() if k != key}}))
+    with pytest.raises(CheckpointError, match=rf"^load_mxfp8: '{re.escape(str(tmp_path / first))}' "
+                                              rf"holds tensor '{key}', which "
+                                              rf"'{re.escape(str(index))}' does not place"):
+        load_mxfp8(Tiny(), tmp_path)
+    index.write_text(json.dumps({"weight_map": {**weight_map, key: "absent.safetensors"}}))
+    with pytest.raises(FileNotFoundError, match=r"names the shard 'absent\.safetensors', which is "
+                                                r"not a file in"):
+        load_mxfp8(Tiny(), tmp_path)
+
+
+def test_without_an_index_a_tensor_in_two_files_is_an_error(tmp_path):
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    weight_map = write_shards(tmp_path, tensors, index=False)
+    key = sorted(tensors)[0]
+    extra = tmp_path / "model-00003-of-00003.safetensors"
+    save_file(stale({key: tensors[key]}), extra)
+    with pytest.raises(CheckpointError,
+                       match=rf"^load_mxfp8: tensor '{key}' is stored twice, in "
+                             rf"'{re.escape(str(tmp_path / weight_map[key]))}' and "
+                             rf"'{re.escape(str(extra))}', and '{re.escape(str(tmp_path))}' has no "
+                             r"model\.safetensors\.index\.json to say which file holds it$"):
+        load_mxfp8(Tiny(), tmp_path)
+    os.remove(extra)
+    model = scrambled(Tiny())
+    assert_loaded(model, tensors, load_mxfp8(model, tmp_path))
 
 
 @pytest.mark.parametrize("fmt", ["modelopt", "compressed-tensors"])

@@ -412,14 +412,29 @@ def check_bad_input_on_an_empty_shard(rank, world, seed):
     assert out.shape == (5, n) and all(torch.equal(o, out) for o in outs)
 
 
-def check_safetensors(rank, world, path, prefix, kind):
+def stored_tensors(path) -> dict:
+    """A checkpoint's tensors, each from the file its index names, else from the only file that
+    holds it."""
     from safetensors.torch import load_file
 
-    files = [path] if os.path.isfile(path) else [
-        os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors")]
+    if os.path.isfile(path):
+        return load_file(path)
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index) as f:
+            weight_map = json.load(f)["weight_map"]
+        return {key: load_file(os.path.join(path, file))[key] for key, file in weight_map.items()}
     full = {}
-    for f in files:
-        full.update(load_file(f))
+    for file in os.listdir(path):
+        if file.endswith(".safetensors"):
+            tensors = load_file(os.path.join(path, file))
+            assert not set(tensors) & set(full), file
+            full.update(tensors)
+    return full
+
+
+def check_safetensors(rank, world, path, prefix, kind):
+    full = stored_tensors(path)
     w, ws, b = full[f"{prefix}.weight"], full[f"{prefix}.weight_scale"], full[f"{prefix}.bias"]
     n, k = w.shape
     if kind == "column":
@@ -603,6 +618,75 @@ def test_from_safetensors_reads_the_rank_slice(pools, tmp_path, world, kind, spl
     prefix = "model.layers.0.mlp.down_proj"
     path = write_checkpoint(tmp_path, prefix, 37, 224, split_files, e8m0)
     pools(world).run("check_safetensors", path, prefix, kind)
+
+
+def check_safetensors_refused(rank, world, path, prefix, message):
+    from mxlinear.checkpoints import CheckpointError
+
+    for kind in (ColumnParallelMXFP8Linear, RowParallelMXFP8Linear):
+        with pytest.raises(CheckpointError, match=rf"^{kind.__name__}\.from_safetensors: {message}"):
+            kind.from_safetensors(path, prefix)
+
+
+def stale_copy(tensors: dict) -> dict:
+    """Other values under the same names and shapes, as an earlier save would have left."""
+    return {key: (v.view(torch.uint8) ^ 0x11).view(v.dtype) if v.element_size() == 1 else v + 1
+            for key, v in tensors.items()}
+
+
+@pytest.mark.parametrize("kind", ["column", "row"])
+def test_from_safetensors_takes_each_tensor_from_the_file_the_index_names(pools, tmp_path, kind):
+    # Stale copies in a listed shard that sorts after the one the index names, and in a file the
+    # index does not list, are never read.
+    from safetensors.torch import load_file, save_file
+
+    prefix = "model.layers.0.mlp.down_proj"
+    path = write_checkpoint(tmp_path, prefix, 37, 224, split_files=True, e8m0=False)
+    first, second = (os.path.join(path, f"model-0000{i}-of-00002.safetensors") for i in (1, 2))
+    in_first = {k: v for k, v in load_file(first).items() if k.startswith(prefix)}
+    in_second = load_file(second)
+    assert set(in_second) == {f"{prefix}.weight_scale"}
+    save_file(stale_copy({**in_first, **in_second}),
+              os.path.join(path, "model-00003-of-00003.safetensors"))
+    save_file({**in_second, **stale_copy(in_first)}, second)
+    pools(2).run("check_safetensors", path, prefix, kind)
+
+
+def test_from_safetensors_resolves_files_as_load_mxfp8_does(pools, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    prefix = "model.layers.0.mlp.down_proj"
+    weight = f"{prefix}.weight"
+    path = write_checkpoint(tmp_path, prefix, 37, 224, split_files=True, e8m0=False)
+    first, second = (os.path.join(path, f"model-0000{i}-of-00002.safetensors") for i in (1, 2))
+    index = os.path.join(path, "model.safetensors.index.json")
+    tensors = {**load_file(first), **load_file(second)}
+
+    # The index places the weight in the second shard, which does not hold it.
+    with open(index) as f:
+        original = json.load(f)
+    moved = {"weight_map": {**original["weight_map"], weight: os.path.basename(second)}}
+    with open(index, "w") as f:
+        json.dump(moved, f)
+    pools(2).run("check_safetensors_refused", path, prefix,
+                 re.escape(f"'{index}' places tensor '{weight}' in '{second}', which does not "
+                           "hold it"))
+
+    # A listed shard holds a tensor that the index does not place.
+    bias = f"{prefix}.bias"
+    unlisted = {"weight_map": {k: v for k, v in original["weight_map"].items() if k != bias}}
+    with open(index, "w") as f:
+        json.dump(unlisted, f)
+    pools(2).run("check_safetensors_refused", path, prefix,
+                 re.escape(f"'{first}' holds tensor '{bias}', which '{index}' does not place; "))
+
+    # Without an index, a tensor in two files could be either: refused, naming both.
+    os.remove(index)
+    third = os.path.join(path, "model-00003-of-00003.safetensors")
+    save_file(stale_copy({weight: tensors[weight]}), third)
+    pools(2).run("check_safetensors_refused", path, prefix,
+                 re.escape(f"tensor '{weight}' is stored twice, in '{first}' and '{third}', and "
+                           f"'{path}' has no model.safetensors.index.json"))
 
 
 @pytest.mark.parametrize("cuts", [[0, 32, 96], [0, 64, 160, 352], [96, 352]])

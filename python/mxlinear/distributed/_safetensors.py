@@ -16,28 +16,17 @@ from ._shards import _own
 
 class _SafetensorsLayer:
     """Lazy per-tensor access to ``<prefix>.weight``, ``.weight_scale`` and ``.bias`` in one
-    safetensors file, or in whichever file of a checkpoint directory holds them."""
+    safetensors file, or in the files of a checkpoint directory that ``load_mxfp8`` would read
+    them from."""
 
     def __init__(self, where: str, path, prefix: str):
-        from safetensors import safe_open
-
-        from ..checkpoints import CheckpointError, _shards
+        from ..checkpoints import CheckpointError, _tensor_files
 
         self.where, self.prefix, self.error = where, prefix, CheckpointError
-        path = os.fspath(path)
-        files = _shards(path) if os.path.isdir(path) else [path]
-        if not os.path.isdir(path) and not os.path.isfile(path):
-            raise FileNotFoundError(f"{where}: no safetensors file at '{path}'")
-        self.handles = {}
-        try:
-            for f in files:
-                handle = safe_open(f, "pt", device="cpu")
-                for key in handle.keys():
-                    if key.startswith(prefix + "."):
-                        self.handles[key] = (handle, f)
-        except Exception as e:  # the parser's own error type
-            raise CheckpointError(f"{where}: '{path}' is not a readable safetensors file: {e}") from e
-        self.path = path
+        self.path = os.fspath(path)
+        # Resolved as load_mxfp8 resolves it: by the directory's index when it has one, and a
+        # tensor stored twice without one is an error, never the copy in whichever file comes last.
+        self.handles = _tensor_files(self.path, where, lambda key: key.startswith(prefix + "."))
 
     def has(self, suffix: str) -> bool:
         return f"{self.prefix}.{suffix}" in self.handles

@@ -120,7 +120,8 @@ class ColumnParallelMXFP8Linear(_ShardedMXFP8Linear):
         ``<prefix>.weight_scale`` (uint8 or float8_e8m0fnu [N, K/32]), and of ``<prefix>.bias``
         where stored (and ``bias`` is True), from ``path``: one ``.safetensors`` file or a
         checkpoint directory (the names the ModelOpt and compressed-tensors layouts use, see
-        ``mxlinear.checkpoints``). The full weight is never materialised. Tensors go to
+        ``mxlinear.checkpoints``; each tensor from the file ``load_mxfp8`` reads it from). The
+        full weight is never materialised. Tensors go to
         ``device`` (default CPU). Missing tensors or wrong dtypes or shapes raise CheckpointError.
         """
         layout = dict(group=group, n_splits=n_splits, gather_output=gather_output,

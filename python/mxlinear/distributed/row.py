@@ -132,8 +132,9 @@ class RowParallelMXFP8Linear(_ShardedMXFP8Linear):
     ) -> "RowParallelMXFP8Linear":
         """Reads only the rank's K columns of ``<prefix>.weight`` and its K/32 scale columns of
         ``<prefix>.weight_scale`` from ``path`` (one ``.safetensors`` file or a checkpoint
-        directory), and the full ``<prefix>.bias`` where stored (and ``bias`` is True). Tensors
-        go to ``device`` (default CPU)."""
+        directory, each tensor from the file ``load_mxfp8`` reads it from), and the full
+        ``<prefix>.bias`` where stored (and ``bias`` is True). Tensors go to ``device`` (default
+        CPU)."""
         layout = dict(group=group, k_splits=k_splits, input_is_parallel=input_is_parallel,
                       out_dtype=out_dtype, activation=activation, batch_invariant=batch_invariant)
         return cls._from_safetensors("RowParallelMXFP8Linear.from_safetensors",
