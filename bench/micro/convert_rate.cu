@@ -1,6 +1,6 @@
 // How many e4m3 -> f16 widenings (and m16n8k16 f16 mma) one SM retires per clock: the rates the
-// gemv's block math leans on (it widens every weight byte once). On the H200, cvt runs at ~54
-// lanes per clock, near the integer rate, so it does not bound the gemv (docs/PERFORMANCE.md).
+// gemv's block math leans on (it widens every weight byte once). Measured on the H200, cvt runs
+// at ~54 lanes per clock, near the integer rate, so it does not bound the gemv.
 // Each way runs in one CTA of 1024 threads per SM, 8 independent chains per thread, timed by
 // the SM's clock.
 //   build/bench/mxlinear_convert_rate (the CMake target mxlinear_convert_rate)

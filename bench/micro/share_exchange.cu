@@ -1,7 +1,8 @@
 // How fast the CTAs of a cluster can meet: the prefill kernel's split-K tiles spend 1.3-3.2 us
-// from their main loop to their stores (docs/PERFORMANCE.md) where an unsplit tile stores
-// as many outputs in 0.3-0.6 us, and three ways of moving the fp32 shares (remote loads, scalar
-// remote stores, one bulk copy a share) cost about the same at 128 tokens. This times the
+// from their main loop to their stores (docs/PERFORMANCE.md, "Measured limits") where an unsplit
+// tile stores as many outputs in 0.3-0.6 us (measured on the H200), and three ways of moving the
+// fp32 shares (remote loads, scalar remote stores, one bulk copy a share) cost about the same at
+// 128 tokens. This times the
 // meeting alone: every CTA of a cluster of S holds a tile of S fp32 shares of F floats in its
 // shared memory, ends up with the sum of share r of all S tiles (r its rank), and stores it as
 // bf16; by

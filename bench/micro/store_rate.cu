@@ -1,7 +1,7 @@
 // How fast the SMs can issue a GEMM tile's 16-byte output stores: the prefill kernel's store
 // phase, written as a loop (128 threads, 8 consecutive bf16 outputs a thread and step), took
 // ~1.25 us for a 64 x 128 tile on 96 SMs, in back-to-back calls and in one isolated call alike
-// (docs/PERFORMANCE.md). This times the same store loop alone, one CTA per SM, over grids of 1
+// (measured on the H200). This times the same store loop alone, one CTA per SM, over grids of 1
 // to 132 CTAs, with the output tile laid out as in the GEMM (rows of 128 bytes at a stride of N
 // outputs) or as one contiguous block per CTA: if the time per CTA grows with the grid, the
 // chip's write path is the bound, if not, each SM's.

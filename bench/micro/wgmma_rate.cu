@@ -3,9 +3,9 @@
 // with and without the weight widening that feeds them (the kernel's 16 e4m3x4 conversions a
 // thread and stage, from shared memory, into the other of two register sets while the previous
 // stage's wgmma run), with one or two consumer warpgroups. No TMA, no barriers: if this runs near
-// the tensor pipe's 4096 bf16 flops a clock, the kernel's main loop (shared down at M = 128: ~1.1
-// us of wgmma and ~0.65 us of widening beyond its copies, docs/PERFORMANCE.md) is bound
-// by how its ring feeds the consumers, not by their own rate.
+// the tensor pipe's 4096 bf16 flops a clock, the kernel's main loop (shared down at M = 128,
+// measured on the H200: ~1.1 us of wgmma and ~0.65 us of widening beyond its copies) is bound by
+// how its ring feeds the consumers, not by their own rate.
 //   build/bench/mxlinear_wgmma_rate (the CMake target mxlinear_wgmma_rate)
 // Prints, per way, the median over the SMs of cycles per stage and the flops per clock and SM.
 #include <cuda_runtime.h>

@@ -1,5 +1,6 @@
-"""Timing helpers of ``python -m mxlinear.bench``, the method of the C++ bench
-(docs/PERFORMANCE.md): host time of an issue loop, and CUDA-graph replays timed by events."""
+"""Timing helpers of ``python -m mxlinear.bench``: host time of an issue loop, and CUDA-graph
+replays timed by events, the C++ bench's method for its figures (docs/PERFORMANCE.md, "How
+`mxlinear bench` measures")."""
 
 import math
 import statistics

@@ -97,7 +97,8 @@ struct DeviceRates {
   // were set against its curve price. The default mode keeps the curve: its choices between the
   // prefill tiles and the decode kernel's at small M, and its split counts at long K, were fitted
   // with it, and the measured shares alone moved 19 of its choices on the sweep's figures to
-  // 0.59-1.52x the time, 1.03x geomean (docs/PERFORMANCE.md).
+  // 0.59-1.52x the time (docs/PERFORMANCE.md, "The batch-invariant mode"), 1.03x geomean
+  // (measured on the H200).
   bool measured_shares = false;
   // Activation elements a CTA that quantizes its own tokens quantizes per second.
   double quantized_per_cta_s = 2.5e9;

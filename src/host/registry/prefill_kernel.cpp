@@ -51,7 +51,8 @@ bool keeps_part_sums_in_memory(int instance) {
 // tile's tokens and warpgroups alone, overrated the narrow tiles 1.2-1.6x (64 x 32 on alternate
 // stages 0.34 against 0.51, 128 x 64 0.49 against 0.67) and underrated the widest. Derived from
 // either half of those shapes, the table brought the batch-invariant mode's choice on the other
-// half closer to the fastest config (docs/PERFORMANCE.md). 0: not measured.
+// half closer to the fastest config (docs/PERFORMANCE.md, "The batch-invariant mode"). 0: not
+// measured.
 double measured_share(const detail::PrefillConfig& c) {
   struct Share {
     int rows, tokens;

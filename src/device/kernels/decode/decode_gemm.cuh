@@ -1,6 +1,6 @@
 // The Hopper decode GEMM (M <= 128): streams the weights at the memory bound.
 //
-// Design (docs/PERFORMANCE.md, "Kernels"):
+// Design (docs/PERFORMANCE.md, "The kernels and why they are built so"):
 // - Swap A and B: 64 weight rows fill wgmma's M side, the tokens (M padded to kTokens) its N
 //   side. Each MX block is two m64nTk16 f16 wgmma on exactly widened e4m3 values (weights from
 //   registers, activations widened into shared memory each stage); the block's fresh fp32

@@ -2,7 +2,7 @@
 // plain bf16 wgmma main loop with fp32 accumulation over all of K (no per-block promotion).
 // Large tiles serve M >= 256; small ones with split-K serve the middle (M = 16..128).
 //
-// Design (docs/PERFORMANCE.md, "Kernels"):
+// Design (docs/PERFORMANCE.md, "The kernels and why they are built so"):
 // - Swap A and B: weight rows on wgmma's M side, one to three consumer warpgroups of 64 rows
 //   each; tokens on the N side (32, 64, 128, 160, 192 or 256 per CTA).
 // - Weights stay e4m3 in memory (half of bf16's bytes). Each consumer thread loads its fragment

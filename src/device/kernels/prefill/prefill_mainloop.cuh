@@ -80,7 +80,7 @@ struct PrefillTile {
   // (64 more a thread at most); wider ones, whose accumulators fill the registers, in their SM's
   // slot of GemmParams::part_sums, which stays in L2 (each thread reads back only what it wrote;
   // a part change stores the tile and, from the second on, loads it first: 4-40% over the twin
-  // tile at M = 1024-4096, docs/PERFORMANCE.md).
+  // tile at M = 1024-4096, docs/PERFORMANCE.md, "The batch-invariant mode").
   static constexpr bool kKParts = kShape.k_parts;
   static constexpr bool kPartSumsInMemory =
       kShape.k_parts && (kShape.tokens > 128 || kShape.consumer_groups > 2);

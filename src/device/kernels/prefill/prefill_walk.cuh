@@ -1,7 +1,8 @@
 // The persistent prefill walk: one CTA per SM takes output tiles (or, stream-K, runs of
 // (tile, 128-K chunk) units) one after another while the ring runs on, and stores each tile
 // through a small staging buffer beside the ring. A stream-K tile cut between CTAs is met in the
-// workspace by the CTA holding its first chunk (docs/PERFORMANCE.md).
+// workspace by the CTA holding its first chunk (docs/PERFORMANCE.md, "The kernels and why they
+// are built so").
 #pragma once
 
 #include <cstdint>
