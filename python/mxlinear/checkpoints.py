@@ -489,7 +489,13 @@ def load_mxfp8(
     are errors; without it such a model tensor stays as it is, and so does a quantized layer's
     bias, except on the meta device, where it has no values to keep (CheckpointError naming it).
     Everything is checked before the model changes; problems raise CheckpointError (a
-    ValueError) naming the tensor key, the expected and the actual dtype or shape.
+    ValueError) naming the tensor key, the expected and the actual dtype or shape. The load is
+    all or nothing: should ``load_state_dict`` still fail (a module's own loading code or a load
+    hook refusing), or anything else after the layers are swapped in, the model is put back as it
+    was, with its own modules, hooks and tensor objects and the tensors' values, before the error
+    propagates (from ``load_state_dict``: a CheckpointError saying so, the error as its cause). To
+    put values back, the call holds a copy of the tensors ``load_state_dict`` copies into, beside
+    them on their device, until it returns.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(
@@ -619,12 +625,50 @@ def load_mxfp8(
             weight.to(target, copy=copy), scale.to(target, copy=copy), bias, **options
         )
 
-    _swap(model, replacements)
-    model.load_state_dict(loadable, strict=False, assign=assign)
-    if assign:  # assign puts new tensor objects in place, which unties tied ones: tie them again
-        for alias, source in aliases.items():
-            _set_tensor(model, alias, _get_tensor(model, source))
+    # Nothing above changed the model; each step below does. load_state_dict can still fail where
+    # no check above can see (a module's own _load_from_state_dict or load hooks), after copying
+    # some tensors: what the model holds is saved first, so that a failed load puts it all back.
+    saved = _Saved(model, [expected[k] for k in loadable] if not assign else [])
+    undo = _swap(model, replacements)
+    try:
+        try:
+            model.load_state_dict(loadable, strict=False, assign=assign)
+        except Exception as e:
+            raise CheckpointError(
+                f"load_mxfp8: model.load_state_dict failed on the checkpoint's tensors outside the "
+                f"quantized layers, so the model is left as it was: {e}"
+            ) from e
+        # assign puts new tensor objects in place, which unties tied ones: tie them again.
+        if assign:
+            for alias, source in aliases.items():
+                _set_tensor(model, alias, _get_tensor(model, source))
+    except BaseException:
+        undo()
+        saved.restore()
+        raise
     return names
+
+
+class _Saved:
+    """Which tensors each module of ``model`` holds, and the values of ``overwritten`` (the
+    tensors that load_state_dict copies into), to put back after a failed load: assign replaces
+    tensor objects, a copy changes their values."""
+
+    def __init__(self, model: torch.nn.Module, overwritten: list[torch.Tensor]):
+        self.slots = [(m, dict(m._parameters), dict(m._buffers)) for m in model.modules()]
+        unique = {id(t): t for t in overwritten if not t.is_meta}  # tied tensors once
+        with torch.no_grad():
+            self.values = [(t, t.detach().clone()) for t in unique.values()]
+
+    def restore(self) -> None:
+        for module, parameters, buffers in self.slots:
+            module._parameters.clear()
+            module._parameters.update(parameters)
+            module._buffers.clear()
+            module._buffers.update(buffers)
+        with torch.no_grad():
+            for tensor, value in self.values:
+                tensor.copy_(value)
 
 
 def _slots(model: torch.nn.Module, key: str):

@@ -187,7 +187,7 @@ def _move_attached(old: torch.nn.Module, new: MXFP8Linear) -> None:
     ``_unmovable`` accepted. The hook tables themselves move, not copies: torch keys them by
     handle id and a RemovableHandle holds the table, so the handles a user keeps still remove
     their hook from ``new``; ``old``, out of the model now, is left with empty tables so that the
-    two never share hooks."""
+    two never share hooks. ``_move_back`` undoes it."""
     new.training = old.training
     for table in _CALL_HOOKS + _STATE_DICT_HOOKS:
         hooks = getattr(old, table)
@@ -203,17 +203,52 @@ def _move_attached(old: torch.nn.Module, new: MXFP8Linear) -> None:
         new.__dict__[name] = old.__dict__[name]
 
 
+def _move_back(old: torch.nn.Module, new: MXFP8Linear, tables: dict) -> None:
+    """Gives ``old`` back the hook ``tables`` it held before ``_move_attached`` (whole or part
+    done), so the handles a user keeps remove their hooks from it again. Only the hooks moved:
+    ``old``'s flags and attributes were read, never changed."""
+    for table, hooks in tables.items():
+        setattr(old, table, hooks)
+        if getattr(new, table) is hooks:
+            setattr(new, table, type(hooks)())
+    for hook in tables["_load_state_dict_pre_hooks"].values():
+        if getattr(hook, "with_module", False) and hook.module() is new:
+            hook.module = weakref.ref(old)
+
+
 def _swap(
     model: torch.nn.Module, replacements: dict[int, tuple[torch.nn.Module, MXFP8Linear]]
-) -> None:
-    """Puts each replacement, keyed by ``id(old)``, wherever ``model`` holds its old layer."""
-    for old, new in replacements.values():
-        _move_attached(old, new)
-    # Every parent that holds a replaced layer gets the replacement, shared layers included.
-    for parent in list(model.modules()):
-        for child_name, child in list(parent._modules.items()):  # named_children() hides repeats
-            if id(child) in replacements:
-                setattr(parent, child_name, replacements[id(child)][1])
+) -> Callable[[], None]:
+    """Puts each replacement, keyed by ``id(old)``, wherever ``model`` holds its old layer, and
+    returns a function that undoes it: the old layers back in their places with their own hooks,
+    for a caller whose later steps fail (load_mxfp8 loads the rest of the model after the swap).
+    A swap that fails part way is undone before its error propagates."""
+    moved: list[tuple[torch.nn.Module, MXFP8Linear, dict]] = []
+    placed: list[tuple[torch.nn.Module, str, torch.nn.Module]] = []
+
+    def undo() -> None:
+        for parent, child_name, old in reversed(placed):
+            # Straight into the table: a parent's own __setattr__ may refuse, as it may have
+            # refused the swap.
+            parent._modules[child_name] = old
+        for old, new, tables in reversed(moved):
+            _move_back(old, new, tables)
+
+    try:
+        for old, new in replacements.values():
+            moved.append((old, new, {t: getattr(old, t) for t in _CALL_HOOKS + _STATE_DICT_HOOKS}))
+            _move_attached(old, new)
+        # Every parent that holds a replaced layer gets the replacement, shared layers included.
+        for parent in list(model.modules()):
+            # named_children() hides repeats.
+            for child_name, child in list(parent._modules.items()):
+                if id(child) in replacements:
+                    setattr(parent, child_name, replacements[id(child)][1])
+                    placed.append((parent, child_name, child))
+    except BaseException:
+        undo()
+        raise
+    return undo
 
 
 def _unsupported(module: torch.nn.Module) -> str | None:

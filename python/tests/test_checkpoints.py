@@ -625,6 +625,100 @@ def test_a_quantized_layer_whose_hooks_cannot_move_is_an_error():
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
 
 
+def refuse(module, incompatible_keys):
+    raise RuntimeError("refused by a load hook")
+
+
+@pytest.mark.parametrize("converted", [False, True], ids=["linear", "converted"])
+@pytest.mark.parametrize("failure", ["int tensor assigned", "hook after copies", "hook after assigns"])
+def test_a_load_that_fails_after_the_swap_leaves_the_model_as_it_was(converted, failure):
+    # load_state_dict runs after the quantized layers are swapped in and can still fail: assign
+    # cannot make an int tensor a parameter that requires grad, and a load hook may refuse after
+    # every tensor is copied or assigned. The model must come back exactly as it was.
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    model = Tiny()
+    if converted:
+        quantize_model(model, exclude=["lm_head", "*.gate"])
+    calls = []
+    proj = model.layers[0].proj
+    handle = proj.register_forward_hook(lambda m, args, output: calls.append(m))
+    if converted:
+        proj.register_load_state_dict_pre_hook(lambda module, *args: calls.append(module))
+    assign = failure != "hook after copies"
+    if failure == "int tensor assigned":
+        tensors["layers.1.norm.weight"] = tensors["layers.1.norm.weight"].to(torch.int32)
+    else:
+        model.register_load_state_dict_post_hook(refuse)
+    modules = dict(model.named_modules())
+    held = model.state_dict(keep_vars=True)
+    values = {k: v.detach().clone() for k, v in held.items()}
+    tables = {t: (getattr(proj, t), dict(getattr(proj, t))) for t in vars(proj) if "_hooks" in t}
+    ids = torch.randint(0, 50, (2, 5), generator=g)
+    with torch.no_grad():
+        out = model(ids)
+    calls.clear()
+
+    cause = "Only Tensors of floating point" if failure == "int tensor assigned" else "refused by a load hook"
+    with pytest.raises(CheckpointError, match=r"^load_mxfp8: model\.load_state_dict failed on the "
+                                              r"checkpoint's tensors outside the quantized layers, so "
+                                              rf"the model is left as it was: (.|\n)*{cause}"):
+        load_mxfp8(model, tensors, MODELOPT_CONFIG, assign=assign)
+    assert dict(model.named_modules()) == modules
+    assert all(model.get_submodule(n) is m for n, m in modules.items())
+    after = model.state_dict(keep_vars=True)
+    assert list(after) == list(held)
+    for key, value in held.items():
+        assert after[key] is value, key
+        assert torch.equal(value, values[key]), key
+    assert model.lm_head.weight is model.embed.weight
+    for table, (hooks, contents) in tables.items():
+        assert getattr(proj, table) is hooks and dict(hooks) == contents, table
+    calls.clear()
+    with torch.no_grad():
+        assert torch.equal(model(ids), out)
+    assert calls == [proj]  # the forward hook is the layer's again
+    if converted:
+        proj.load_state_dict(proj.state_dict())
+        assert calls[-1] is proj  # the load pre-hook is called with the layer again
+    handle.remove()
+    calls.clear()
+    with torch.no_grad():
+        model(ids)
+    assert calls == []
+
+
+class Frozen(torch.nn.Module):
+    """A container that refuses to have its second layer replaced."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(64, 32)
+        self.second = torch.nn.Linear(64, 32)
+        self.frozen = True
+
+    def __setattr__(self, name, value):
+        if getattr(self, "frozen", False) and name == "second":
+            raise AttributeError("'second' is frozen")
+        super().__setattr__(name, value)
+
+
+def test_a_swap_that_fails_part_way_is_undone():
+    g = fresh_gen()
+    model = Frozen()
+    first = model.first
+    hooks = first._forward_pre_hooks
+    handle = first.register_forward_pre_hook(lambda m, args: None)
+    tensors = {f"{name}.{suffix}": value for name in ("first", "second") for suffix, value in (
+        ("weight", torch.zeros(32, 64, dtype=torch.float8_e4m3fn)),
+        ("weight_scale", torch.full((32, 2), 127, dtype=torch.uint8)),
+        ("bias", torch.randn(32, generator=g)))}
+    with pytest.raises(AttributeError, match=r"'second' is frozen"):
+        load_mxfp8(model, tensors, MODELOPT_CONFIG)
+    assert model.first is first and type(model.second) is torch.nn.Linear
+    assert first._forward_pre_hooks is hooks and list(hooks) == [handle.id]
+
+
 class Attention(torch.nn.Module):
     def __init__(self):
         super().__init__()
