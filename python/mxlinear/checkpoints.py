@@ -477,9 +477,13 @@ def load_mxfp8(
     dtype; ``out_dtype`` is given to every new layer. A layer that is already an
     ``MXFP8Linear`` keeps its ``activation``, ``batch_invariant`` and, unless ``out_dtype`` is
     given, its ``out_dtype``; its ``rule`` becomes None, since checkpoints do not record the rule
-    their weights were quantized with. A replaced layer's hooks and attached attributes move to its
-    replacement as ``quantize_model`` moves them; a quantized layer whose hooks or state cannot
-    move raises CheckpointError naming it and why. Every other tensor is loaded with
+    their weights were quantized with. A subclass of ``MXFP8Linear`` keeps its class too: its
+    replacement is built by the subclass's own ``from_quantized``, and one that cannot be built
+    so (a constructor taking other arguments) raises CheckpointError naming the layer, its class
+    and why, rather than lose the subclass's forward to a plain ``MXFP8Linear``. A replaced
+    layer's hooks and attached attributes move to its replacement as ``quantize_model`` moves
+    them; a quantized layer whose hooks or state cannot move raises CheckpointError naming it and
+    why. Every other tensor is loaded with
     ``load_state_dict(assign=)``, into wherever the model holds it. A state dict ``source`` is
     copied, never shared with the model, unless ``assign``, which puts its tensors in the model
     as they are (moved or cast only where ``device`` or the bias dtype says). A model holding
@@ -527,9 +531,12 @@ def load_mxfp8(
             continue
         reason = _unmovable(module)
         if reason is not None:
+            becomes = "an MXFP8Linear" if type(module) in (torch.nn.Linear, MXFP8Linear) else (
+                f"a new {type(module).__name__}"
+            )
             raise CheckpointError(
                 f"load_mxfp8: the {scheme.format} config quantizes layer '{name}', but it cannot "
-                f"become an MXFP8Linear: {reason}"
+                f"become {becomes}: {reason}"
             )
         weight, scale = _quantized_tensors(tensors, name, module, scheme.format)
         consumed.update((f"{name}.weight", f"{name}.weight_scale"))
@@ -621,8 +628,8 @@ def load_mxfp8(
                 "activation": module.activation,
                 "batch_invariant": module.batch_invariant,
             }
-        replacements[id(module)] = module, MXFP8Linear.from_quantized(
-            weight.to(target, copy=copy), scale.to(target, copy=copy), bias, **options
+        replacements[id(module)] = module, _rebuilt(
+            name, module, weight.to(target, copy=copy), scale.to(target, copy=copy), bias, options
         )
 
     # Nothing above changed the model; each step below does. load_state_dict can still fail where
@@ -647,6 +654,33 @@ def load_mxfp8(
         saved.restore()
         raise
     return names
+
+
+def _rebuilt(name: str, module: torch.nn.Module, weight, scale, bias, options) -> MXFP8Linear:
+    """The replacement of quantized layer ``name``: an MXFP8Linear, or for a subclass of
+    MXFP8Linear a layer of the same class, built by its own ``from_quantized``, so that the
+    subclass's forward and behaviour stay. A subclass that cannot be built so (its constructor
+    takes other arguments, say) raises CheckpointError naming the layer, its class and why; an
+    MXFP8Linear in its place would silently drop what the subclass adds."""
+    cls = type(module) if isinstance(module, MXFP8Linear) else MXFP8Linear
+    if cls is MXFP8Linear:
+        return MXFP8Linear.from_quantized(weight, scale, bias, **options)
+    what = f"layer '{name}' is a {cls.__name__}, a subclass of MXFP8Linear"
+    try:
+        layer = cls.from_quantized(weight, scale, bias, **options)
+    except Exception as e:
+        raise CheckpointError(
+            f"load_mxfp8: {what}, and {cls.__name__}.from_quantized(weight, weight_scale, bias, "
+            f"{', '.join(f'{k}=...' for k in options)}) raised {type(e).__name__}: {e}; expected "
+            f"it to build a {cls.__name__} as MXFP8Linear.from_quantized does (its constructor "
+            "taking MXFP8Linear's arguments), so that the layer keeps its class"
+        ) from e
+    if type(layer) is not cls:
+        raise CheckpointError(
+            f"load_mxfp8: {what}, and {cls.__name__}.from_quantized returned a "
+            f"{type(layer).__name__}; expected a {cls.__name__}, so that the layer keeps its class"
+        )
+    return layer
 
 
 class _Saved:

@@ -168,8 +168,8 @@ def _unmovable(module: torch.nn.Module) -> str | None:
         extra = [n for n in table if n not in own]
         if extra:
             return (
-                f"it holds the {kind}(s) {_names(extra)} of its own, which an MXFP8Linear in its "
-                "place would not have"
+                f"it holds the {kind}(s) {_names(extra)} of its own, which its replacement "
+                "would not carry over"
             )
     replacement = _fresh(MXFP8Linear)
     clashing = [

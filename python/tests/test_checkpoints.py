@@ -719,6 +719,81 @@ def test_a_swap_that_fails_part_way_is_undone():
     assert first._forward_pre_hooks is hooks and list(hooks) == [handle.id]
 
 
+class Scaled(MXFP8Linear):
+    """An MXFP8Linear subclass with a forward and an attribute of its own."""
+
+    def __init__(self, *args, factor=1.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.factor = factor
+
+    def forward(self, x):
+        return self.factor * super().forward(x)
+
+
+class Named(MXFP8Linear):
+    """An MXFP8Linear subclass whose constructor takes other arguments than MXFP8Linear's."""
+
+    def __init__(self, label, in_features, out_features, **kwargs):
+        super().__init__(in_features, out_features, **kwargs)
+        self.label = label
+
+
+class Gated(Scaled):
+    """An MXFP8Linear subclass with a parameter of its own."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gate = torch.nn.Parameter(torch.ones(1))
+
+
+def with_subclass(model, name, cls, *args, **kwargs):
+    old = model.get_submodule(name)
+    layer = cls(*args, old.in_features, old.out_features, bias=old.bias is not None, **kwargs)
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent), child, layer)
+    return layer
+
+
+def test_an_mxfp8linear_subclass_keeps_its_class():
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    model = Tiny()
+    quantize_model(model, exclude=["lm_head", "*.gate"])
+    with_subclass(model, "layers.0.proj", Scaled, factor=1.0).factor = 3.0
+    with_subclass(model, "layers.1.out", Scaled, factor=-2.0, activation="bf16")
+    plain = Tiny()
+    assert_loaded(plain, tensors, load_mxfp8(plain, tensors, MODELOPT_CONFIG))
+    assert_loaded(model, tensors, load_mxfp8(model, tensors, MODELOPT_CONFIG))
+    proj, out = model.layers[0].proj, model.layers[1].out
+    assert type(proj) is Scaled and type(out) is Scaled
+    assert (proj.factor, out.factor, out.activation) == (3.0, -2.0, "bf16")
+    x = torch.randn(5, 64, generator=g)
+    with torch.no_grad():
+        assert torch.equal(proj(x), 3.0 * plain.layers[0].proj(x))
+
+
+@pytest.mark.parametrize("cls, reason", [
+    (Named, r"is a Named, a subclass of MXFP8Linear, and Named\.from_quantized\(weight, "
+            r"weight_scale, bias, out_dtype=\.\.\., activation=\.\.\., batch_invariant=\.\.\.\) "
+            r"raised TypeError: .*; expected it to build a Named as MXFP8Linear\.from_quantized does"),
+    (Gated, r"cannot become a new Gated: it holds the parameter\(s\) 'gate' of its own, which its "
+            r"replacement would not carry over$"),
+])
+def test_an_mxfp8linear_subclass_that_cannot_be_rebuilt_is_an_error(cls, reason):
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    model = Tiny()
+    quantize_model(model, exclude=["lm_head", "*.gate"])
+    with_subclass(model, "layers.1.proj", cls, *(["up"] if cls is Named else []))
+    modules = dict(model.named_modules())
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match=rf"^load_mxfp8: .*layer 'layers\.1\.proj'.*({reason})"):
+        load_mxfp8(model, tensors, MODELOPT_CONFIG)
+    assert all(model.get_submodule(n) is m for n, m in modules.items())
+    assert type(model.layers[1].proj) is cls
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
 class Attention(torch.nn.Module):
     def __init__(self):
         super().__init__()
