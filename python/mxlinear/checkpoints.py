@@ -231,6 +231,16 @@ def _open_safetensors(path: str, where: str):
         raise CheckpointError(f"{where}: '{path}' is not a readable safetensors file: {e}") from e
 
 
+def _unreadable(where: str, file: str, key: str, error: Exception) -> CheckpointError:
+    """The error for a tensor whose data cannot be read although its file's header parsed: a
+    dtype torch has no type for, data that does not fit the header's dtype and shape."""
+    return CheckpointError(
+        f"{where}: '{file}' is not a readable safetensors file: its tensor '{key}' cannot be read "
+        f"({type(error).__name__}: {error}); expected data that torch reads as the dtype and "
+        "shape the header gives"
+    )
+
+
 def _index_files(index: str, where: str) -> dict[str, str]:
     """An index's weight_map (tensor name -> shard file name), checked."""
     weight_map = _read_json(index).get("weight_map")
@@ -324,9 +334,7 @@ def _read_tensors(path: str) -> dict[str, torch.Tensor]:
         try:
             tensors[key] = reader.get_tensor(key)
         except Exception as e:  # a header that passed but data that does not fit it
-            raise CheckpointError(
-                f"load_mxfp8: '{file}' is not a readable safetensors file: {e}"
-            ) from e
+            raise _unreadable("load_mxfp8", file, key, e) from e
     return tensors
 
 

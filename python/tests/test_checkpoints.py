@@ -924,6 +924,48 @@ def random_corruptions(raw: bytes, rng: random.Random):
         yield bytes(b)
 
 
+def raw_safetensors(entries: dict) -> bytes:
+    """A safetensors file of ``{name: (safetensors dtype, shape, data bytes)}``, written without
+    safetensors' writer, which cannot store a dtype torch has no type for."""
+    header, data = {}, b""
+    for name, (dtype, shape, payload) in entries.items():
+        offsets = [len(data), len(data) + len(payload)]
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": offsets}
+        data += payload
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def test_a_tensor_whose_data_cannot_be_read_is_named(tmp_path):
+    # The header parses (a 6-bit float is a safetensors dtype), but torch has no type to read it as.
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    key = "layers.1.norm.bias"
+    write_checkpoint(tmp_path, {k: v for k, v in tensors.items() if k != key}, MODELOPT_CONFIG,
+                     "hf_quant_config.json")
+    bad = tmp_path / "extra.safetensors"
+    bad.write_bytes(raw_safetensors({key: ("F6_E2M3", [64], bytes(48))}))
+    model = Tiny()
+    modules = dict(model.named_modules())
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for source in (tmp_path, bad):
+        with pytest.raises(CheckpointError,
+                           match=rf"^load_mxfp8: '{re.escape(str(bad))}' is not a readable "
+                                 rf"safetensors file: its tensor '{re.escape(key)}' cannot be read "
+                                 r"\(\w+: .+\); expected data that torch reads as the dtype and shape "
+                                 r"the header gives$") as raised:
+            load_mxfp8(model, source, MODELOPT_CONFIG)
+        assert raised.value.__cause__ is not None
+    assert all(model.get_submodule(n) is m for n, m in modules.items())
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    # A file cut in its data section is refused when it is opened: safetensors checks that the
+    # data covers what the header describes.
+    bad.write_bytes(raw_safetensors({key: ("F32", [64], bytes(256))})[:-10])
+    with pytest.raises(CheckpointError, match=rf"^load_mxfp8: '{re.escape(str(bad))}' is not a "
+                                              r"readable safetensors file: "):
+        load_mxfp8(model, tmp_path)
+
+
 def test_corrupt_files_raise_checkpoint_errors(tmp_path):
     raw = valid_file_bytes(tmp_path)
     path = tmp_path / "bad.safetensors"

@@ -628,6 +628,25 @@ def check_safetensors_refused(rank, world, path, prefix, message):
             kind.from_safetensors(path, prefix)
 
 
+@pytest.mark.parametrize("unreadable", ["weight_scale", "bias"])
+def test_from_safetensors_names_a_tensor_whose_data_cannot_be_read(pools, tmp_path, unreadable):
+    # The header parses (a 6-bit float is a safetensors dtype), but torch has no type to read it
+    # as: the read of the rank's slice fails, named with the file and the tensor.
+    from test_checkpoints import raw_safetensors
+
+    prefix, n, k = "model.layers.0.mlp.down_proj", 36, 64
+    entries = {f"{prefix}.weight": ("F8_E4M3", [n, k], bytes(n * k)),
+               f"{prefix}.weight_scale": ("U8", [n, k // 32], bytes([127]) * (n * k // 32)),
+               f"{prefix}.bias": ("F32", [n], bytes(4 * n))}
+    shape = entries[f"{prefix}.{unreadable}"][1]
+    entries[f"{prefix}.{unreadable}"] = ("F6_E2M3", shape, bytes(math.prod(shape) * 6 // 8))
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(raw_safetensors(entries))
+    pools(2).run("check_safetensors_refused", str(path), prefix,
+                 re.escape(f"'{path}' is not a readable safetensors file: its tensor "
+                           f"'{prefix}.{unreadable}' cannot be read (") + r"\w+: .+\); expected")
+
+
 def stale_copy(tensors: dict) -> dict:
     """Other values under the same names and shapes, as an earlier save would have left."""
     return {key: (v.view(torch.uint8) ^ 0x11).view(v.dtype) if v.element_size() == 1 else v + 1

@@ -35,17 +35,27 @@ class _SafetensorsLayer:
         key = f"{self.prefix}.{suffix}"
         if key not in self.handles:
             raise self.error(f"{self.where}: missing tensor '{key}' in '{self.path}'")
-        handle, _ = self.handles[key]
-        return tuple(handle.get_slice(key).get_shape())
+        return tuple(self._reading(key, lambda part: part.get_shape()))
 
     def read(self, suffix: str, rows=slice(None), cols=None) -> torch.Tensor:
         """Only ``[rows]`` or ``[rows, cols]`` of the tensor is read from the file."""
         key = f"{self.prefix}.{suffix}"
-        handle, _ = self.handles[key]
-        part = handle.get_slice(key)
+        part = self._reading(key, lambda part: part[rows] if cols is None else part[rows, cols])
         # safetensors may hand back a view into its memory map of the file: copy the slice out,
         # so the shard owns exactly its own bytes and never pins the whole stored tensor.
-        return _own(part[rows] if cols is None else part[rows, cols])
+        return _own(part)
+
+    def _reading(self, key: str, read):
+        """``read(slice)`` of tensor ``key``'s lazy slice. The header parsed when the file was
+        opened, but the data can still fail to read (a dtype torch has no type for, data that does
+        not fit the header's dtype and shape): CheckpointError naming the file and the tensor."""
+        from ..checkpoints import _unreadable
+
+        handle, file = self.handles[key]
+        try:
+            return read(handle.get_slice(key))
+        except Exception as e:
+            raise _unreadable(self.where, file, key, e) from e
 
 
 def _read_checked(where: str, layer: _SafetensorsLayer, bias: bool):

@@ -121,8 +121,9 @@ class ColumnParallelMXFP8Linear(_ShardedMXFP8Linear):
         where stored (and ``bias`` is True), from ``path``: one ``.safetensors`` file or a
         checkpoint directory (the names the ModelOpt and compressed-tensors layouts use, see
         ``mxlinear.checkpoints``; each tensor from the file ``load_mxfp8`` reads it from). The
-        full weight is never materialised. Tensors go to
-        ``device`` (default CPU). Missing tensors or wrong dtypes or shapes raise CheckpointError.
+        full weight is never materialised. Tensors go to ``device`` (default CPU). Missing
+        tensors, wrong dtypes or shapes, a file that is not valid safetensors and a tensor whose
+        data cannot be read raise CheckpointError naming the tensor or the file.
         """
         layout = dict(group=group, n_splits=n_splits, gather_output=gather_output,
                       out_dtype=out_dtype, activation=activation, batch_invariant=batch_invariant)

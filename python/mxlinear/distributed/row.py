@@ -134,7 +134,8 @@ class RowParallelMXFP8Linear(_ShardedMXFP8Linear):
         ``<prefix>.weight_scale`` from ``path`` (one ``.safetensors`` file or a checkpoint
         directory, each tensor from the file ``load_mxfp8`` reads it from), and the full
         ``<prefix>.bias`` where stored (and ``bias`` is True). Tensors go to ``device`` (default
-        CPU)."""
+        CPU). Missing tensors, wrong dtypes or shapes, a file that is not valid safetensors and a
+        tensor whose data cannot be read raise CheckpointError naming the tensor or the file."""
         layout = dict(group=group, k_splits=k_splits, input_is_parallel=input_is_parallel,
                       out_dtype=out_dtype, activation=activation, batch_invariant=batch_invariant)
         return cls._from_safetensors("RowParallelMXFP8Linear.from_safetensors",
