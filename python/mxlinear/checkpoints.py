@@ -193,15 +193,31 @@ def detect_format(config: Mapping) -> str:
 # ---------------------------------------------------------------------------- files
 
 
-def _read_json(path: str) -> dict:
+def _read_json(path: str, where: str, expected: str = "a JSON object") -> dict:
+    """The JSON object in file ``path``; anything else raises CheckpointError prefixed with
+    ``where``, naming the file and saying ``expected``. Any bytes end in a CheckpointError: bytes
+    that are not UTF-8, text that is not JSON and an integer past Python's digit limit raise
+    ValueError, nesting deeper than the interpreter's stack RecursionError."""
     try:
         with open(path, encoding="utf-8") as f:
             value = json.load(f)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"'{path}' is not valid JSON: {e}") from e
+    except (ValueError, RecursionError) as e:
+        raise CheckpointError(
+            f"{where}: '{path}' cannot be parsed as JSON ({type(e).__name__}: {_shortened(e)}); "
+            f"expected {expected}"
+        ) from e
     if not isinstance(value, dict):
-        raise CheckpointError(f"'{path}' holds a {type(value).__name__}; expected a JSON object")
+        raise CheckpointError(
+            f"{where}: '{path}' holds a {type(value).__name__}; expected {expected}"
+        )
     return value
+
+
+def _shortened(value, limit: int = 120) -> str:
+    """``value`` for a message: its repr (an exception's text) cut to ``limit`` characters, as a
+    file's contents can be any size."""
+    text = str(value) if isinstance(value, BaseException) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
@@ -241,19 +257,33 @@ def _unreadable(where: str, file: str, key: str, error: Exception) -> Checkpoint
     )
 
 
+_INDEX_EXPECTED = "a JSON object whose 'weight_map' maps each tensor name to its shard's file name"
+
+
 def _index_files(index: str, where: str) -> dict[str, str]:
-    """An index's weight_map (tensor name -> shard file name), checked."""
-    weight_map = _read_json(index).get("weight_map")
-    if not isinstance(weight_map, dict) or not _is_string_list(list(weight_map.values())):
+    """An index's weight_map (tensor name -> shard file name), checked: any contents of the file
+    that are not such a mapping raise CheckpointError naming the index and what it holds."""
+    weight_map = _read_json(index, where, _INDEX_EXPECTED).get("weight_map")
+    if not isinstance(weight_map, dict):
         raise CheckpointError(
-            f"{where}: '{index}': weight_map is {weight_map!r}; expected a mapping of tensor name "
-            "to file"
+            f"{where}: '{index}': weight_map is {_shortened(weight_map)}; expected "
+            f"{_INDEX_EXPECTED}"
         )
-    for name in sorted(set(weight_map.values())):
-        if os.path.basename(name) != name:
+    if not weight_map:
+        raise CheckpointError(
+            f"{where}: '{index}': weight_map is empty; expected {_INDEX_EXPECTED}"
+        )
+    for key, name in weight_map.items():  # JSON object keys are always strings
+        if not isinstance(name, str):
             raise CheckpointError(
-                f"{where}: '{index}' names the shard {name!r}; expected a file name in the "
-                "directory"
+                f"{where}: '{index}': weight_map maps '{key}' to {_shortened(name)}; expected "
+                "its shard's file name (a string)"
+            )
+    for name in sorted(set(weight_map.values())):
+        if name in ("", ".", "..") or os.path.basename(name) != name:
+            raise CheckpointError(
+                f"{where}: '{index}' names the shard {_shortened(name)}; expected a file name in "
+                "the directory"
             )
     return weight_map
 
@@ -341,12 +371,12 @@ def _read_tensors(path: str) -> dict[str, torch.Tensor]:
 def _config_in(directory: str):
     config_json = os.path.join(directory, "config.json")
     if os.path.isfile(config_json):
-        config = _read_json(config_json)
+        config = _read_json(config_json, "load_mxfp8")
         if "quantization_config" in config:
             return config, config_json
     hf_quant = os.path.join(directory, "hf_quant_config.json")
     if os.path.isfile(hf_quant):
-        return _read_json(hf_quant), hf_quant
+        return _read_json(hf_quant, "load_mxfp8"), hf_quant
     raise CheckpointError(
         f"no quantization config in '{directory}': expected hf_quant_config.json or a config.json "
         "with 'quantization_config' (or pass config=)"
@@ -374,7 +404,7 @@ def _resolve(source, config):
             ".safetensors path or a state dict"
         )
     if isinstance(config, (str, os.PathLike)):
-        return tensors, _read_json(os.fspath(config)), os.fspath(config)
+        return tensors, _read_json(os.fspath(config), "load_mxfp8"), os.fspath(config)
     if config is not None:
         return tensors, config, "argument 'config'"
     if directory is None:
@@ -775,8 +805,9 @@ def _check_save_directory(directory: str, format: str) -> None:
     if format == MODELOPT:
         own = "hf_quant_config.json"
         config_json = os.path.join(directory, "config.json")
-        if os.path.isfile(config_json) and "quantization_config" in _read_json(config_json):
-            clashing.append("config.json")
+        if os.path.isfile(config_json):
+            if "quantization_config" in _read_json(config_json, "save_mxfp8"):
+                clashing.append("config.json")
     else:
         own = "config.json"
         if "hf_quant_config.json" in names:
@@ -834,7 +865,7 @@ def save_mxfp8(
         path = os.path.join(directory, "hf_quant_config.json")
     else:
         path = os.path.join(directory, "config.json")
-        config = _read_json(path) if os.path.isfile(path) else {}
+        config = _read_json(path, "save_mxfp8") if os.path.isfile(path) else {}
         config["quantization_config"] = _ct_config(unquantized)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2)

@@ -246,6 +246,84 @@ def test_an_index_that_does_not_match_its_shards_is_an_error(tmp_path):
         load_mxfp8(Tiny(), tmp_path)
 
 
+def malformed_indexes(weight_map: dict) -> dict:
+    """Index files that are not a weight_map of tensor name to shard file name, each with what the
+    error says after the index's name."""
+    key = sorted(weight_map)[0]
+    shard = weight_map[key]
+    maps = rf": weight_map maps '{re.escape(key)}' to "
+
+    def index_of(value) -> bytes:
+        return json.dumps({"metadata": {}, "weight_map": value}).encode()
+
+    def cannot_parse(error: str) -> str:
+        return rf" cannot be parsed as JSON \({error}: .*\); expected a JSON object "
+
+    expected = (r"; expected a JSON object whose 'weight_map' maps each tensor name to its "
+                r"shard's file name$")
+    return {
+        "empty file": (b"", cannot_parse("JSONDecodeError")),
+        "cut short": (index_of(weight_map)[:-7], cannot_parse("JSONDecodeError")),
+        "not UTF-8": (b'{"weight_map": {"a": "\xff\xfe"}}', cannot_parse("UnicodeDecodeError")),
+        "UTF-16": (index_of(weight_map).decode().encode("utf-16"),
+                   cannot_parse("UnicodeDecodeError")),
+        "integer past the digit limit": (b'{"weight_map": ' + b"7" * 5000 + b"}",
+                                         cannot_parse("ValueError")),
+        "nesting past the stack": (b"[" * 200_000 + b"]" * 200_000, cannot_parse("RecursionError")),
+        "a list": (b"[1, 2]", r" holds a list" + expected),
+        "null": (b"null", r" holds a NoneType" + expected),
+        "no weight_map": (b'{"metadata": {}}', r": weight_map is None" + expected),
+        "weight_map a list": (index_of(sorted(weight_map)), r": weight_map is \['.*\.\.\." + expected),
+        "weight_map a string": (index_of(shard), rf": weight_map is '{re.escape(shard)}'" + expected),
+        "weight_map empty": (index_of({}), r": weight_map is empty" + expected),
+        "a file name a number": (index_of({**weight_map, key: 3}),
+                                 maps + r"3; expected its shard's file name \(a string\)$"),
+        "a file name null": (index_of({**weight_map, key: None}), maps + "None; expected"),
+        "a file name a list": (index_of({**weight_map, key: [shard]}), maps + r"\['"),
+        "a path": (index_of({**weight_map, key: "../" + shard}),
+                   rf" names the shard '\.\./{re.escape(shard)}'; expected a file name in the "
+                   "directory$"),
+        "an empty name": (index_of({**weight_map, key: ""}), r" names the shard ''; expected"),
+        "the parent": (index_of({**weight_map, key: ".."}), r" names the shard '\.\.'; expected"),
+    }
+
+
+def test_a_malformed_index_is_named(tmp_path):
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    weight_map = write_shards(tmp_path, tensors)
+    index = tmp_path / "model.safetensors.index.json"
+    model = Tiny()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for what, (contents, message) in malformed_indexes(weight_map).items():
+        index.write_bytes(contents)
+        with pytest.raises(CheckpointError, match=rf"^load_mxfp8: '{re.escape(str(index))}'{message}"):
+            load_mxfp8(model, tmp_path)
+    # Random bytes, and random damage to a valid index, end in a CheckpointError (or, where the
+    # damage falls in a shard's name, the FileNotFoundError of a shard that does not exist).
+    rng = random.Random(fresh_seed())
+    valid = json.dumps({"weight_map": weight_map}).encode()
+    variants = [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200))) for _ in range(30)]
+    for _ in range(60):
+        damaged = bytearray(valid)
+        for _ in range(rng.randint(1, 3)):
+            damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+        variants.append(bytes(damaged))
+    for variant in variants:
+        if variant == valid:
+            continue  # a byte replaced with itself
+        index.write_bytes(variant)
+        try:
+            load_mxfp8(model, tmp_path)
+        except CheckpointError as e:
+            assert str(e).startswith("load_mxfp8: ") and "expected" in str(e), str(e)
+        except FileNotFoundError as e:
+            assert "names the shard" in str(e), str(e)
+        else:
+            raise AssertionError(f"a damaged index loaded: {variant!r}")
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
 def test_without_an_index_a_tensor_in_two_files_is_an_error(tmp_path):
     g = fresh_gen()
     tensors = hand_written_tensors(g)
@@ -427,13 +505,15 @@ def test_config_files_must_exist_and_parse(tmp_path):
     with pytest.raises(CheckpointError, match=r"no quantization config in"):
         load_mxfp8(Tiny(), tmp_path)
     (tmp_path / "hf_quant_config.json").write_text('{"quantization": {"quant_algo": "MXFP8",')
-    with pytest.raises(CheckpointError, match=r"hf_quant_config.json' is not valid JSON"):
+    with pytest.raises(CheckpointError, match=r"^load_mxfp8: '.*hf_quant_config\.json' cannot be "
+                                              r"parsed as JSON \(JSONDecodeError: "):
         load_mxfp8(Tiny(), tmp_path)
     (tmp_path / "hf_quant_config.json").write_bytes(b"\xff\xfe\x00garbage")
-    with pytest.raises(CheckpointError, match=r"is not valid JSON"):
+    with pytest.raises(CheckpointError, match=r"^load_mxfp8: .* cannot be parsed as JSON "
+                                              r"\(UnicodeDecodeError: "):
         load_mxfp8(Tiny(), tmp_path)
     (tmp_path / "hf_quant_config.json").write_text("[1, 2]")
-    with pytest.raises(CheckpointError, match=r"holds a list; expected a JSON object"):
+    with pytest.raises(CheckpointError, match=r"^load_mxfp8: .* holds a list; expected a JSON object$"):
         load_mxfp8(Tiny(), tmp_path)
     os.remove(tmp_path / "model.safetensors")
     with pytest.raises(FileNotFoundError, match=r"no .safetensors files"):

@@ -647,6 +647,22 @@ def test_from_safetensors_names_a_tensor_whose_data_cannot_be_read(pools, tmp_pa
                            f"'{prefix}.{unreadable}' cannot be read (") + r"\w+: .+\); expected")
 
 
+def test_from_safetensors_names_a_malformed_index(pools, tmp_path):
+    from test_checkpoints import malformed_indexes
+
+    prefix = "model.layers.0.mlp.down_proj"
+    path = write_checkpoint(tmp_path, prefix, 37, 224, split_files=True, e8m0=False)
+    index = os.path.join(path, "model.safetensors.index.json")
+    with open(index) as f:
+        cases = malformed_indexes(json.load(f)["weight_map"])
+    for what in ("cut short", "not UTF-8", "nesting past the stack", "null", "weight_map a list",
+                 "a file name a number", "a path"):
+        contents, message = cases[what]
+        with open(index, "wb") as f:
+            f.write(contents)
+        pools(2).run("check_safetensors_refused", path, prefix, re.escape(f"'{index}'") + message)
+
+
 def stale_copy(tensors: dict) -> dict:
     """Other values under the same names and shapes, as an earlier save would have left."""
     return {key: (v.view(torch.uint8) ^ 0x11).view(v.dtype) if v.element_size() == 1 else v + 1
