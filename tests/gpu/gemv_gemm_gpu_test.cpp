@@ -235,9 +235,11 @@ TEST_P(GemvGemmConfig, W8A16WithoutActivationIsRejected) {
 class GemvKPartsConfig : public GemvGemmConfig {};
 
 // K of one part (32 to 2080: fewer chunks than warps, a short last chunk), two (4096, 4160),
-// three (6144) and eight (14336: every warp of the 8-warp tile busy).
+// three (6144), four (8192: one part a warp), five and six (10240, and 12320 with a short last
+// chunk: warps with one or two parts) and eight (14336: every warp two parts).
 const GemmShape kPartsShapes[] = {{1, 1, 32},     {3, 33, 544},  {7, 70, 1024}, {16, 17, 2080},
-                                  {1, 130, 4096}, {5, 40, 4160}, {2, 5, 6144},  {1, 24, 14336}};
+                                  {1, 130, 4096}, {5, 40, 4160}, {2, 5, 6144},  {3, 17, 8192},
+                                  {1, 9, 10240},  {2, 8, 12320}, {1, 24, 14336}};
 constexpr DType kBf16Only[] = {DType::kBF16};
 
 TEST_P(GemvKPartsConfig, ExactInputsMatchFp64BitForBit) {
