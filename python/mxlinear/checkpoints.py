@@ -356,61 +356,62 @@ def _tensor_files(
     return found
 
 
-def _read_tensors(path: str) -> dict[str, torch.Tensor]:
+def _read_tensors(path: str, where: str) -> dict[str, torch.Tensor]:
     """Every tensor of a checkpoint file or directory, each from the file ``_tensor_files``
-    resolves it to, on the CPU."""
+    resolves it to, on the CPU; errors are prefixed with ``where``, the caller's name."""
     tensors: dict[str, torch.Tensor] = {}
-    for key, (reader, file) in _tensor_files(path, "load_mxfp8").items():
+    for key, (reader, file) in _tensor_files(path, where).items():
         try:
             tensors[key] = reader.get_tensor(key)
         except Exception as e:  # a header that passed but data that does not fit it
-            raise _unreadable("load_mxfp8", file, key, e) from e
+            raise _unreadable(where, file, key, e) from e
     return tensors
 
 
-def _config_in(directory: str):
+def _config_in(directory: str, where: str):
     config_json = os.path.join(directory, "config.json")
     if os.path.isfile(config_json):
-        config = _read_json(config_json, "load_mxfp8")
+        config = _read_json(config_json, where)
         if "quantization_config" in config:
             return config, config_json
     hf_quant = os.path.join(directory, "hf_quant_config.json")
     if os.path.isfile(hf_quant):
-        return _read_json(hf_quant, "load_mxfp8"), hf_quant
+        return _read_json(hf_quant, where), hf_quant
     raise CheckpointError(
-        f"no quantization config in '{directory}': expected hf_quant_config.json or a config.json "
-        "with 'quantization_config' (or pass config=)"
+        f"{where}: no quantization config in '{directory}': expected hf_quant_config.json or a "
+        "config.json with 'quantization_config' (or pass config=)"
     )
 
 
-def _resolve(source, config):
-    """(tensors, config mapping, where the config came from)."""
+def _resolve(source, config, where: str):
+    """(tensors, config mapping, where the config came from); errors are prefixed with ``where``,
+    the caller's name."""
     if isinstance(source, Mapping):
         tensors = dict(source)
         for key, value in tensors.items():
             if not isinstance(key, str) or not isinstance(value, torch.Tensor):
                 raise TypeError(
-                    f"load_mxfp8: argument 'source' maps {key!r} to a {type(value).__name__}; "
+                    f"{where}: argument 'source' maps {key!r} to a {type(value).__name__}; "
                     "expected str -> Tensor"
                 )
         directory = None
     elif isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
-        tensors = _read_tensors(path)
+        tensors = _read_tensors(path, where)
         directory = path if os.path.isdir(path) else os.path.dirname(path) or "."
     else:
         raise TypeError(
-            f"load_mxfp8: argument 'source' is a {type(source).__name__}; expected a directory, a "
+            f"{where}: argument 'source' is a {type(source).__name__}; expected a directory, a "
             ".safetensors path or a state dict"
         )
     if isinstance(config, (str, os.PathLike)):
-        return tensors, _read_json(os.fspath(config), "load_mxfp8"), os.fspath(config)
+        return tensors, _read_json(os.fspath(config), where), f"'{os.fspath(config)}'"
     if config is not None:
         return tensors, config, "argument 'config'"
     if directory is None:
-        raise TypeError("load_mxfp8: argument 'config' is required when 'source' is a state dict")
-    loaded, where = _config_in(directory)
-    return tensors, loaded, f"'{where}'"
+        raise TypeError(f"{where}: argument 'config' is required when 'source' is a state dict")
+    loaded, origin = _config_in(directory, where)
+    return tensors, loaded, f"'{origin}'"
 
 
 # ---------------------------------------------------------------------------- loading
@@ -428,13 +429,16 @@ def _is_float8(t: torch.Tensor) -> bool:
     return t.is_floating_point() and t.element_size() == 1
 
 
-def _quantized_tensors(tensors: Mapping[str, torch.Tensor], name: str, module, fmt: str):
-    """The checked weight, scale and (optional) bias of quantized layer ``name``."""
+def _quantized_tensors(
+    tensors: Mapping[str, torch.Tensor], name: str, module, fmt: str, where: str
+):
+    """The checked weight and scale of quantized layer ``name``; errors are prefixed with
+    ``where``, the caller's name."""
     k, n = module.in_features, module.out_features
     if k % BLOCK != 0:
         raise CheckpointError(
-            f"layer '{name}' has in_features = {k}, but the {fmt} config quantizes it; MXFP8 "
-            f"needs a multiple of {BLOCK}"
+            f"{where}: layer '{name}' has in_features = {k}, but the {fmt} config quantizes it; "
+            f"MXFP8 needs a multiple of {BLOCK}"
         )
     found = []
     for suffix, dtypes, shape in (("weight", (torch.float8_e4m3fn,), (n, k)),
@@ -443,16 +447,15 @@ def _quantized_tensors(tensors: Mapping[str, torch.Tensor], name: str, module, f
         t = tensors.get(key)
         if t is None:
             raise CheckpointError(
-                f"missing tensor '{key}': the {fmt} config quantizes layer '{name}'"
+                f"{where}: missing tensor '{key}': the {fmt} config quantizes layer '{name}'"
             )
         if t.dtype not in dtypes:
             want = " or ".join(str(d).removeprefix("torch.") for d in dtypes)
-            raise CheckpointError(f"tensor '{key}' has dtype {_dtype(t)}; expected {want}")
+            raise CheckpointError(f"{where}: tensor '{key}' has dtype {_dtype(t)}; expected {want}")
         if tuple(t.shape) != shape:
             raise CheckpointError(
-                f"tensor '{key}' has shape {_describe(t.shape)}; expected {_describe(shape)} for "
-                "layer "
-                f"'{name}' (in_features {k}, out_features {n})"
+                f"{where}: tensor '{key}' has shape {_describe(t.shape)}; expected "
+                f"{_describe(shape)} for layer '{name}' (in_features {k}, out_features {n})"
             )
         found.append(t)
     return found
@@ -470,17 +473,19 @@ def _quantized_key(tensors: Mapping[str, torch.Tensor], name: str) -> str | None
     return None
 
 
-def _check_unquantized(tensors: Mapping[str, torch.Tensor], name: str, module, fmt: str) -> None:
+def _check_unquantized(
+    tensors: Mapping[str, torch.Tensor], name: str, module, fmt: str, where: str
+) -> None:
     key = _quantized_key(tensors, name)
     if key is not None:
         raise CheckpointError(
-            f"tensor '{key}' is quantized, but the {fmt} config leaves layer '{name}' unquantized"
+            f"{where}: tensor '{key}' is quantized, but the {fmt} config leaves layer '{name}' "
+            "unquantized"
         )
     if isinstance(module, MXFP8Linear):
         raise CheckpointError(
-            f"layer '{name}' is an MXFP8Linear, but the {fmt} config leaves it unquantized; load "
-            "into a "
-            "model whose layer is an nn.Linear"
+            f"{where}: layer '{name}' is an MXFP8Linear, but the {fmt} config leaves it "
+            "unquantized; load into a model whose layer is an nn.Linear"
         )
 
 
@@ -543,8 +548,8 @@ def load_mxfp8(
         raise TypeError(
             f"load_mxfp8: argument 'model' is a {type(model).__name__}; expected torch.nn.Module"
         )
-    tensors, config, where = _resolve(source, config)
-    scheme = _parse_config(config, where)
+    tensors, config, origin = _resolve(source, config, "load_mxfp8")
+    scheme = _parse_config(config, f"load_mxfp8: {origin}")
     # The caller's tensors are copied unless assign, as load_state_dict copies them; tensors read
     # from files belong to this call alone.
     copy = not assign and isinstance(source, Mapping)
@@ -556,14 +561,14 @@ def load_mxfp8(
         if not isinstance(module, (torch.nn.Linear, MXFP8Linear)) or not name:
             continue
         if not scheme.quantizes(name, module):
-            _check_unquantized(tensors, name, module, scheme.format)
+            _check_unquantized(tensors, name, module, scheme.format, "load_mxfp8")
             continue
         kept = _linear_subclass(module) if isinstance(module, torch.nn.Linear) else None
         if kept is not None:  # left alone, as quantize_model leaves it; loaded with the rest
             key = _quantized_key(tensors, name)
             if key is not None:
                 raise CheckpointError(
-                    f"tensor '{key}' is quantized, but layer '{name}' cannot become an "
+                    f"load_mxfp8: tensor '{key}' is quantized, but layer '{name}' cannot become an "
                     f"MXFP8Linear: {kept}"
                 )
             continue
@@ -576,7 +581,7 @@ def load_mxfp8(
                 f"load_mxfp8: the {scheme.format} config quantizes layer '{name}', but it cannot "
                 f"become {becomes}: {reason}"
             )
-        weight, scale = _quantized_tensors(tensors, name, module, scheme.format)
+        weight, scale = _quantized_tensors(tensors, name, module, scheme.format, "load_mxfp8")
         consumed.update((f"{name}.weight", f"{name}.weight_scale"))
         bias = None
         if module.bias is not None:
@@ -593,12 +598,13 @@ def load_mxfp8(
                 consumed.add(bias_key)
                 if tuple(bias.shape) != (module.out_features,):
                     raise CheckpointError(
-                        f"tensor '{bias_key}' has shape {_describe(bias.shape)}; expected "
-                        f"[{module.out_features}]"
+                        f"load_mxfp8: tensor '{bias_key}' has shape {_describe(bias.shape)}; "
+                        f"expected [{module.out_features}]"
                     )
                 if not bias.is_floating_point() or bias.element_size() == 1:
                     raise CheckpointError(
-                        f"tensor '{bias_key}' has dtype {_dtype(bias)}; expected a float dtype"
+                        f"load_mxfp8: tensor '{bias_key}' has dtype {_dtype(bias)}; expected a "
+                        "float dtype"
                     )
         layers.append((name, module, weight, scale, bias))
     names = [name for name, *_ in layers]
@@ -631,13 +637,14 @@ def load_mxfp8(
         want = expected[key]
         if tuple(value.shape) != tuple(want.shape):
             raise CheckpointError(
-                f"tensor '{key}' has shape {_describe(value.shape)}; expected "
+                f"load_mxfp8: tensor '{key}' has shape {_describe(value.shape)}; expected "
                 f"{_describe(want.shape)}"
             )
         # load_state_dict would convert an 8-bit float to the model's dtype without its scales.
         if value.dtype != want.dtype and (_is_float8(value) or _is_float8(want)):
             raise CheckpointError(
-                f"tensor '{key}' has dtype {_dtype(value)}; the model holds it as {_dtype(want)}"
+                f"load_mxfp8: tensor '{key}' has dtype {_dtype(value)}; the model holds it as "
+                f"{_dtype(want)}"
             )
     loadable = {k: v for k, v in rest.items() if k in expected}
     # load_state_dict(assign=False) copies into the model's tensors, which on the meta device it
@@ -790,7 +797,7 @@ def _ct_config(ignore: list[str]) -> dict:
     }
 
 
-def _check_save_directory(directory: str, format: str) -> None:
+def _check_save_directory(directory: str, format: str, where: str) -> None:
     """Refuses a directory holding another checkpoint's files, which load_mxfp8 would read beside
     or instead of the ones save_mxfp8 writes: other shards, a shard index (preferred to the
     files themselves) or the other layout's config (``config.json``'s ``quantization_config`` is
@@ -806,7 +813,7 @@ def _check_save_directory(directory: str, format: str) -> None:
         own = "hf_quant_config.json"
         config_json = os.path.join(directory, "config.json")
         if os.path.isfile(config_json):
-            if "quantization_config" in _read_json(config_json, "save_mxfp8"):
+            if "quantization_config" in _read_json(config_json, where):
                 clashing.append("config.json")
     else:
         own = "config.json"
@@ -814,7 +821,7 @@ def _check_save_directory(directory: str, format: str) -> None:
             clashing.append("hf_quant_config.json")
     if clashing:
         raise FileExistsError(
-            f"save_mxfp8: argument 'directory' is '{directory}', which holds "
+            f"{where}: argument 'directory' is '{directory}', which holds "
             f"{_name_list(sorted(clashing))} from another checkpoint: load_mxfp8 would read them "
             "with or instead of the new files; expected a new or empty directory, or one whose "
             f"only checkpoint files are model.safetensors and {own} (replaced by this call)"
@@ -846,7 +853,7 @@ def save_mxfp8(
             f"save_mxfp8: argument 'model' is a {type(model).__name__}; expected torch.nn.Module"
         )
     directory = os.fspath(directory)
-    _check_save_directory(directory, format)
+    _check_save_directory(directory, format, "save_mxfp8")
     os.makedirs(directory, exist_ok=True)
     unquantized = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
     tensors_path = os.path.join(directory, "model.safetensors")

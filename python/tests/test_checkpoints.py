@@ -499,10 +499,10 @@ def test_detect_format_rejects_non_mappings():
 
 def test_config_files_must_exist_and_parse(tmp_path):
     save_file({"x": torch.zeros(1)}, tmp_path / "model.safetensors")
-    with pytest.raises(CheckpointError, match=r"no quantization config in"):
+    with pytest.raises(CheckpointError, match=r"^load_mxfp8: no quantization config in"):
         load_mxfp8(Tiny(), tmp_path)
     (tmp_path / "config.json").write_text('{"architectures": ["Tiny"]}')  # no quantization_config
-    with pytest.raises(CheckpointError, match=r"no quantization config in"):
+    with pytest.raises(CheckpointError, match=r"^load_mxfp8: no quantization config in"):
         load_mxfp8(Tiny(), tmp_path)
     (tmp_path / "hf_quant_config.json").write_text('{"quantization": {"quant_algo": "MXFP8",')
     with pytest.raises(CheckpointError, match=r"^load_mxfp8: '.*hf_quant_config\.json' cannot be "
@@ -516,8 +516,45 @@ def test_config_files_must_exist_and_parse(tmp_path):
     with pytest.raises(CheckpointError, match=r"^load_mxfp8: .* holds a list; expected a JSON object$"):
         load_mxfp8(Tiny(), tmp_path)
     os.remove(tmp_path / "model.safetensors")
-    with pytest.raises(FileNotFoundError, match=r"no .safetensors files"):
+    with pytest.raises(FileNotFoundError, match=r"^load_mxfp8: no \.safetensors files"):
         load_mxfp8(Tiny(), tmp_path)
+
+
+def test_every_load_error_names_load_mxfp8(tmp_path):
+    g = fresh_gen()
+    tensors = hand_written_tensors(g)
+    bad_config = tmp_path / "nvfp4.json"
+    bad_config.write_text(json.dumps({"quantization": {"quant_algo": "NVFP4"}}))
+    no_config = tmp_path / "no_config"
+    no_config.mkdir()
+    save_file({"x": torch.zeros(1)}, no_config / "model.safetensors")
+    calls = [
+        lambda: load_mxfp8(Tiny(), tensors, {"quantization": {"quant_algo": "NVFP4"}}),
+        lambda: load_mxfp8(Tiny(), tensors, ct_config(weight_changes={"group_size": 128})),
+        lambda: load_mxfp8(Tiny(), tensors, bad_config),
+        lambda: load_mxfp8(Tiny(), no_config),
+        lambda: load_mxfp8(Tiny(), tmp_path / "absent.safetensors", MODELOPT_CONFIG),
+        lambda: load_mxfp8(Tiny(), broken(tensors, lambda t: t.pop("layers.0.out.weight")),
+                           MODELOPT_CONFIG),
+        lambda: load_mxfp8(Tiny(), broken(tensors, lambda t: t.update(
+            {"layers.0.out.weight": t["layers.0.out.weight"][:32]})), MODELOPT_CONFIG),
+        lambda: load_mxfp8(Tiny(), broken(tensors, lambda t: t.update(
+            {"layers.0.out.weight": t["layers.0.out.weight"].bfloat16()})), MODELOPT_CONFIG),
+        lambda: load_mxfp8(Tiny(), broken(tensors, lambda t: t.update(
+            {"layers.1.norm.weight": torch.zeros(65)})), MODELOPT_CONFIG),
+        lambda: load_mxfp8(Tiny(), broken(tensors, lambda t: t.update(
+            {"layers.0.gate.weight_scale": torch.zeros(4, 2, dtype=torch.uint8)})),
+            MODELOPT_CONFIG),
+        lambda: load_mxfp8(torch.nn.Sequential(torch.nn.Linear(40, 8)),
+                           {"0.weight": torch.zeros(8, 40)}, MODELOPT_CONFIG),
+    ]
+    messages = []
+    for call in calls:
+        with pytest.raises((CheckpointError, FileNotFoundError)) as caught:
+            call()
+        messages.append(str(caught.value))
+    assert len(set(messages)) == len(calls), messages
+    assert [m for m in messages if not m.startswith("load_mxfp8: ")] == []
 
 
 # --------------------------------------------------------------------------- bad tensors
@@ -563,7 +600,7 @@ def test_bad_tensors_are_named_and_leave_the_model_alone(config, change, message
     g = fresh_gen()
     model = Tiny()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    with pytest.raises(CheckpointError, match=message):
+    with pytest.raises(CheckpointError, match=rf"^load_mxfp8: {message}"):
         load_mxfp8(model, broken(hand_written_tensors(g), change), config)
     assert not any(isinstance(m, MXFP8Linear) for m in model.modules())
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
@@ -583,7 +620,7 @@ def test_layer_with_in_features_off_the_block_size_cannot_be_quantized():
     model = torch.nn.Sequential(torch.nn.Linear(40, 8))
     tensors = {"0.weight": torch.zeros(8, 40, dtype=torch.float8_e4m3fn),
                "0.weight_scale": torch.zeros(8, 1, dtype=torch.uint8), "0.bias": torch.zeros(8)}
-    with pytest.raises(CheckpointError, match=r"layer '0' has in_features = 40.*multiple of 32"):
+    with pytest.raises(CheckpointError, match=r"^load_mxfp8: layer '0' has in_features = 40.*multiple of 32"):
         load_mxfp8(model, tensors, MODELOPT_CONFIG)
 
 
@@ -591,7 +628,7 @@ def test_an_mxfp8_layer_the_config_leaves_unquantized_is_an_error():
     model = torch.nn.Sequential(MXFP8Linear(32, 8))
     tensors = {"0.weight": torch.zeros(8, 32), "0.bias": torch.zeros(8)}
     with pytest.raises(CheckpointError,
-                       match=r"layer '0' is an MXFP8Linear, but the modelopt config leaves it"):
+                       match=r"^load_mxfp8: layer '0' is an MXFP8Linear, but the modelopt config leaves it"):
         load_mxfp8(model, tensors, {"quantization": {"quant_algo": "MXFP8", "exclude_modules": ["0"]}})
 
 
@@ -902,7 +939,7 @@ def test_linear_subclasses_are_left_alone_as_quantize_model_leaves_them(config):
                     "attn.out_proj.weight_scale": scales})
     model = Attention()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    with pytest.raises(CheckpointError, match=r"tensor 'attn\.out_proj\.weight_scale' is quantized, "
+    with pytest.raises(CheckpointError, match=r"^load_mxfp8: tensor 'attn\.out_proj\.weight_scale' is quantized, "
                                               r"but layer 'attn\.out_proj' cannot become an MXFP8Linear: "
                                               r"NonDynamicallyQuantizableLinear is a subclass of nn\.Linear"):
         load_mxfp8(model, tensors, config, strict=False)
@@ -958,7 +995,7 @@ def test_save_refuses_a_directory_holding_another_checkpoint(tmp_path, fmt, what
     source = Tiny()
     quantize_model(source, exclude=["lm_head", "*.gate"])
     files = ", ".join(repr(n) for n in names)
-    with pytest.raises(FileExistsError, match=rf"save_mxfp8: argument 'directory' is "
+    with pytest.raises(FileExistsError, match=rf"^save_mxfp8: argument 'directory' is "
                                               rf"'{re.escape(str(tmp_path))}', which holds "
                                               rf"{re.escape(files)}.*expected"):
         save_mxfp8(source, tmp_path, format=fmt)
