@@ -647,6 +647,44 @@ def test_from_safetensors_names_a_tensor_whose_data_cannot_be_read(pools, tmp_pa
                            f"'{prefix}.{unreadable}' cannot be read (") + r"\w+: .+\); expected")
 
 
+def check_safetensors_refused_unread(rank, world, path, prefix, message):
+    """check_safetensors_refused, and no tensor's data read: the dtypes come from the header."""
+    from mxlinear.distributed._safetensors import _SafetensorsLayer
+
+    read, reads = _SafetensorsLayer.read, []
+
+    def counted(self, suffix, *args, **kwargs):
+        reads.append(suffix)
+        return read(self, suffix, *args, **kwargs)
+
+    _SafetensorsLayer.read = counted
+    try:
+        check_safetensors_refused(rank, world, path, prefix, message)
+    finally:
+        _SafetensorsLayer.read = read
+    assert reads == [], f"read {reads} before refusing the dtype"
+
+
+@pytest.mark.parametrize("suffix, dtype, expected", [
+    ("weight", torch.bfloat16, "float8_e4m3fn"),
+    ("weight_scale", torch.float32, "uint8 or float8_e8m0fnu"),
+    ("bias", torch.int32, "bfloat16 or float16 or float32"),
+])
+def test_from_safetensors_refuses_a_wrong_dtype_before_reading(pools, tmp_path, suffix, dtype,
+                                                                expected):
+    from safetensors.torch import load_file, save_file
+
+    prefix = "model.layers.0.mlp.down_proj"
+    path = write_checkpoint(tmp_path, prefix, 37, 224, split_files=False, e8m0=False)
+    tensors = load_file(path)
+    key = f"{prefix}.{suffix}"
+    tensors[key] = tensors[key].to(dtype)
+    save_file(tensors, path)
+    pools(2).run("check_safetensors_refused_unread", path, prefix,
+                 re.escape(f"tensor '{key}' has dtype {str(dtype).removeprefix('torch.')}; "
+                           f"expected {expected}") + "$")
+
+
 def test_from_safetensors_names_a_malformed_index(pools, tmp_path):
     from test_checkpoints import malformed_indexes
 

@@ -9,14 +9,12 @@ import mxlinear  # the package's ops; looked up at call time
 
 from ..nn import (
     BLOCK,
-    _FLOAT_DTYPES,
-    _SCALE_DTYPES,
     _check_layer_options,
     _check_linear,
     _check_quantized,
     _MXFP8Buffers,
 )
-from ._safetensors import _check_loaded, _read_checked, _SafetensorsLayer
+from ._safetensors import _read_checked, _SafetensorsLayer
 from ._shards import _group_info, _own
 
 
@@ -88,15 +86,9 @@ class _ShardedMXFP8Linear(_MXFP8Buffers):
         stored = _SafetensorsLayer(where, path, prefix)
         n, k, has_bias = _read_checked(where, stored, bias)
         layer = cls(k, n, bias=has_bias, device="meta", **layout)
-        w = _check_loaded(where, f"{prefix}.weight", stored.read("weight", *layer._weight_part()),
-                          (torch.float8_e4m3fn,))
-        s = _check_loaded(where, f"{prefix}.weight_scale",
-                          stored.read("weight_scale", *layer._scale_part()), _SCALE_DTYPES)
-        b = None
-        if has_bias:
-            b = stored.read("bias", layer._bias_part())
-            if not b.is_floating_point() or b.element_size() == 1:
-                _check_loaded(where, f"{prefix}.bias", b, _FLOAT_DTYPES)
+        w = stored.read("weight", *layer._weight_part())
+        s = stored.read("weight_scale", *layer._scale_part())
+        b = stored.read("bias", layer._bias_part()) if has_bias else None
         target = device if device is not None else "cpu"
         layer._set_shard(w.to(target), s.to(target), None if b is None else b.to(target))
         return layer

@@ -9,9 +9,21 @@ import torch
 
 from ..nn import (
     BLOCK,
+    _FLOAT_DTYPES,
+    _SCALE_DTYPES,
     _is_block_multiple,
 )
 from ._shards import _own
+
+# The torch dtype of each safetensors header dtype that torch has a type for.
+_HEADER_DTYPES = {
+    "BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "U16": torch.uint16,
+    "I16": torch.int16, "U32": torch.uint32, "I32": torch.int32, "U64": torch.uint64,
+    "I64": torch.int64, "F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32,
+    "F64": torch.float64, "C64": torch.complex64, "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2, "F8_E4M3FNUZ": torch.float8_e4m3fnuz,
+    "F8_E5M2FNUZ": torch.float8_e5m2fnuz, "F8_E8M0": torch.float8_e8m0fnu,
+}
 
 
 class _SafetensorsLayer:
@@ -37,6 +49,18 @@ class _SafetensorsLayer:
             raise self.error(f"{self.where}: missing tensor '{key}' in '{self.path}'")
         return tuple(self._reading(key, lambda part: part.get_shape()))
 
+    def dtype(self, suffix: str) -> torch.dtype:
+        """The tensor's dtype as its file's header gives it; no data is read. A header dtype that
+        torch has no type for raises CheckpointError naming the file and the tensor."""
+        key = f"{self.prefix}.{suffix}"
+        name = self._reading(key, lambda part: part.get_dtype())
+        if name not in _HEADER_DTYPES:
+            from ..checkpoints import _unreadable
+
+            error = TypeError(f"the header's dtype {name!r} has no torch dtype")
+            raise _unreadable(self.where, self.handles[key][1], key, error)
+        return _HEADER_DTYPES[name]
+
     def read(self, suffix: str, rows=slice(None), cols=None) -> torch.Tensor:
         """Only ``[rows]`` or ``[rows, cols]`` of the tensor is read from the file."""
         key = f"{self.prefix}.{suffix}"
@@ -59,7 +83,8 @@ class _SafetensorsLayer:
 
 
 def _read_checked(where: str, layer: _SafetensorsLayer, bias: bool):
-    """(N, K, has bias) of the stored layer, checking the stored shapes."""
+    """(N, K, has bias) of the stored layer, checking the stored shapes and dtypes from the
+    files' headers, before any tensor's data is read."""
     wshape, sshape = layer.shape("weight"), layer.shape("weight_scale")
     key = f"{layer.prefix}"
     if len(wshape) != 2 or wshape[0] < 1 or not _is_block_multiple(wshape[1]):
@@ -78,15 +103,20 @@ def _read_checked(where: str, layer: _SafetensorsLayer, bias: bool):
         raise layer.error(
             f"{where}: tensor '{key}.bias' has shape {list(layer.shape('bias'))}; expected [{n}]"
         )
+    _check_dtype(where, layer, "weight", (torch.float8_e4m3fn,))
+    _check_dtype(where, layer, "weight_scale", _SCALE_DTYPES)
+    if has_bias:
+        dtype = layer.dtype("bias")
+        if not dtype.is_floating_point or dtype.itemsize == 1:
+            _check_dtype(where, layer, "bias", _FLOAT_DTYPES)
     return n, k, has_bias
 
 
-def _check_loaded(where: str, key: str, t: torch.Tensor, dtypes) -> torch.Tensor:
-    from ..checkpoints import CheckpointError
-
-    if t.dtype not in dtypes:
-        raise CheckpointError(
-            f"{where}: tensor '{key}' has dtype {str(t.dtype).removeprefix('torch.')}; expected "
+def _check_dtype(where: str, layer: _SafetensorsLayer, suffix: str, dtypes) -> None:
+    dtype = layer.dtype(suffix)
+    if dtype not in dtypes:
+        raise layer.error(
+            f"{where}: tensor '{layer.prefix}.{suffix}' has dtype "
+            f"{str(dtype).removeprefix('torch.')}; expected "
             f"{' or '.join(str(d).removeprefix('torch.') for d in dtypes)}"
         )
-    return t
