@@ -97,10 +97,6 @@ _STATE_DICT_HOOKS = (
     "_load_state_dict_pre_hooks",
     "_load_state_dict_post_hooks",
 )
-_OWN_TENSORS = {
-    torch.nn.Linear: ("weight", "bias"),
-    MXFP8Linear: ("weight", "weight_scale", "bias"),
-}
 
 
 @functools.cache
@@ -159,7 +155,8 @@ def _unmovable(module: torch.nn.Module) -> str | None:
                 f"it has state-dict hooks ({', '.join(tables)}), written for nn.Linear's float "
                 "weight; an MXFP8Linear's state dict holds E4M3 bytes and weight_scale"
             )
-    own = _OWN_TENSORS[_kind(module)]
+    fresh = _fresh(_kind(module))  # built with a bias: its tensors are every own one
+    own = fresh._parameters.keys() | fresh._buffers.keys()
     for kind, table in (
         ("parameter", module._parameters),
         ("buffer", module._buffers),

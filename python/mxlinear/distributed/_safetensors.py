@@ -15,17 +15,6 @@ from ..nn import (
 )
 from ._shards import _own
 
-# The torch dtype of each safetensors header dtype that torch has a type for.
-_HEADER_DTYPES = {
-    "BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "U16": torch.uint16,
-    "I16": torch.int16, "U32": torch.uint32, "I32": torch.int32, "U64": torch.uint64,
-    "I64": torch.int64, "F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32,
-    "F64": torch.float64, "C64": torch.complex64, "F8_E4M3": torch.float8_e4m3fn,
-    "F8_E5M2": torch.float8_e5m2, "F8_E4M3FNUZ": torch.float8_e4m3fnuz,
-    "F8_E5M2FNUZ": torch.float8_e5m2fnuz, "F8_E8M0": torch.float8_e8m0fnu,
-}
-
-
 class _SafetensorsLayer:
     """Lazy per-tensor access to ``<prefix>.weight``, ``.weight_scale`` and ``.bias`` in one
     safetensors file, or in the files of a checkpoint directory that ``load_mxfp8`` would read
@@ -50,16 +39,10 @@ class _SafetensorsLayer:
         return tuple(self._reading(key, lambda part: part.get_shape()))
 
     def dtype(self, suffix: str) -> torch.dtype:
-        """The tensor's dtype as its file's header gives it; no data is read. A header dtype that
-        torch has no type for raises CheckpointError naming the file and the tensor."""
-        key = f"{self.prefix}.{suffix}"
-        name = self._reading(key, lambda part: part.get_dtype())
-        if name not in _HEADER_DTYPES:
-            from ..checkpoints import _unreadable
-
-            error = TypeError(f"the header's dtype {name!r} has no torch dtype")
-            raise _unreadable(self.where, self.handles[key][1], key, error)
-        return _HEADER_DTYPES[name]
+        """The tensor's dtype as safetensors maps its header's: an empty slice, so no data is
+        read. A header dtype that torch has no type for raises CheckpointError naming the file
+        and the tensor."""
+        return self._reading(f"{self.prefix}.{suffix}", lambda part: part[:0].dtype)
 
     def read(self, suffix: str, rows=slice(None), cols=None) -> torch.Tensor:
         """Only ``[rows]`` or ``[rows, cols]`` of the tensor is read from the file."""
