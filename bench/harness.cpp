@@ -57,22 +57,19 @@ double floor_us(const Traffic& t, double bandwidth_bytes_per_s, double peak_flop
 
 std::int64_t pad16(std::int64_t m) { return (m + 15) / 16 * 16; }
 
-double geomean(const std::vector<double>& values) {
+Geomean geomean_of(const std::vector<double>& values) {
   double log_sum = 0;
-  int count = 0;
+  std::size_t count = 0;
   for (double v : values) {
     if (v > 0) {
       log_sum += std::log(v);
       ++count;
     }
   }
-  return count ? std::exp(log_sum / count) : 0.0;
+  return {count ? std::exp(log_sum / static_cast<double>(count)) : 0.0, count};
 }
 
-std::size_t positive_count(const std::vector<double>& values) {
-  return static_cast<std::size_t>(
-      std::count_if(values.begin(), values.end(), [](double v) { return v > 0; }));
-}
+double geomean(const std::vector<double>& values) { return geomean_of(values).value; }
 
 std::string ratio_text(double geomean_value) {
   return geomean_value > 0 ? fmt::format("{:.2f}", geomean_value) : "n/a";

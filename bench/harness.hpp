@@ -38,10 +38,14 @@ double floor_us(const Traffic& t, double bandwidth_bytes_per_s, double peak_flop
 // The smallest multiple of 16 >= m (cuBLASLt FP8 needs it).
 std::int64_t pad16(std::int64_t m);
 
-// Geometric mean (of positive values; 0 for none).
+// Geometric mean of the positive values (NaN is not), and how many it counted; 0 for none.
+struct Geomean {
+  double value = 0;
+  std::size_t count = 0;
+};
+Geomean geomean_of(const std::vector<double>& values);
+// geomean_of(values).value.
 double geomean(const std::vector<double>& values);
-// How many of `values` geomean() counts (positive; NaN is not).
-std::size_t positive_count(const std::vector<double>& values);
 // A geomean for people: "n/a" where geomean() found no values (0), else two decimals.
 std::string ratio_text(double geomean_value);
 

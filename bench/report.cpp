@@ -269,18 +269,12 @@ const OptionalFigure kOptionalFigures[] = {
      {"invariant_w8a16_error"}},
 };
 
-// A geomean's optional ratios: numbers where present.
+// A geomean's ratios: those every report has, and those only newer ones have (numbers where
+// present). Together, the ones rows_left_out may name.
+constexpr const char* kRequiredGeomeans[] = {"vs_cublas_bf16", "vs_cublaslt_fp8", "vs_tri_mx"};
 constexpr const char* kOptionalGeomeans[] = {"w8a16_vs_cublas_bf16", "linear_vs_cublas_bf16",
                                              "invariant_over_default",
                                              "invariant_w8a16_over_default"};
-// Every ratio a geomean may have (the ones rows_left_out may name).
-constexpr const char* kGeomeanRatios[] = {"vs_cublas_bf16",
-                                          "vs_cublaslt_fp8",
-                                          "vs_tri_mx",
-                                          "w8a16_vs_cublas_bf16",
-                                          "linear_vs_cublas_bf16",
-                                          "invariant_over_default",
-                                          "invariant_w8a16_over_default"};
 
 void require(const json& j, const char* key, json::value_t type, const std::string& where,
              std::vector<std::string>& errors) {
@@ -366,11 +360,10 @@ std::vector<std::string> schema_errors(const json& doc) {
   require(doc, "geomeans", T::array, "report", e);
   if (doc.contains("geomeans") && doc["geomeans"].is_array()) {
     for (std::size_t i = 0; i < doc["geomeans"].size(); ++i) {
-      for (const char* k : {"m", "vs_cublas_bf16", "vs_cublaslt_fp8", "vs_tri_mx"}) {
-        require(doc["geomeans"][i], k, T::number_float, fmt::format("geomeans[{}]", i), e);
-      }
       const json& g = doc["geomeans"][i];
       const std::string where = fmt::format("geomeans[{}]", i);
+      require(g, "m", T::number_float, where, e);
+      for (const char* k : kRequiredGeomeans) require(g, k, T::number_float, where, e);
       for (const char* k : kOptionalGeomeans) require_if_present(g, k, T::number_float, where, e);
       // Reports from before the counts lack them.
       require_if_present(g, "rows", T::number_float, where, e);
@@ -384,14 +377,16 @@ std::vector<std::string> schema_errors(const json& doc) {
         const bool counted = g.contains("rows") && is_count(g["rows"]);
         if (!counted) e.push_back(where + ": 'rows_left_out' without a row count 'rows'");
         std::size_t known = 0;
-        for (const char* k : kGeomeanRatios) {
-          if (!left_out.contains(k)) continue;
+        const auto check_count = [&](const char* k) {
+          if (!left_out.contains(k)) return;
           ++known;
           if (!is_count(left_out[k]) || !g.contains(k) ||
               (counted && left_out[k].get<std::int64_t>() > g["rows"].get<std::int64_t>())) {
             e.push_back(fmt::format("{}: rows_left_out '{}' is not a count of its rows", where, k));
           }
-        }
+        };
+        for (const char* k : kRequiredGeomeans) check_count(k);
+        for (const char* k : kOptionalGeomeans) check_count(k);
         if (known != left_out.size()) {
           e.push_back(where + ": rows_left_out names a ratio the report does not have");
         }

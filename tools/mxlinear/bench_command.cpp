@@ -90,7 +90,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
                   cudaStream_t stream, json& wrong_w8a16_configs) {
   const std::int64_t n = w.n, k = w.k, mp = bench::pad16(m);
   const FigureBuffers b(m, n, k, stream);
-  const DeviceMemory &x = b.x, &xq = b.xq, &xs = b.xs, &out = b.out, &ws = b.workspace;
+  const DeviceMemory &x = b.x, &xq = b.xq, &xs = b.xs, &out = b.out;
   const TensorView &xv = b.xv, &ov = b.ov;
   const QuantizedActivation xa = b.quantized();
   // Each mode named, and not batch-invariant: the environment's MXLINEAR_ACTIVATION and
@@ -188,7 +188,7 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
   if (ok_w8a16) {
     // The full W8A16 linear with the workspace, as linear_us: it reads the bf16 x, not the
     // e4m3 one, so its traffic counts a 16-bit activation.
-    const Workspace workspace{ws.ptr, linear_workspace_bytes(m, k)};
+    const Workspace workspace = b.work();
     const auto full =
         median([&](int i) { linear(xv, w.view(i), std::nullopt, ov, stream, workspace, w8a16); });
     row["w8a16_us"] = full.median;
@@ -398,10 +398,11 @@ int run_bench(const BenchOptions& o) {
       // A ratio's geomean, and how many of the M's rows it lacks (a failed check, an anchor
       // error): a geomean over fewer rows says so instead of passing for the whole set.
       const auto add = [&g](const char* key, const std::vector<double>& values) {
-        g[key] = bench::geomean(values);
-        const std::size_t left_out = values.size() - bench::positive_count(values);
-        if (left_out > 0) g["rows_left_out"][key] = left_out;
+        const bench::Geomean mean = bench::geomean_of(values);
+        g[key] = mean.value;
+        if (mean.count < values.size()) g["rows_left_out"][key] = values.size() - mean.count;
       };
+      const auto text = [&g](const char* key) { return bench::ratio_text(g[key].get<double>()); };
       add("vs_cublas_bf16", bf16);
       add("linear_vs_cublas_bf16", bf16_linear);
       add("vs_cublaslt_fp8", fp8);
@@ -412,18 +413,16 @@ int run_bench(const BenchOptions& o) {
         // Above 1: the batch-invariant mode is that much slower than the default one.
         add("invariant_over_default", invariant);
         add("invariant_w8a16_over_default", invariant_w8a16);
-        invariant_ratios = fmt::format("; batch-invariant / default: W8A8 {}, W8A16 {}",
-                                       bench::ratio_text(bench::geomean(invariant)),
-                                       bench::ratio_text(bench::geomean(invariant_w8a16)));
+        invariant_ratios =
+            fmt::format("; batch-invariant / default: W8A8 {}, W8A16 {}",
+                        text("invariant_over_default"), text("invariant_w8a16_over_default"));
       }
       doc["geomeans"].push_back(g);
       fmt::print(
           "geomean M={:>5}: x cuBLAS bf16 {} (from bf16 {}), x cuBLASLt FP8 {}, x tri_mx {}; "
           "W8A16 x cuBLAS bf16 {}{}\n",
-          m, bench::ratio_text(bench::geomean(bf16)),
-          bench::ratio_text(bench::geomean(bf16_linear)), bench::ratio_text(bench::geomean(fp8)),
-          bench::ratio_text(bench::geomean(tri)), bench::ratio_text(bench::geomean(bf16_w8a16)),
-          invariant_ratios);
+          m, text("vs_cublas_bf16"), text("linear_vs_cublas_bf16"), text("vs_cublaslt_fp8"),
+          text("vs_tri_mx"), text("w8a16_vs_cublas_bf16"), invariant_ratios);
       for (const auto& [key, left_out] : g["rows_left_out"].items()) {
         fmt::print("  {}: {} of {} rows left out (no figure)\n", key, left_out.get<std::size_t>(),
                    bf16.size());
