@@ -221,17 +221,14 @@ def _shortened(value, limit: int = 120) -> str:
 
 
 def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """All tensors of one safetensors file, on the CPU. A file that is not a valid safetensors
-    file raises CheckpointError naming it; a missing one FileNotFoundError."""
-    from safetensors.torch import load_file
-
+    """All tensors of one safetensors file, on the CPU, read as load_mxfp8 reads a file. A file
+    that is not a valid safetensors file raises CheckpointError naming it, and so does a tensor
+    whose data cannot be read, naming the tensor too, in load_mxfp8's words after this function's
+    name; a missing file raises FileNotFoundError."""
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"no safetensors file at '{path}'")
-    try:
-        return load_file(path, device="cpu")
-    except Exception as e:  # the parser's own error type, or whatever a bad header leads to
-        raise CheckpointError(f"'{path}' is not a readable safetensors file: {e}") from e
+        raise FileNotFoundError(f"read_safetensors: no safetensors file at '{path}'")
+    return _read_tensors(path, "read_safetensors")
 
 
 _INDEX = "model.safetensors.index.json"

@@ -1106,6 +1106,28 @@ def test_corrupt_files_raise_checkpoint_errors(tmp_path):
         read_safetensors(tmp_path / "absent.safetensors")
 
 
+def test_read_safetensors_names_a_tensor_whose_data_cannot_be_read(tmp_path):
+    # read_safetensors reads as load_mxfp8 does: the same error, after each function's name.
+    key = "layers.1.norm.bias"
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(raw_safetensors({"a": ("F32", [2], bytes(8)), key: ("F6_E2M3", [64], bytes(48))}))
+    with pytest.raises(CheckpointError,
+                       match=rf"^read_safetensors: '{re.escape(str(bad))}' is not a readable "
+                             rf"safetensors file: its tensor '{re.escape(key)}' cannot be read "
+                             r"\(\w+: .+\); expected data that torch reads as the dtype and shape "
+                             r"the header gives$") as read:
+        read_safetensors(bad)
+    assert read.value.__cause__ is not None
+    with pytest.raises(CheckpointError) as loaded:
+        load_mxfp8(Tiny(), bad, MODELOPT_CONFIG)
+    assert str(loaded.value) == "load_mxfp8: " + str(read.value).removeprefix("read_safetensors: ")
+    for variant in constructed_corruptions(valid_file_bytes(tmp_path)).values():
+        bad.write_bytes(variant)
+        with pytest.raises(CheckpointError, match=rf"^read_safetensors: '{re.escape(str(bad))}' is "
+                                                  r"not a readable safetensors file: "):
+            read_safetensors(bad)
+
+
 # --------------------------------------------------------------------------- GPU
 
 
