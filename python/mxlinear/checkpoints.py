@@ -571,9 +571,8 @@ def load_mxfp8(
             continue
         reason = _unmovable(module)
         if reason is not None:
-            becomes = "an MXFP8Linear" if type(module) in (torch.nn.Linear, MXFP8Linear) else (
-                f"a new {type(module).__name__}"
-            )
+            cls = _replacement_class(module)
+            becomes = "an MXFP8Linear" if cls is MXFP8Linear else f"a new {cls.__name__}"
             raise CheckpointError(
                 f"load_mxfp8: the {scheme.format} config quantizes layer '{name}', but it cannot "
                 f"become {becomes}: {reason}"
@@ -698,13 +697,20 @@ def load_mxfp8(
     return names
 
 
+def _replacement_class(module: torch.nn.Module) -> type[MXFP8Linear]:
+    """The class of a quantized layer's replacement: MXFP8Linear for an nn.Linear, the layer's
+    own class for an MXFP8Linear or a subclass of it. ``_rebuilt`` builds it, and load_mxfp8's
+    error for a layer that cannot be replaced names it."""
+    return type(module) if isinstance(module, MXFP8Linear) else MXFP8Linear
+
+
 def _rebuilt(name: str, module: torch.nn.Module, weight, scale, bias, options) -> MXFP8Linear:
     """The replacement of quantized layer ``name``: an MXFP8Linear, or for a subclass of
     MXFP8Linear a layer of the same class, built by its own ``from_quantized``, so that the
     subclass's forward and behaviour stay. A subclass that cannot be built so (its constructor
     takes other arguments, say) raises CheckpointError naming the layer, its class and why; an
     MXFP8Linear in its place would silently drop what the subclass adds."""
-    cls = type(module) if isinstance(module, MXFP8Linear) else MXFP8Linear
+    cls = _replacement_class(module)
     if cls is MXFP8Linear:
         return MXFP8Linear.from_quantized(weight, scale, bias, **options)
     what = f"layer '{name}' is a {cls.__name__}, a subclass of MXFP8Linear"
