@@ -365,49 +365,49 @@ def _read_tensors(path: str, where: str) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def _config_in(directory: str, where: str):
+def _config_in(directory: str):
     config_json = os.path.join(directory, "config.json")
     if os.path.isfile(config_json):
-        config = _read_json(config_json, where)
+        config = _read_json(config_json, "load_mxfp8")
         if "quantization_config" in config:
             return config, config_json
     hf_quant = os.path.join(directory, "hf_quant_config.json")
     if os.path.isfile(hf_quant):
-        return _read_json(hf_quant, where), hf_quant
+        return _read_json(hf_quant, "load_mxfp8"), hf_quant
     raise CheckpointError(
-        f"{where}: no quantization config in '{directory}': expected hf_quant_config.json or a "
+        f"load_mxfp8: no quantization config in '{directory}': expected hf_quant_config.json or a "
         "config.json with 'quantization_config' (or pass config=)"
     )
 
 
-def _resolve(source, config, where: str):
-    """(tensors, config mapping, where the config came from); errors are prefixed with ``where``,
-    the caller's name."""
+def _resolve(source, config):
+    """(tensors, config mapping, where the config came from) of load_mxfp8's ``source`` and
+    ``config``."""
     if isinstance(source, Mapping):
         tensors = dict(source)
         for key, value in tensors.items():
             if not isinstance(key, str) or not isinstance(value, torch.Tensor):
                 raise TypeError(
-                    f"{where}: argument 'source' maps {key!r} to a {type(value).__name__}; "
+                    f"load_mxfp8: argument 'source' maps {key!r} to a {type(value).__name__}; "
                     "expected str -> Tensor"
                 )
         directory = None
     elif isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
-        tensors = _read_tensors(path, where)
+        tensors = _read_tensors(path, "load_mxfp8")
         directory = path if os.path.isdir(path) else os.path.dirname(path) or "."
     else:
         raise TypeError(
-            f"{where}: argument 'source' is a {type(source).__name__}; expected a directory, a "
-            ".safetensors path or a state dict"
+            f"load_mxfp8: argument 'source' is a {type(source).__name__}; expected a directory, "
+            "a .safetensors path or a state dict"
         )
     if isinstance(config, (str, os.PathLike)):
-        return tensors, _read_json(os.fspath(config), where), f"'{os.fspath(config)}'"
+        return tensors, _read_json(os.fspath(config), "load_mxfp8"), f"'{os.fspath(config)}'"
     if config is not None:
         return tensors, config, "argument 'config'"
     if directory is None:
-        raise TypeError(f"{where}: argument 'config' is required when 'source' is a state dict")
-    loaded, origin = _config_in(directory, where)
+        raise TypeError("load_mxfp8: argument 'config' is required when 'source' is a state dict")
+    loaded, origin = _config_in(directory)
     return tensors, loaded, f"'{origin}'"
 
 
@@ -426,16 +426,13 @@ def _is_float8(t: torch.Tensor) -> bool:
     return t.is_floating_point() and t.element_size() == 1
 
 
-def _quantized_tensors(
-    tensors: Mapping[str, torch.Tensor], name: str, module, fmt: str, where: str
-):
-    """The checked weight and scale of quantized layer ``name``; errors are prefixed with
-    ``where``, the caller's name."""
+def _quantized_tensors(tensors: Mapping[str, torch.Tensor], name: str, module, fmt: str):
+    """The checked weight and scale of quantized layer ``name``, for load_mxfp8."""
     k, n = module.in_features, module.out_features
     if k % BLOCK != 0:
         raise CheckpointError(
-            f"{where}: layer '{name}' has in_features = {k}, but the {fmt} config quantizes it; "
-            f"MXFP8 needs a multiple of {BLOCK}"
+            f"load_mxfp8: layer '{name}' has in_features = {k}, but the {fmt} config quantizes "
+            f"it; MXFP8 needs a multiple of {BLOCK}"
         )
     found = []
     for suffix, dtypes, shape in (("weight", (torch.float8_e4m3fn,), (n, k)),
@@ -444,14 +441,16 @@ def _quantized_tensors(
         t = tensors.get(key)
         if t is None:
             raise CheckpointError(
-                f"{where}: missing tensor '{key}': the {fmt} config quantizes layer '{name}'"
+                f"load_mxfp8: missing tensor '{key}': the {fmt} config quantizes layer '{name}'"
             )
         if t.dtype not in dtypes:
             want = " or ".join(str(d).removeprefix("torch.") for d in dtypes)
-            raise CheckpointError(f"{where}: tensor '{key}' has dtype {_dtype(t)}; expected {want}")
+            raise CheckpointError(
+                f"load_mxfp8: tensor '{key}' has dtype {_dtype(t)}; expected {want}"
+            )
         if tuple(t.shape) != shape:
             raise CheckpointError(
-                f"{where}: tensor '{key}' has shape {_describe(t.shape)}; expected "
+                f"load_mxfp8: tensor '{key}' has shape {_describe(t.shape)}; expected "
                 f"{_describe(shape)} for layer '{name}' (in_features {k}, out_features {n})"
             )
         found.append(t)
@@ -470,18 +469,16 @@ def _quantized_key(tensors: Mapping[str, torch.Tensor], name: str) -> str | None
     return None
 
 
-def _check_unquantized(
-    tensors: Mapping[str, torch.Tensor], name: str, module, fmt: str, where: str
-) -> None:
+def _check_unquantized(tensors: Mapping[str, torch.Tensor], name: str, module, fmt: str) -> None:
     key = _quantized_key(tensors, name)
     if key is not None:
         raise CheckpointError(
-            f"{where}: tensor '{key}' is quantized, but the {fmt} config leaves layer '{name}' "
-            "unquantized"
+            f"load_mxfp8: tensor '{key}' is quantized, but the {fmt} config leaves layer "
+            f"'{name}' unquantized"
         )
     if isinstance(module, MXFP8Linear):
         raise CheckpointError(
-            f"{where}: layer '{name}' is an MXFP8Linear, but the {fmt} config leaves it "
+            f"load_mxfp8: layer '{name}' is an MXFP8Linear, but the {fmt} config leaves it "
             "unquantized; load into a model whose layer is an nn.Linear"
         )
 
@@ -545,7 +542,7 @@ def load_mxfp8(
         raise TypeError(
             f"load_mxfp8: argument 'model' is a {type(model).__name__}; expected torch.nn.Module"
         )
-    tensors, config, origin = _resolve(source, config, "load_mxfp8")
+    tensors, config, origin = _resolve(source, config)
     scheme = _parse_config(config, f"load_mxfp8: {origin}")
     # The caller's tensors are copied unless assign, as load_state_dict copies them; tensors read
     # from files belong to this call alone.
@@ -558,7 +555,7 @@ def load_mxfp8(
         if not isinstance(module, (torch.nn.Linear, MXFP8Linear)) or not name:
             continue
         if not scheme.quantizes(name, module):
-            _check_unquantized(tensors, name, module, scheme.format, "load_mxfp8")
+            _check_unquantized(tensors, name, module, scheme.format)
             continue
         kept = _linear_subclass(module) if isinstance(module, torch.nn.Linear) else None
         if kept is not None:  # left alone, as quantize_model leaves it; loaded with the rest
@@ -577,7 +574,7 @@ def load_mxfp8(
                 f"load_mxfp8: the {scheme.format} config quantizes layer '{name}', but it cannot "
                 f"become {becomes}: {reason}"
             )
-        weight, scale = _quantized_tensors(tensors, name, module, scheme.format, "load_mxfp8")
+        weight, scale = _quantized_tensors(tensors, name, module, scheme.format)
         consumed.update((f"{name}.weight", f"{name}.weight_scale"))
         bias = None
         if module.bias is not None:
@@ -800,7 +797,7 @@ def _ct_config(ignore: list[str]) -> dict:
     }
 
 
-def _check_save_directory(directory: str, format: str, where: str) -> None:
+def _check_save_directory(directory: str, format: str) -> None:
     """Refuses a directory holding another checkpoint's files, which load_mxfp8 would read beside
     or instead of the ones save_mxfp8 writes: other shards, a shard index (preferred to the
     files themselves) or the other layout's config (``config.json``'s ``quantization_config`` is
@@ -816,7 +813,7 @@ def _check_save_directory(directory: str, format: str, where: str) -> None:
         own = "hf_quant_config.json"
         config_json = os.path.join(directory, "config.json")
         if os.path.isfile(config_json):
-            if "quantization_config" in _read_json(config_json, where):
+            if "quantization_config" in _read_json(config_json, "save_mxfp8"):
                 clashing.append("config.json")
     else:
         own = "config.json"
@@ -824,7 +821,7 @@ def _check_save_directory(directory: str, format: str, where: str) -> None:
             clashing.append("hf_quant_config.json")
     if clashing:
         raise FileExistsError(
-            f"{where}: argument 'directory' is '{directory}', which holds "
+            f"save_mxfp8: argument 'directory' is '{directory}', which holds "
             f"{_name_list(sorted(clashing))} from another checkpoint: load_mxfp8 would read them "
             "with or instead of the new files; expected a new or empty directory, or one whose "
             f"only checkpoint files are model.safetensors and {own} (replaced by this call)"
@@ -856,7 +853,7 @@ def save_mxfp8(
             f"save_mxfp8: argument 'model' is a {type(model).__name__}; expected torch.nn.Module"
         )
     directory = os.fspath(directory)
-    _check_save_directory(directory, format, "save_mxfp8")
+    _check_save_directory(directory, format)
     os.makedirs(directory, exist_ok=True)
     unquantized = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
     tensors_path = os.path.join(directory, "model.safetensors")
