@@ -257,9 +257,11 @@ def _unreadable(where: str, file: str, key: str, error: Exception) -> Checkpoint
 _INDEX_EXPECTED = "a JSON object whose 'weight_map' maps each tensor name to its shard's file name"
 
 
-def _index_files(index: str, where: str) -> dict[str, str]:
-    """An index's weight_map (tensor name -> shard file name), checked: any contents of the file
-    that are not such a mapping raise CheckpointError naming the index and what it holds."""
+def _index_files(path: str, index: str, where: str) -> tuple[dict[str, str], list[str]]:
+    """The weight_map (tensor name -> shard file name) of the index ``index`` of directory
+    ``path``, checked, and the names of the shards it lists, sorted: any contents of the file that
+    are not such a mapping raise CheckpointError naming the index and what it holds, and a shard
+    that is not a file in ``path`` FileNotFoundError (once every name is checked)."""
     weight_map = _read_json(index, where, _INDEX_EXPECTED).get("weight_map")
     if not isinstance(weight_map, dict):
         raise CheckpointError(
@@ -276,13 +278,21 @@ def _index_files(index: str, where: str) -> dict[str, str]:
                 f"{where}: '{index}': weight_map maps '{key}' to {_shortened(name)}; expected "
                 "its shard's file name (a string)"
             )
-    for name in sorted(set(weight_map.values())):
+    names = sorted(set(weight_map.values()))
+    absent = None  # the first shard that is not a file
+    for name in names:
         if name in ("", ".", "..") or os.path.basename(name) != name:
             raise CheckpointError(
                 f"{where}: '{index}' names the shard {_shortened(name)}; expected a file name in "
                 "the directory"
             )
-    return weight_map
+        if absent is None and not os.path.isfile(os.path.join(path, name)):
+            absent = name
+    if absent is not None:
+        raise FileNotFoundError(
+            f"{where}: '{index}' names the shard {absent!r}, which is not a file in '{path}'"
+        )
+    return weight_map, names
 
 
 def _tensor_files(
@@ -306,16 +316,10 @@ def _tensor_files(
         reader = _open_safetensors(path, where)
         return {key: (reader, path) for key in reader.keys() if wanted(key)}
     index = os.path.join(path, _INDEX)
-    weight_map = _index_files(index, where) if os.path.isfile(index) else None
-    if weight_map is not None:
-        names = sorted(set(weight_map.values()))
-        for name in names:
-            if not os.path.isfile(os.path.join(path, name)):
-                raise FileNotFoundError(
-                    f"{where}: '{index}' names the shard {name!r}, which is not a file in "
-                    f"'{path}'"
-                )
+    if os.path.isfile(index):
+        weight_map, names = _index_files(path, index, where)
     else:
+        weight_map = None
         names = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
     if not names:
         raise FileNotFoundError(f"{where}: no .safetensors files in '{path}'")
