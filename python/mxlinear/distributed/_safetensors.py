@@ -98,8 +98,6 @@ def _read_checked(where: str, layer: _SafetensorsLayer, bias: bool):
 def _check_dtype(where: str, layer: _SafetensorsLayer, suffix: str, dtypes) -> None:
     dtype = layer.dtype(suffix)
     if dtype not in dtypes:
-        raise layer.error(
-            f"{where}: tensor '{layer.prefix}.{suffix}' has dtype "
-            f"{str(dtype).removeprefix('torch.')}; expected "
-            f"{' or '.join(str(d).removeprefix('torch.') for d in dtypes)}"
-        )
+        from ..checkpoints import _wrong_dtype
+
+        raise _wrong_dtype(where, f"{layer.prefix}.{suffix}", dtype, dtypes)
