@@ -1083,6 +1083,32 @@ def test_a_tensor_whose_data_cannot_be_read_is_named(tmp_path):
         load_mxfp8(model, tmp_path)
 
 
+@pytest.mark.parametrize("suffix, expected", [("weight", "float8_e4m3fn"),
+                                              ("weight_scale", "uint8 or float8_e8m0fnu")])
+def test_an_fp4_tensor_is_read_and_refused_by_its_dtype_in_both_loaders(tmp_path, suffix, expected):
+    # safetensors stores float4_e2m1fn_x2 as F4, two values a byte, the header counting values:
+    # get_tensor reads it, get_slice cannot. Both loaders read its dtype as get_tensor does and
+    # refuse it as a quantized layer's tensor with the same error.
+    from mxlinear.distributed import ColumnParallelMXFP8Linear, RowParallelMXFP8Linear
+
+    n, k = 8, 64
+    tensors = {"0.weight": torch.zeros(n, k, dtype=torch.float8_e4m3fn),
+               "0.weight_scale": torch.full((n, k // 32), 127, dtype=torch.uint8),
+               "0.bias": torch.zeros(n)}
+    shape = tensors[f"0.{suffix}"].shape
+    fp4 = torch.zeros(shape[0], shape[1] // 2, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    path = tmp_path / "model.safetensors"
+    save_file({**tensors, f"0.{suffix}": fp4}, path)
+    assert read_safetensors(path)[f"0.{suffix}"].dtype == torch.float4_e2m1fn_x2
+    message = rf"tensor '0\.{suffix}' has dtype float4_e2m1fn_x2; expected {expected}$"
+    with pytest.raises(CheckpointError, match=r"^load_mxfp8: " + message):
+        load_mxfp8(torch.nn.Sequential(torch.nn.Linear(k, n)), path, MODELOPT_CONFIG)
+    for cls in (ColumnParallelMXFP8Linear, RowParallelMXFP8Linear):
+        # refused from the header and the dtype, before the layer needs a process group
+        with pytest.raises(CheckpointError, match=rf"^{cls.__name__}\.from_safetensors: " + message):
+            cls.from_safetensors(path, "0")
+
+
 def test_corrupt_files_raise_checkpoint_errors(tmp_path):
     raw = valid_file_bytes(tmp_path)
     path = tmp_path / "bad.safetensors"

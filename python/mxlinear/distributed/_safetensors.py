@@ -36,31 +36,36 @@ class _SafetensorsLayer:
         key = f"{self.prefix}.{suffix}"
         if key not in self.handles:
             raise self.error(f"{self.where}: missing tensor '{key}' in '{self.path}'")
-        return tuple(self._reading(key, lambda part: part.get_shape()))
+        return tuple(self._reading(key, lambda reader: reader.get_slice(key).get_shape()))
 
     def dtype(self, suffix: str) -> torch.dtype:
-        """The tensor's dtype as safetensors maps its header's: an empty slice, so no data is
-        read. A header dtype that torch has no type for raises CheckpointError naming the file
-        and the tensor."""
-        return self._reading(f"{self.prefix}.{suffix}", lambda part: part[:0].dtype)
+        """The tensor's dtype as load_mxfp8 reads it: safetensors' get_tensor, which maps the file
+        rather than copying the tensor's bytes, so no data is read. A slice cannot give it for
+        every dtype get_tensor reads: get_slice fails on a packed dtype (F4, two values a byte,
+        whose header counts values). A header dtype that torch has no type for raises
+        CheckpointError naming the file and the tensor."""
+        key = f"{self.prefix}.{suffix}"
+        return self._reading(key, lambda reader: reader.get_tensor(key).dtype)
 
     def read(self, suffix: str, rows=slice(None), cols=None) -> torch.Tensor:
         """Only ``[rows]`` or ``[rows, cols]`` of the tensor is read from the file."""
         key = f"{self.prefix}.{suffix}"
-        part = self._reading(key, lambda part: part[rows] if cols is None else part[rows, cols])
+        index = rows if cols is None else (rows, cols)
+        part = self._reading(key, lambda reader: reader.get_slice(key)[index])
         # safetensors may hand back a view into its memory map of the file: copy the slice out,
         # so the shard owns exactly its own bytes and never pins the whole stored tensor.
         return _own(part)
 
     def _reading(self, key: str, read):
-        """``read(slice)`` of tensor ``key``'s lazy slice. The header parsed when the file was
-        opened, but the data can still fail to read (a dtype torch has no type for, data that does
-        not fit the header's dtype and shape): CheckpointError naming the file and the tensor."""
+        """``read(reader)`` of the open reader of tensor ``key``'s file. The header parsed when
+        the file was opened, but the data can still fail to read (a dtype torch has no type for,
+        data that does not fit the header's dtype and shape): CheckpointError naming the file and
+        the tensor."""
         from ..checkpoints import _unreadable
 
         handle, file = self.handles[key]
         try:
-            return read(handle.get_slice(key))
+            return read(handle)
         except Exception as e:
             raise _unreadable(self.where, file, key, e) from e
 
