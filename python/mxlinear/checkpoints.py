@@ -158,7 +158,9 @@ def _ct_scheme(q: Mapping, where: str) -> _Scheme:
     return _Scheme(COMPRESSED_TENSORS, quantizes)
 
 
-def _parse_config(config, where: str = "quantization config") -> _Scheme:
+def _parse_config(config, where: str) -> _Scheme:
+    """The scheme of an MXFP8 quantization config; errors are prefixed with ``where``, the public
+    function's name and the config's origin."""
     if not isinstance(config, Mapping):
         raise TypeError(f"{where} is a {type(config).__name__}; expected a mapping (parsed JSON)")
     q = config.get("quantization_config", config)  # config.json holds it under this key
@@ -186,8 +188,8 @@ def detect_format(config: Mapping) -> str:
     """``"modelopt"`` or ``"compressed-tensors"`` for an MXFP8 quantization config: the contents
     of ``hf_quant_config.json``, of ``config.json`` (its ``quantization_config``), or that
     section itself. Anything else, including quantized formats other than MXFP8, raises
-    CheckpointError saying which key holds what."""
-    return _parse_config(config).format
+    CheckpointError saying which key holds what, after "detect_format: argument 'config'"."""
+    return _parse_config(config, "detect_format: argument 'config'").format
 
 
 # ---------------------------------------------------------------------------- files

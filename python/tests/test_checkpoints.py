@@ -488,12 +488,16 @@ def test_detect_format(config, fmt):
     (ct_config(ignore=["re:model.(layers"]), r"ignore: 're:model.\(layers' is not a valid regular"),
 ])
 def test_detect_format_rejects(config, message):
-    with pytest.raises(CheckpointError, match=message):
+    with pytest.raises(CheckpointError, match=message) as raised:
         detect_format(config)
+    assert str(raised.value).startswith("detect_format: argument 'config': "), str(raised.value)
 
 
 def test_detect_format_rejects_non_mappings():
     with pytest.raises(TypeError, match=r"is a list; expected a mapping"):
+        detect_format([MODELOPT_CONFIG])
+    with pytest.raises(TypeError, match=r"^detect_format: argument 'config' is a list; expected a "
+                                        r"mapping \(parsed JSON\)$"):
         detect_format([MODELOPT_CONFIG])
 
 
