@@ -65,14 +65,13 @@ CLI::Validator non_negative_integer() {
 
 void refuse_unreadable_existing(std::string_view option, const std::string& path,
                                 const std::string& problem) {
-  struct stat st {};
-  if (problem.empty() || ::stat(path.c_str(), &st) != 0) return;
+  if (problem.empty()) return;
   refuse(option, fmt::format("is '{}', which {}; expected a file this command can read to resume "
                              "it, or --restart to start it afresh",
                              detail::for_display(path), problem));
 }
 
-void require_writable_path(std::string_view option, const std::string& path) {
+bool require_writable_path(std::string_view option, const std::string& path) {
   const std::string shown = detail::for_display(path);
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) {
@@ -86,7 +85,7 @@ void require_writable_path(std::string_view option, const std::string& path) {
                                  "file path",
                                  shown, std::strerror(errno)));
     }
-    return;
+    return true;
   }
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
@@ -100,6 +99,7 @@ void require_writable_path(std::string_view option, const std::string& path) {
                                "a writable file path",
                                shown, detail::for_display(dir), std::strerror(errno)));
   }
+  return false;
 }
 
 const Kernel& require_kernel(std::string_view option, const std::string& name) {

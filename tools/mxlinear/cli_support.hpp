@@ -19,10 +19,10 @@ CLI::Validator multiple_of_32(std::int64_t max);
 CLI::Validator non_negative_integer();
 
 // Throws Error(kInvalidArgument) naming `option` unless `path` can be written: a writable
-// regular file, or a new file in an existing writable directory.
-void require_writable_path(std::string_view option, const std::string& path);
-// Throws Error(kInvalidArgument) naming `option` where `path` exists but reading it failed with
-// `problem` (over the cap, unreadable): a command that resumes a file never truncates one it
+// regular file, or a new file in an existing writable directory. Returns whether it exists.
+bool require_writable_path(std::string_view option, const std::string& path);
+// Throws Error(kInvalidArgument) naming `option` where reading `path`, a file that exists, failed
+// with `problem` (over the cap, unreadable): a command that resumes a file never truncates one it
 // could not read.
 void refuse_unreadable_existing(std::string_view option, const std::string& path,
                                 const std::string& problem);

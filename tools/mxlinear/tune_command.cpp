@@ -101,15 +101,19 @@ int run_tune(const TuneOptions& o) {
                               o.w8a16() ? "W8A16 (*_a16)" : "W8A8"));
     }
   }
-  require_writable_path("--out", o.out);
-  const detail::UserFile existing = detail::read_user_file(o.out, TunedTable::kMaxFileBytes);
-  if (!o.restart) refuse_unreadable_existing("--out", o.out, existing.problem);
-  detail::UserFile old_timings;
-  if (!o.timings.empty()) {
-    require_writable_path("--timings", o.timings);
-    old_timings = detail::read_user_file(o.timings, TunedTable::kMaxFileBytes);
-    if (!o.restart) refuse_unreadable_existing("--timings", o.timings, old_timings.problem);
-  }
+  // A file an option names, as a run that resumes it finds it: read only where it exists and
+  // the run resumes (no --restart), and refused where it could not be read.
+  const auto resumed = [&o](std::string_view option, const std::string& path) {
+    detail::UserFile file;
+    if (require_writable_path(option, path) && !o.restart) {
+      file = detail::read_user_file(path, TunedTable::kMaxFileBytes);
+      refuse_unreadable_existing(option, path, file.problem);
+    }
+    return file;
+  };
+  const detail::UserFile existing = resumed("--out", o.out);
+  const detail::UserFile old_timings =
+      o.timings.empty() ? detail::UserFile{} : resumed("--timings", o.timings);
   const std::vector<ModelLayer> layers = load_model(o.model);
   const std::vector<TuneFigure> figures = tune_figures(layers, o.ms);
   if (!gpu_available()) {
