@@ -55,8 +55,8 @@ def main():
         if best_us == float("inf"):
             continue  # none of these kernels runs this figure
         # A row whose anchors failed (anchor_error) lacks their times: nan, left out of geomeans.
-        bf16, fp8 = (row.get(key) for key in ("cublas_bf16_us", "cublaslt_fp8_tensor_us"))
-        bf16, fp8 = (float("nan") if v is None else v for v in (bf16, fp8))
+        bf16, fp8 = (float("nan") if row.get(key) is None else row[key]
+                     for key in ("cublas_bf16_us", "cublaslt_fp8_tensor_us"))
         tri = row.get("tri_mx_us", float("nan"))
         r = (bf16 / best_us, fp8 / best_us, tri / best_us)
         key = (row["m"], row["n"], row["k"])
