@@ -601,15 +601,16 @@ def load_mxfp8(
                     )
             else:
                 consumed.add(bias_key)
-                if tuple(bias.shape) != (module.out_features,):
-                    raise CheckpointError(
-                        f"load_mxfp8: tensor '{bias_key}' has shape {_describe(bias.shape)}; "
-                        f"expected [{module.out_features}]"
-                    )
+                # The dtype first: a packed dtype's shape counts bytes, not values (F4's [N/2]).
                 if not bias.is_floating_point() or bias.element_size() == 1:
                     raise CheckpointError(
                         f"load_mxfp8: tensor '{bias_key}' has dtype {_dtype(bias)}; expected a "
                         "float dtype"
+                    )
+                if tuple(bias.shape) != (module.out_features,):
+                    raise CheckpointError(
+                        f"load_mxfp8: tensor '{bias_key}' has shape {_describe(bias.shape)}; "
+                        f"expected [{module.out_features}]"
                     )
         layers.append((name, module, weight, scale, bias))
     names = [name for name, *_ in layers]

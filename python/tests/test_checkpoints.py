@@ -1113,6 +1113,24 @@ def test_an_fp4_tensor_is_read_and_refused_by_its_dtype_in_both_loaders(tmp_path
             cls.from_safetensors(path, "0")
 
 
+def test_an_fp4_bias_is_refused_by_its_dtype_in_both_loaders(tmp_path):
+    # An F4 bias of N values is N/2 bytes to torch: its dtype, not that shape, is what is wrong.
+    from mxlinear.distributed import ColumnParallelMXFP8Linear
+
+    n, k = 8, 64
+    bias = torch.zeros(n // 2, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    path = tmp_path / "model.safetensors"
+    save_file({"0.weight": torch.zeros(n, k, dtype=torch.float8_e4m3fn),
+               "0.weight_scale": torch.full((n, k // 32), 127, dtype=torch.uint8),
+               "0.bias": bias}, path)
+    message = r"tensor '0\.bias' has dtype float4_e2m1fn_x2; expected "
+    with pytest.raises(CheckpointError, match=r"^load_mxfp8: " + message + "a float dtype$"):
+        load_mxfp8(torch.nn.Sequential(torch.nn.Linear(k, n)), path, MODELOPT_CONFIG)
+    with pytest.raises(CheckpointError,
+                       match=r"^ColumnParallelMXFP8Linear\.from_safetensors: " + message):
+        ColumnParallelMXFP8Linear.from_safetensors(path, "0")
+
+
 def test_corrupt_files_raise_checkpoint_errors(tmp_path):
     raw = valid_file_bytes(tmp_path)
     path = tmp_path / "bad.safetensors"
