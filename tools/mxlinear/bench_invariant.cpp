@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "device_memory.hpp"
-#include "mxlinear/error.hpp"
 #include "mxlinear/linear.hpp"
 #include "report.hpp"
 
@@ -66,19 +65,19 @@ std::optional<bool> add_mode(json& row, const FigureInputs& in, ActivationMode m
   const LinearOptions options{mode, true};
   bool ok = false;
   std::optional<bool> rows_equal;
-  try {
-    const double err = checked_first_run(
-        b,
-        [&] { linear(b.xv, in.weights.view(0), std::nullopt, b.ov, in.stream, b.work(), options); },
-        reference, in.stream);
-    ok = err <= in.tolerance;
-    row["check_" + prefix + "_rel_error"] = err;
-    rows_equal = rows_alone_equal(in, options);
-  } catch (const Error& e) {
-    // A layer no kernel serves in this mode: the figure fails its check. A CUDA error is no such
-    // refusal, and would leave the device unusable.
-    if (e.code() == ErrorCode::kCudaError) throw;
-    row[prefix + "_error"] = e.what();
+  if (const auto refusal = refusal_of([&] {
+        const double err = checked_first_run(
+            b,
+            [&] {
+              linear(b.xv, in.weights.view(0), std::nullopt, b.ov, in.stream, b.work(), options);
+            },
+            reference, in.stream);
+        ok = err <= in.tolerance;
+        row["check_" + prefix + "_rel_error"] = err;
+        rows_equal = rows_alone_equal(in, options);
+      })) {
+    // A layer no kernel serves in this mode: the figure fails its check.
+    row[prefix + "_error"] = *refusal;
   }
   row["check_" + prefix] = ok ? "ok" : "WRONG";
   if (ok) {

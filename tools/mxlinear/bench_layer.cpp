@@ -8,6 +8,7 @@
 
 #include "device_data.hpp"
 #include "harness.hpp"
+#include "mxlinear/error.hpp"
 #include "mxlinear/quantize.hpp"
 #include "mxlinear/reference.hpp"
 
@@ -139,6 +140,16 @@ double checked_first_run(const FigureBuffers& b, const std::function<void()>& ru
   run();
   cuda_or_throw(cudaStreamSynchronize(stream), "sync");
   return check_rows(reference, b.out, b.n);
+}
+
+std::optional<std::string> refusal_of(const std::function<void()>& attempt) {
+  try {
+    attempt();
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kCudaError) throw;
+    return e.what();
+  }
+  return std::nullopt;
 }
 
 double check_rows(const ReferenceRows& ref, const DeviceMemory& out, std::int64_t n) {

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "device_memory.hpp"
@@ -70,6 +72,12 @@ double check_rows(const ReferenceRows& ref, const DeviceMemory& out, std::int64_
 // `run` throws (a call the shape or mode refuses) propagates.
 double checked_first_run(const FigureBuffers& b, const std::function<void()>& run,
                          const ReferenceRows& reference, cudaStream_t stream);
+
+// Runs `attempt` (a checked first run, and what follows it) and returns nullopt, or the message
+// of the Error it threw where that is a refusal: a call the shape or mode cannot take, which the
+// caller counts as a failed check or skips. A CUDA error is no refusal, and would leave the
+// device unusable: it propagates.
+std::optional<std::string> refusal_of(const std::function<void()>& attempt);
 
 // A figure's timing: the summary of the graph replays of call(i), i the weight copy.
 using MedianOf = std::function<bench::Summary(const std::function<void(int)>&)>;

@@ -10,7 +10,6 @@
 
 #include "device_memory.hpp"
 #include "host/registry/registry.hpp"
-#include "mxlinear/error.hpp"
 #include "mxlinear/linear.hpp"
 
 namespace mxlinear::cli {
@@ -68,13 +67,14 @@ void add_sweep_figures(json& row, const SweepFilter& sweep, const FigureInputs& 
   // config cannot take this shape (e.g. more K splits than chunks: it throws before launching).
   const auto first_run_error = [&](const std::function<void(int)>& run,
                                    const ReferenceRows& reference) -> std::optional<double> {
-    try {
-      return checked_first_run(
-          b, [&] { run(0); }, reference, stream);
-    } catch (const Error& e) {
-      if (e.code() == ErrorCode::kCudaError) throw;
+    std::optional<double> error;
+    if (refusal_of([&] {
+          error = checked_first_run(
+              b, [&] { run(0); }, reference, stream);
+        })) {
       return std::nullopt;
     }
+    return error;
   };
   for (const auto& kernel : Registry::global().kernels()) {
     if (!swept(*kernel, layer, ok)) continue;
