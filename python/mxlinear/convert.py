@@ -97,6 +97,15 @@ _STATE_DICT_HOOKS = (
     "_load_state_dict_pre_hooks",
     "_load_state_dict_post_hooks",
 )
+_HOOK_TABLES = _CALL_HOOKS + _STATE_DICT_HOOKS
+
+
+def _rebind_load_hooks(hooks, old: torch.nn.Module, new: torch.nn.Module) -> None:
+    """Points the load-state-dict pre-hooks in ``hooks`` that register_load_state_dict_pre_hook
+    bound to ``old`` (it wraps each with a weak reference to its module) at ``new``."""
+    for hook in hooks.values():
+        if getattr(hook, "with_module", False) and hook.module() is old:
+            hook.module = weakref.ref(new)
 
 
 @functools.cache
@@ -186,16 +195,12 @@ def _move_attached(old: torch.nn.Module, new: MXFP8Linear) -> None:
     their hook from ``new``; ``old``, out of the model now, is left with empty tables so that the
     two never share hooks. ``_move_back`` undoes it."""
     new.training = old.training
-    for table in _CALL_HOOKS + _STATE_DICT_HOOKS:
+    for table in _HOOK_TABLES:
         hooks = getattr(old, table)
         setattr(new, table, hooks)
         setattr(old, table, type(hooks)())
     new._is_full_backward_hook = old._is_full_backward_hook
-    # register_load_state_dict_pre_hook wraps its hook with a weak reference to the module the
-    # hook is called with.
-    for hook in new._load_state_dict_pre_hooks.values():
-        if getattr(hook, "with_module", False) and hook.module() is old:
-            hook.module = weakref.ref(new)
+    _rebind_load_hooks(new._load_state_dict_pre_hooks, old, new)
     for name in _attached(old):
         new.__dict__[name] = old.__dict__[name]
 
@@ -208,9 +213,7 @@ def _move_back(old: torch.nn.Module, new: MXFP8Linear, tables: dict) -> None:
         setattr(old, table, hooks)
         if getattr(new, table) is hooks:
             setattr(new, table, type(hooks)())
-    for hook in tables["_load_state_dict_pre_hooks"].values():
-        if getattr(hook, "with_module", False) and hook.module() is new:
-            hook.module = weakref.ref(old)
+    _rebind_load_hooks(tables["_load_state_dict_pre_hooks"], new, old)
 
 
 def _swap(
@@ -233,7 +236,7 @@ def _swap(
 
     try:
         for old, new in replacements.values():
-            moved.append((old, new, {t: getattr(old, t) for t in _CALL_HOOKS + _STATE_DICT_HOOKS}))
+            moved.append((old, new, {t: getattr(old, t) for t in _HOOK_TABLES}))
             _move_attached(old, new)
         # Every parent that holds a replaced layer gets the replacement, shared layers included.
         for parent in list(model.modules()):
