@@ -17,6 +17,12 @@ def is_w8a16(key):
     return key.split("/")[0].endswith("_a16")
 
 
+def anchor_us(row, key):
+    """An anchor's time in `row`, or nan where the anchors failed (anchor_error: no times)."""
+    value = row.get(key)
+    return float("nan") if value is None else value
+
+
 def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
@@ -55,9 +61,8 @@ def main():
         if best_us == float("inf"):
             continue  # none of these kernels runs this figure
         # A row whose anchors failed (anchor_error) lacks their times: nan, left out of geomeans.
-        bf16, fp8 = (float("nan") if row.get(key) is None else row[key]
-                     for key in ("cublas_bf16_us", "cublaslt_fp8_tensor_us"))
-        tri = row.get("tri_mx_us", float("nan"))
+        bf16, fp8 = (anchor_us(row, key) for key in ("cublas_bf16_us", "cublaslt_fp8_tensor_us"))
+        tri = anchor_us(row, "tri_mx_us")
         r = (bf16 / best_us, fp8 / best_us, tri / best_us)
         key = (row["m"], row["n"], row["k"])
         ratios.setdefault(row["m"], {})[key] = r
@@ -77,15 +82,16 @@ def main():
             if mine:
                 best = min(mine)
                 linear.setdefault(row["m"], []).append(
-                    (row["cublas_bf16_us"] / best, row["cublaslt_fp8_tensor_us"] / best))
+                    (anchor_us(row, "cublas_bf16_us") / best,
+                     anchor_us(row, "cublaslt_fp8_tensor_us") / best))
         if linear:
             print(f"\n{mode}: the same with each config timed as the full linear from bf16 "
                   "(configs_linear: activation quantization included, or done by the config "
                   "itself, or none in W8A16), against the same GEMM-only anchors:\n")
             print("| M | x cuBLAS bf16 | x cuBLASLt FP8 |\n|---|---|---|")
             for m, pairs in sorted(linear.items()):
-                print(f"| {m} | {geomean([p[0] for p in pairs]):.2f} | "
-                      f"{geomean([p[1] for p in pairs]):.2f} |")
+                cols = [geomean([p[i] for p in pairs if not math.isnan(p[i])]) for i in range(2)]
+                print(f"| {m} | {cols[0]:.2f} | {cols[1]:.2f} |")
     streamed = [row for row in doc["rows"] if row.get("weight_stream_us") and row.get("configs")
                 and row["m"] <= 8]
     if streamed:

@@ -46,6 +46,15 @@ class SweepSummary(unittest.TestCase):
         self.assertIn("| l64 | 64x1024 | 1 | nan | nan |", out)
         self.assertIn("| 1 | 3.00 | 2.00 | 9.80 |", out)  # cuBLAS: the other row alone
 
+    def test_a_row_without_anchor_times_is_left_out_of_the_full_linear_geomeans(self):
+        row = figure(64, 8, {"decode/a": 6.0}, linear={"decode/a": 8.0})
+        del row["cublas_bf16_us"], row["cublaslt_fp8_tensor_us"]
+        row["anchor_error"] = "cuBLAS refused the shape"
+        out = summary({"rows": [figure(128, 8, {"decode/a": 4.0}, linear={"decode/a": 6.0}), row]},
+                      "decode")
+        self.assertIn("full linear", out)
+        self.assertIn("| 8 | 2.00 | 1.33 |", out)  # the other row alone: 12 / 6, 8 / 6
+
     def test_full_linear_table_and_both_kinds_of_failure(self):
         doc = {"rows": [figure(256, 8, {"decode/a": 6.0}, linear={"decode/a": 8.0, "gemv/b": 6.0},
                                configs_wrong={"prefill/c": 0.5},
