@@ -12,248 +12,52 @@ layers are quantized:
   "compressed-tensors"`` and ``config_groups`` whose weights are 8-bit float, group strategy,
   group size 32, symmetric, ``scale_dtype`` uint8; layers matched by a group's ``targets`` and
   not by ``ignore`` are quantized.
+
+The configuration is parsed in ``_checkpoint_config`` and the files are read in
+``_safetensors_files``; the public names of both are imported from here.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import fnmatch
 import json
 import os
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import torch
 
 import mxlinear  # the package's version, looked up at call time
 
+from ._checkpoint_config import (
+    _CT_MX_ARGS,
+    COMPRESSED_TENSORS,
+    FORMATS,
+    MODELOPT,
+    _parse_config,
+    _Scheme,
+    detect_format,
+)
+from ._checkpoint_error import CheckpointError
+from ._safetensors_files import _INDEX, _read_json, _read_tensors, read_safetensors
 from .convert import _linear_subclass, _swap, _unmovable
 from .nn import BLOCK, MXFP8Linear
 
-MODELOPT = "modelopt"
-COMPRESSED_TENSORS = "compressed-tensors"
-FORMATS = (MODELOPT, COMPRESSED_TENSORS)
+# The public names of the checkpoint modules, which users import from here.
+__all__ = [
+    "COMPRESSED_TENSORS",
+    "FORMATS",
+    "MODELOPT",
+    "CheckpointError",
+    "detect_format",
+    "load_mxfp8",
+    "read_safetensors",
+    "save_mxfp8",
+]
 
-# compressed-tensors formats whose quantized weights are stored as E4M3 plus uint8 scales.
-_CT_FORMATS = ("mxfp8-quantized", "float-quantized", "naive-quantized")
 _SCALE_DTYPES = (torch.uint8, torch.float8_e8m0fnu)
 _LIST_LIMIT = 20
 
-# compressed-tensors' QuantizationArgs defaults for the keys checked below.
-_CT_DEFAULTS = {"num_bits": 8, "type": "int", "symmetric": True, "group_size": None,
-                "strategy": None, "dynamic": False, "scale_dtype": None, "block_structure": None}
-_CT_MX_ARGS = {"num_bits": 8, "type": "float", "strategy": "group", "group_size": BLOCK,
-               "symmetric": True}
-_CT_WEIGHT_ARGS = {**_CT_MX_ARGS, "dynamic": False, "scale_dtype": "uint8", "block_structure": None}
 
-
-class CheckpointError(ValueError):
-    """A checkpoint or its configuration is not a valid MXFP8 checkpoint for the model."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _Scheme:
-    format: str
-    quantizes: Callable[[str, torch.nn.Module], bool]  # (qualified name, linear module) -> bool
-
-
-# ---------------------------------------------------------------------------- configuration
-
-
-def _is_string_list(value) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
-def _modelopt_scheme(algo, exclude, group_size, where: str) -> _Scheme:
-    if str(algo).upper() != "MXFP8":
-        raise CheckpointError(
-            f"{where}: quant_algo is {algo!r}; mxlinear loads 'MXFP8' checkpoints only"
-        )
-    if group_size is not None and group_size != BLOCK:
-        raise CheckpointError(f"{where}: group_size is {group_size!r}; MXFP8 needs {BLOCK}")
-    if not _is_string_list(exclude):
-        raise CheckpointError(
-            f"{where}: the excluded modules are {exclude!r}; expected a list of strings"
-        )
-    patterns = tuple(exclude)
-
-    def quantizes(name: str, module: torch.nn.Module) -> bool:
-        return not any(fnmatch.fnmatchcase(name, p) for p in patterns)
-
-    return _Scheme(MODELOPT, quantizes)
-
-
-def _ct_pattern(target: str, where: str):
-    """A compiled regular expression for a "re:" target, else the target itself."""
-    if not target.startswith("re:"):
-        return target
-    try:
-        return re.compile(target[3:])
-    except re.error as e:
-        raise CheckpointError(f"{where}: {target!r} is not a valid regular expression: {e}") from e
-
-
-def _ct_matches(name: str, module: torch.nn.Module, target) -> bool:
-    """compressed-tensors matching: a "re:" regular expression (re.match) or the exact name on
-    the module's name, or a class name in the module's MRO; MXFP8Linear counts as a "Linear"."""
-    if isinstance(target, re.Pattern):
-        return target.match(name) is not None
-    if target == name:
-        return True
-    if target == "Linear" and isinstance(module, MXFP8Linear):
-        return True
-    return any(cls.__name__ == target for cls in type(module).__mro__)
-
-
-def _check_ct_args(where: str, args, expected: dict) -> None:
-    if not isinstance(args, Mapping):
-        raise CheckpointError(f"{where} is {args!r}; expected a mapping of quantization arguments")
-    for key, want in expected.items():
-        got = args.get(key, _CT_DEFAULTS.get(key))
-        if key == "scale_dtype" and isinstance(got, str):
-            got = got.removeprefix("torch.")
-        if got != want:
-            raise CheckpointError(f"{where}.{key} is {got!r}; MXFP8 needs {want!r}")
-
-
-
-def _ct_scheme(q: Mapping, where: str) -> _Scheme:
-    groups = q.get("config_groups")
-    if not isinstance(groups, Mapping) or not groups:
-        raise CheckpointError(f"{where}: config_groups is {groups!r}; expected a non-empty mapping")
-    top_format = q.get("format")
-    targets: list[str] = []
-    for group_name, group in groups.items():
-        gwhere = f"{where}: config_groups[{group_name!r}]"
-        if not isinstance(group, Mapping):
-            raise CheckpointError(f"{gwhere} is {group!r}; expected a mapping")
-        fmt = group.get("format") or top_format
-        if fmt not in _CT_FORMATS:
-            raise CheckpointError(
-                f"{gwhere} has format {fmt!r}; expected one of {list(_CT_FORMATS)}"
-            )
-        _check_ct_args(f"{gwhere}.weights", group.get("weights"), _CT_WEIGHT_ARGS)
-        # mxlinear always MX-quantizes the activation at run time; a checkpoint calibrated for
-        # another activation scheme (static scales, per-token FP8) would run other numerics.
-        if group.get("input_activations") is not None:
-            _check_ct_args(f"{gwhere}.input_activations", group["input_activations"],
-                           {**_CT_MX_ARGS, "dynamic": True})
-        group_targets = group.get("targets")
-        if not _is_string_list(group_targets):
-            raise CheckpointError(
-                f"{gwhere}.targets is {group_targets!r}; expected a list of strings"
-            )
-        targets.extend(group_targets)
-    ignore = q.get("ignore") or []
-    if not _is_string_list(ignore):
-        raise CheckpointError(f"{where}: ignore is {ignore!r}; expected a list of strings")
-    targets_t = tuple(_ct_pattern(t, f"{where}: targets") for t in targets)
-    ignore_t = tuple(_ct_pattern(t, f"{where}: ignore") for t in ignore)
-
-    def quantizes(name: str, module: torch.nn.Module) -> bool:
-        return any(_ct_matches(name, module, t) for t in targets_t) and not any(
-            _ct_matches(name, module, t) for t in ignore_t
-        )
-
-    return _Scheme(COMPRESSED_TENSORS, quantizes)
-
-
-def _parse_config(config, where: str) -> _Scheme:
-    """The scheme of an MXFP8 quantization config; errors are prefixed with ``where``, the public
-    function's name and the config's origin."""
-    if not isinstance(config, Mapping):
-        raise TypeError(f"{where} is a {type(config).__name__}; expected a mapping (parsed JSON)")
-    q = config.get("quantization_config", config)  # config.json holds it under this key
-    if not isinstance(q, Mapping):
-        raise CheckpointError(f"{where}: quantization_config is {q!r}; expected a mapping")
-    method = str(q.get("quant_method", "")).lower()
-    section = q.get("quantization")
-    if isinstance(section, Mapping) and method in ("", MODELOPT):  # hf_quant_config.json
-        return _modelopt_scheme(section.get("quant_algo"), section.get("exclude_modules") or [],
-                                section.get("group_size"), where)
-    if method == MODELOPT:  # config.json written by ModelOpt
-        exclude = q.get("ignore", q.get("exclude_modules")) or []  # either, by export version
-        return _modelopt_scheme(q.get("quant_algo"), exclude, q.get("group_size"), where)
-    if method == "mxfp8":  # the ModelOpt layout under a plain "mxfp8" tag
-        return _modelopt_scheme("MXFP8", q.get("ignored_layers") or [], q.get("group_size"), where)
-    if method == COMPRESSED_TENSORS:
-        return _ct_scheme(q, where)
-    raise CheckpointError(
-        f"{where}: quant_method is {q.get('quant_method')!r}; expected 'modelopt' (or a "
-        "hf_quant_config.json 'quantization' section), 'mxfp8' or 'compressed-tensors'"
-    )
-
-
-def detect_format(config: Mapping) -> str:
-    """``"modelopt"`` or ``"compressed-tensors"`` for an MXFP8 quantization config: the contents
-    of ``hf_quant_config.json``, of ``config.json`` (its ``quantization_config``), or that
-    section itself. Anything else, including quantized formats other than MXFP8, raises
-    CheckpointError saying which key holds what, after "detect_format: argument 'config'"."""
-    return _parse_config(config, "detect_format: argument 'config'").format
-
-
-# ---------------------------------------------------------------------------- files
-
-
-def _read_json(path: str, where: str, expected: str = "a JSON object") -> dict:
-    """The JSON object in file ``path``; anything else raises CheckpointError prefixed with
-    ``where``, naming the file and saying ``expected``. Any bytes end in a CheckpointError: bytes
-    that are not UTF-8, text that is not JSON and an integer past Python's digit limit raise
-    ValueError, nesting deeper than the interpreter's stack RecursionError."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (ValueError, RecursionError) as e:
-        raise CheckpointError(
-            f"{where}: '{path}' cannot be parsed as JSON ({type(e).__name__}: {_shortened(e)}); "
-            f"expected {expected}"
-        ) from e
-    if not isinstance(value, dict):
-        raise CheckpointError(
-            f"{where}: '{path}' holds a {type(value).__name__}; expected {expected}"
-        )
-    return value
-
-
-def _shortened(value, limit: int = 120) -> str:
-    """``value`` for a message: its repr (an exception's text) cut to ``limit`` characters, as a
-    file's contents can be any size."""
-    text = str(value) if isinstance(value, BaseException) else repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """All tensors of one safetensors file, on the CPU, read as load_mxfp8 reads a file. A file
-    that is not a valid safetensors file raises CheckpointError naming it, and so does a tensor
-    whose data cannot be read, naming the tensor too, in load_mxfp8's words after this function's
-    name; a missing file raises FileNotFoundError."""
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"read_safetensors: no safetensors file at '{path}'")
-    return _read_tensors(path, "read_safetensors")
-
-
-_INDEX = "model.safetensors.index.json"
-
-
-def _open_safetensors(path: str, where: str):
-    """A reader of one safetensors file: its header is parsed here, its tensors when asked for."""
-    from safetensors import safe_open
-
-    try:
-        return safe_open(path, "pt", device="cpu")
-    except Exception as e:  # the parser's own error type, or whatever a bad header leads to
-        raise CheckpointError(f"{where}: '{path}' is not a readable safetensors file: {e}") from e
-
-
-def _unreadable(where: str, file: str, key: str, error: Exception) -> CheckpointError:
-    """The error for a tensor whose data cannot be read although its file's header parsed: a
-    dtype torch has no type for, data that does not fit the header's dtype and shape."""
-    return CheckpointError(
-        f"{where}: '{file}' is not a readable safetensors file: its tensor '{key}' cannot be read "
-        f"({type(error).__name__}: {error}); expected data that torch reads as the dtype and "
-        "shape the header gives"
-    )
+# ---------------------------------------------------------------------------- loading
 
 
 def _wrong_dtype(where: str, key: str, dtype: torch.dtype, expected) -> CheckpointError:
@@ -263,121 +67,6 @@ def _wrong_dtype(where: str, key: str, dtype: torch.dtype, expected) -> Checkpoi
     return CheckpointError(
         f"{where}: tensor '{key}' has dtype {str(dtype).removeprefix('torch.')}; expected {wanted}"
     )
-
-
-_INDEX_EXPECTED = "a JSON object whose 'weight_map' maps each tensor name to its shard's file name"
-
-
-def _index_files(path: str, index: str, where: str) -> tuple[dict[str, str], list[str]]:
-    """The weight_map (tensor name -> shard file name) of the index ``index`` of directory
-    ``path``, checked, and the names of the shards it lists, sorted: any contents of the file that
-    are not such a mapping raise CheckpointError naming the index and what it holds, and a shard
-    that is not a file in ``path`` FileNotFoundError (once every name is checked)."""
-    weight_map = _read_json(index, where, _INDEX_EXPECTED).get("weight_map")
-    if not isinstance(weight_map, dict):
-        raise CheckpointError(
-            f"{where}: '{index}': weight_map is {_shortened(weight_map)}; expected "
-            f"{_INDEX_EXPECTED}"
-        )
-    if not weight_map:
-        raise CheckpointError(
-            f"{where}: '{index}': weight_map is empty; expected {_INDEX_EXPECTED}"
-        )
-    for key, name in weight_map.items():  # JSON object keys are always strings
-        if not isinstance(name, str):
-            raise CheckpointError(
-                f"{where}: '{index}': weight_map maps '{key}' to {_shortened(name)}; expected "
-                "its shard's file name (a string)"
-            )
-    names = sorted(set(weight_map.values()))
-    absent = None  # the first shard that is not a file
-    for name in names:
-        if name in ("", ".", "..") or os.path.basename(name) != name:
-            raise CheckpointError(
-                f"{where}: '{index}' names the shard {_shortened(name)}; expected a file name in "
-                "the directory"
-            )
-        if absent is None and not os.path.isfile(os.path.join(path, name)):
-            absent = name
-    if absent is not None:
-        raise FileNotFoundError(
-            f"{where}: '{index}' names the shard {absent!r}, which is not a file in '{path}'"
-        )
-    return weight_map, names
-
-
-def _tensor_files(
-    path: str, where: str, wanted: Callable[[str], bool] = lambda key: True
-) -> dict[str, tuple[object, str]]:
-    """Which file holds each tensor of a checkpoint, for the tensor names ``wanted`` accepts:
-    name -> (the file's open reader, its path), in file order. ``path`` is one safetensors file
-    or a checkpoint directory. load_mxfp8 and the tensor-parallel layers' from_safetensors both
-    read through this, so they take every tensor from the same file.
-
-    In a directory with ``model.safetensors.index.json``, the index decides: each tensor comes
-    from the shard its weight_map names, and copies of it in other files (stale shards of an
-    earlier save, a file the index does not list) are never read. A tensor the index places in a
-    file that lacks it, or one that a listed shard holds but the index does not place, raises
-    CheckpointError naming the tensor, the file and the index. Without an index every
-    ``*.safetensors`` file is read, and a tensor stored in two of them raises CheckpointError
-    naming the tensor and both files, since nothing says which one to take."""
-    if not os.path.isdir(path):
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{where}: no safetensors file at '{path}'")
-        reader = _open_safetensors(path, where)
-        return {key: (reader, path) for key in reader.keys() if wanted(key)}
-    index = os.path.join(path, _INDEX)
-    if os.path.isfile(index):
-        weight_map, names = _index_files(path, index, where)
-    else:
-        weight_map = None
-        names = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
-    if not names:
-        raise FileNotFoundError(f"{where}: no .safetensors files in '{path}'")
-    placed: dict[str, list[str]] = {name: [] for name in names}
-    for key, name in (weight_map or {}).items():
-        if wanted(key):
-            placed[name].append(key)
-    found: dict[str, tuple[object, str]] = {}
-    for name in names:
-        file = os.path.join(path, name)
-        reader = _open_safetensors(file, where)
-        stored = [key for key in reader.keys() if wanted(key)]
-        if weight_map is not None:
-            for key in stored:
-                if key not in weight_map:
-                    raise CheckpointError(
-                        f"{where}: '{file}' holds tensor '{key}', which '{index}' does not "
-                        "place; expected the index to name the file of every tensor in its shards"
-                    )
-            held = set(stored)
-            for key in placed[name]:
-                if key not in held:
-                    raise CheckpointError(
-                        f"{where}: '{index}' places tensor '{key}' in '{file}', which does not "
-                        "hold it"
-                    )
-            stored = [key for key in stored if weight_map[key] == name]
-        for key in stored:
-            if key in found:
-                raise CheckpointError(
-                    f"{where}: tensor '{key}' is stored twice, in '{found[key][1]}' and '{file}', "
-                    f"and '{path}' has no {_INDEX} to say which file holds it"
-                )
-            found[key] = reader, file
-    return found
-
-
-def _read_tensors(path: str, where: str) -> dict[str, torch.Tensor]:
-    """Every tensor of a checkpoint file or directory, each from the file ``_tensor_files``
-    resolves it to, on the CPU; errors are prefixed with ``where``, the caller's name."""
-    tensors: dict[str, torch.Tensor] = {}
-    for key, (reader, file) in _tensor_files(path, where).items():
-        try:
-            tensors[key] = reader.get_tensor(key)
-        except Exception as e:  # a header that passed but data that does not fit it
-            raise _unreadable(where, file, key, e) from e
-    return tensors
 
 
 def _config_in(directory: str):
@@ -424,9 +113,6 @@ def _resolve(source, config):
         raise TypeError("load_mxfp8: argument 'config' is required when 'source' is a state dict")
     loaded, origin = _config_in(directory)
     return tensors, loaded, f"'{origin}'"
-
-
-# ---------------------------------------------------------------------------- loading
 
 
 def _describe(shape) -> str:
@@ -556,10 +242,27 @@ def load_mxfp8(
         )
     tensors, config, origin = _resolve(source, config)
     scheme = _parse_config(config, f"load_mxfp8: {origin}")
+    layers, consumed, missing = _layers_to_replace(model, tensors, scheme, strict)
+    names = [name for name, *_ in layers]
+    expected, loadable, aliases = _rest_to_load(
+        model, tensors, names, consumed, missing, strict, assign
+    )
     # The caller's tensors are copied unless assign, as load_state_dict copies them; tensors read
     # from files belong to this call alone.
     copy = not assign and isinstance(source, Mapping)
+    replacements = _replacements(layers, device, out_dtype, assign, copy)
+    _swap_and_load(model, replacements, expected, loadable, aliases, assign)
+    return names
 
+
+def _layers_to_replace(
+    model: torch.nn.Module, tensors: Mapping[str, torch.Tensor], scheme: _Scheme, strict: bool
+):
+    """The linear layers of ``model`` that ``scheme`` quantizes, which load_mxfp8 replaces, in
+    module order, each as (name, module, weight, scale, bias) with its tensors in ``tensors``
+    checked (bias None where the layer has none or the checkpoint lacks it); the keys of those
+    tensors; and the keys of the biases the checkpoint lacks. A linear layer that stays (left
+    unquantized, or an nn.Linear subclass) must not be stored quantized."""
     layers = []  # (name, module, weight, scale, bias) of each layer to replace
     consumed: set[str] = set()
     missing: list[str] = []
@@ -590,33 +293,57 @@ def load_mxfp8(
         consumed.update((f"{name}.weight", f"{name}.weight_scale"))
         bias = None
         if module.bias is not None:
-            bias_key = f"{name}.bias"
-            bias = tensors.get(bias_key)
-            if bias is None:
-                missing.append(bias_key)  # strict: an error below; else the layer keeps its own
-                if not strict and module.bias.is_meta:
-                    raise CheckpointError(
-                        f"load_mxfp8: the checkpoint lacks '{bias_key}', and layer '{name}' has "
-                        "no bias values of its own to keep (a meta tensor)"
-                    )
+            bias = _checked_bias(tensors, name, module, strict)
+            if bias is None:  # strict: an error in _rest_to_load; else the layer keeps its own
+                missing.append(f"{name}.bias")
             else:
-                consumed.add(bias_key)
-                # The dtype first: a packed dtype's shape counts bytes, not values (F4's [N/2]).
-                if not bias.is_floating_point() or bias.element_size() == 1:
-                    raise CheckpointError(
-                        f"load_mxfp8: tensor '{bias_key}' has dtype {_dtype(bias)}; expected a "
-                        "float dtype"
-                    )
-                if tuple(bias.shape) != (module.out_features,):
-                    raise CheckpointError(
-                        f"load_mxfp8: tensor '{bias_key}' has shape {_describe(bias.shape)}; "
-                        f"expected [{module.out_features}]"
-                    )
+                consumed.add(f"{name}.bias")
         layers.append((name, module, weight, scale, bias))
-    names = [name for name, *_ in layers]
+    return layers, consumed, missing
 
-    # The rest of the model: a tensor counts as supplied when the checkpoint holds it under any
-    # of its names (tied weights appear once).
+
+def _checked_bias(tensors: Mapping[str, torch.Tensor], name: str, module, strict: bool):
+    """The checkpoint's bias of quantized layer ``name``, whose module has one, checked; None
+    when the checkpoint lacks it."""
+    bias_key = f"{name}.bias"
+    bias = tensors.get(bias_key)
+    if bias is None:
+        if not strict and module.bias.is_meta:
+            raise CheckpointError(
+                f"load_mxfp8: the checkpoint lacks '{bias_key}', and layer '{name}' has no bias "
+                "values of its own to keep (a meta tensor)"
+            )
+        return None
+    # The dtype first: a packed dtype's shape counts bytes, not values (F4's [N/2]).
+    if not bias.is_floating_point() or bias.element_size() == 1:
+        raise CheckpointError(
+            f"load_mxfp8: tensor '{bias_key}' has dtype {_dtype(bias)}; expected a float dtype"
+        )
+    if tuple(bias.shape) != (module.out_features,):
+        raise CheckpointError(
+            f"load_mxfp8: tensor '{bias_key}' has shape {_describe(bias.shape)}; expected "
+            f"[{module.out_features}]"
+        )
+    return bias
+
+
+def _rest_to_load(
+    model: torch.nn.Module,
+    tensors: Mapping[str, torch.Tensor],
+    names: list[str],
+    consumed: set[str],
+    missing: list[str],
+    strict: bool,
+    assign: bool,
+):
+    """Checks the checkpoint's tensors outside the replaced layers ``names`` against the model:
+    with ``strict``, model tensors the checkpoint lacks (added to ``missing``) and checkpoint
+    tensors the model has no place for are errors; another shape, an 8-bit float's other dtype
+    and, without ``assign``, a meta tensor to copy into always are. Returns the model's state dict
+    (``keep_vars``), the tensors for load_state_dict, and each other name of a tied tensor -> the
+    name the checkpoint holds it under."""
+    # A tensor counts as supplied when the checkpoint holds it under any of its names (tied
+    # weights appear once).
     rest = {k: v for k, v in tensors.items() if k not in consumed}
     expected = model.state_dict(keep_vars=True)
     replaced = set(names)
@@ -624,7 +351,7 @@ def load_mxfp8(
     aliases: dict[str, str] = {}  # tied tensor's other name -> the name the checkpoint uses
     for key, value in expected.items():
         if key.rpartition(".")[0] in replaced or key in tensors:
-            continue  # the replacement's own tensors are checked above
+            continue  # the replacement's own tensors are checked by _layers_to_replace
         if id(value) in supplied:
             aliases[key] = supplied[id(value)]
         else:
@@ -662,7 +389,14 @@ def load_mxfp8(
             "on the meta device, where load_state_dict cannot copy values; expected assign=True "
             "for a model built on the meta device"
         )
+    return expected, loadable, aliases
 
+
+def _replacements(layers, device, out_dtype, assign: bool, copy: bool):
+    """The replacement of each of ``layers`` (``_layers_to_replace``'s), as ``_swap`` takes them:
+    the id of the layer -> (the layer, its replacement). The quantized tensors go to ``device``,
+    else to the layer's device (the CPU for a meta layer), copied where ``copy`` says; the bias is
+    cast to the layer's bias dtype, and the layer's own kept where the checkpoint lacks it."""
     replacements: dict[int, tuple[torch.nn.Module, MXFP8Linear]] = {}
     for name, module, weight, scale, bias in layers:
         target = device if device is not None else module.weight.device
@@ -682,10 +416,18 @@ def load_mxfp8(
         replacements[id(module)] = module, _rebuilt(
             name, module, weight.to(target, copy=copy), scale.to(target, copy=copy), bias, options
         )
+    return replacements
 
-    # Nothing above changed the model; each step below does. load_state_dict can still fail where
-    # no check above can see (a module's own _load_from_state_dict or load hooks), after copying
-    # some tensors: what the model holds is saved first, so that a failed load puts it all back.
+
+def _swap_and_load(
+    model: torch.nn.Module, replacements, expected, loadable, aliases, assign: bool
+) -> None:
+    """Swaps the replacements into ``model`` and loads the ``loadable`` tensors into it (checked
+    by ``_rest_to_load``), all or nothing: a failure puts the model back as it was."""
+    # The phases before this one leave the model as it was; each step below changes it.
+    # load_state_dict can still fail where no check can see (a module's own _load_from_state_dict
+    # or load hooks), after copying some tensors: what the model holds is saved first, so that a
+    # failed load puts it all back.
     saved = _Saved(model, [expected[k] for k in loadable] if not assign else [])
     undo = _swap(model, replacements)
     try:
@@ -704,7 +446,6 @@ def load_mxfp8(
         undo()
         saved.restore()
         raise
-    return names
 
 
 def _replacement_class(module: torch.nn.Module) -> type[MXFP8Linear]:

@@ -21,7 +21,8 @@ class _SafetensorsLayer:
     them from."""
 
     def __init__(self, where: str, path, prefix: str):
-        from ..checkpoints import CheckpointError, _tensor_files
+        from .._checkpoint_error import CheckpointError
+        from .._safetensors_files import _tensor_files
 
         self.where, self.prefix, self.error = where, prefix, CheckpointError
         self.path = os.fspath(path)
@@ -61,7 +62,7 @@ class _SafetensorsLayer:
         the file was opened, but the data can still fail to read (a dtype torch has no type for,
         data that does not fit the header's dtype and shape): CheckpointError naming the file and
         the tensor."""
-        from ..checkpoints import _unreadable
+        from .._safetensors_files import _unreadable
 
         handle, file = self.handles[key]
         try:
