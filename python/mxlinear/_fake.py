@@ -132,7 +132,9 @@ def _check_out_dtype(op: str, dtype: torch.dtype) -> torch.dtype:
 def _quantize_fake(x: torch.Tensor, rule: int):
     k = _check_activation("mxlinear.quantize", x)
     if rule not in (0, 1):
-        _fail(f"mxlinear.quantize: argument 'rule' has index {rule}; expected 0 (rceil) or 1 (floor)")
+        _fail(
+            f"mxlinear.quantize: argument 'rule' has index {rule}; expected 0 (rceil) or 1 (floor)"
+        )
     data = x.new_empty(x.shape, dtype=torch.float8_e4m3fn)
     scales = x.new_empty((*x.shape[:-1], k // _BLOCK), dtype=torch.uint8)
     return data, scales

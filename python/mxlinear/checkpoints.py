@@ -39,7 +39,7 @@ from ._checkpoint_config import (
 from ._checkpoint_error import CheckpointError
 from ._safetensors_files import _INDEX, _read_json, _read_tensors, read_safetensors
 from .convert import _linear_subclass, _swap, _unmovable
-from .nn import BLOCK, MXFP8Linear
+from .nn import _SCALE_DTYPES, BLOCK, MXFP8Linear
 
 # The public names of the checkpoint modules, which users import from here.
 __all__ = [
@@ -53,7 +53,6 @@ __all__ = [
     "save_mxfp8",
 ]
 
-_SCALE_DTYPES = (torch.uint8, torch.float8_e8m0fnu)
 _LIST_LIMIT = 20
 
 

@@ -131,7 +131,9 @@ def _check_quantized(where: str, weight, weight_scale, bias) -> tuple[int, int]:
     _check_tensor(where, "weight", weight)
     _check_tensor(where, "weight_scale", weight_scale)
     if weight.dtype != torch.float8_e4m3fn:
-        raise TypeError(f"{where}: argument 'weight' has dtype {weight.dtype}; expected float8_e4m3fn")
+        raise TypeError(
+            f"{where}: argument 'weight' has dtype {weight.dtype}; expected float8_e4m3fn"
+        )
     if weight.dim() != 2 or weight.shape[0] < 1 or not _is_block_multiple(weight.shape[1]):
         raise ValueError(
             f"{where}: argument 'weight' has shape {list(weight.shape)}; expected [N, K] with "
