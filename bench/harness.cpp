@@ -7,6 +7,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace mxlinear::bench {
 namespace {
@@ -75,59 +76,105 @@ std::string ratio_text(double geomean_value) {
   return geomean_value > 0 ? fmt::format("{:.2f}", geomean_value) : "n/a";
 }
 
-std::vector<double> time_graph(const std::function<void(int)>& call, int calls, int warmup,
-                               const Timing& timing, cudaStream_t stream) {
-  cudaGraph_t graph;
-  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  try {
-    for (int i = 0; i < calls; ++i) call(i);
-  } catch (...) {
-    cudaGraph_t broken;
-    (void)cudaStreamEndCapture(stream, &broken);
-    if (broken) cudaGraphDestroy(broken);
-    throw;
+namespace {
+
+// A graph of `calls` invocations of call(i) (i = 0..calls-1) captured from `stream`, instantiated;
+// destroyed with it.
+class CapturedGraph {
+ public:
+  CapturedGraph(const std::function<void(int)>& call, int calls, cudaStream_t stream) {
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+    try {
+      for (int i = 0; i < calls; ++i) call(i);
+    } catch (...) {
+      cudaGraph_t broken;
+      (void)cudaStreamEndCapture(stream, &broken);
+      if (broken) cudaGraphDestroy(broken);
+      throw;
+    }
+    check(cudaStreamEndCapture(stream, &graph_), "end capture");
+    if (const cudaError_t e = cudaGraphInstantiate(&exec_, graph_, 0); e != cudaSuccess) {
+      cudaGraphDestroy(graph_);
+      check(e, "instantiate");
+    }
   }
-  check(cudaStreamEndCapture(stream, &graph), "end capture");
-  cudaGraphExec_t exec;
-  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  ~CapturedGraph() {
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+  }
+  void launch(cudaStream_t stream, const char* what) const {
+    check(cudaGraphLaunch(exec_, stream), what);
+  }
+
+ private:
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+// Replays `graphs` in turn, `warmup` rounds and then for timing.warm_seconds, and times
+// timing.replays rounds: microseconds per call of each graph's replays, in round order. The timed
+// replays are queued back to back behind the warmup, one event between each two, and waited for
+// once: the host stays ahead of the GPU, so no replay's time includes the host's cost of launching
+// it (a replay queued on an idle stream would count it: a few us a graph).
+std::vector<std::vector<double>> time_rounds(const std::vector<const CapturedGraph*>& graphs,
+                                             int calls, int warmup, const Timing& timing,
+                                             cudaStream_t stream) {
+  const auto round = [&](const char* what) {
+    for (const CapturedGraph* g : graphs) g->launch(stream, what);
+  };
+  for (int i = 0; i < warmup; ++i) round("warmup");
   cudaEvent_t start;
   check(cudaEventCreate(&start), "event");
-  for (int i = 0; i < warmup; ++i) check(cudaGraphLaunch(exec, stream), "warmup");
   if (timing.warm_seconds > 0) {
-    // The host waits for the replay before the newest, so the GPU never idles while it checks
+    // The host waits for the round before the newest, so the GPU never idles while it checks
     // the time.
     const auto until =
         std::chrono::steady_clock::now() + std::chrono::duration<double>(timing.warm_seconds);
-    check(cudaGraphLaunch(exec, stream), "warm");
+    round("warm");
     check(cudaEventRecord(start, stream), "record");
     while (std::chrono::steady_clock::now() < until) {
-      check(cudaGraphLaunch(exec, stream), "warm");
+      round("warm");
       check(cudaEventSynchronize(start), "warm sync");
       check(cudaEventRecord(start, stream), "record");
     }
   }
-  // The timed replays are queued back to back behind the warmup, one event between each two,
-  // and waited for once: the host stays ahead of the GPU, so no replay's time includes the host's
-  // cost of launching it (a replay queued on an idle stream would count it: a few us a graph).
-  std::vector<cudaEvent_t> marks(static_cast<std::size_t>(timing.replays) + 1);
+  const std::size_t replays = static_cast<std::size_t>(timing.replays) * graphs.size();
+  std::vector<cudaEvent_t> marks(replays + 1);
   for (cudaEvent_t& e : marks) check(cudaEventCreate(&e), "event");
   check(cudaEventRecord(marks[0], stream), "record");
-  for (int r = 0; r < timing.replays; ++r) {
-    check(cudaGraphLaunch(exec, stream), "replay");
-    check(cudaEventRecord(marks[static_cast<std::size_t>(r) + 1], stream), "record");
+  for (std::size_t r = 0; r < replays; ++r) {
+    graphs[r % graphs.size()]->launch(stream, "replay");
+    check(cudaEventRecord(marks[r + 1], stream), "record");
   }
   check(cudaEventSynchronize(marks.back()), "sync");
-  std::vector<double> per_call_us;
-  for (std::size_t r = 0; r + 1 < marks.size(); ++r) {
+  std::vector<std::vector<double>> per_call_us(graphs.size());
+  for (std::size_t r = 0; r < replays; ++r) {
     float ms = 0;
     check(cudaEventElapsedTime(&ms, marks[r], marks[r + 1]), "elapsed");
-    per_call_us.push_back(1000.0 * ms / calls);
+    per_call_us[r % graphs.size()].push_back(1000.0 * ms / calls);
   }
   for (cudaEvent_t e : marks) cudaEventDestroy(e);
   cudaEventDestroy(start);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   return per_call_us;
+}
+
+}  // namespace
+
+std::vector<double> time_graph(const std::function<void(int)>& call, int calls, int warmup,
+                               const Timing& timing, cudaStream_t stream) {
+  const CapturedGraph graph(call, calls, stream);
+  return time_rounds({&graph}, calls, warmup, timing, stream)[0];
+}
+
+std::array<std::vector<double>, 2> time_graph_pair(const std::function<void(int)>& first,
+                                                   const std::function<void(int)>& second,
+                                                   int calls, int warmup, const Timing& timing,
+                                                   cudaStream_t stream) {
+  const CapturedGraph a(first, calls, stream), b(second, calls, stream);
+  std::vector<std::vector<double>> t = time_rounds({&a, &b}, calls, warmup, timing, stream);
+  return {std::move(t[0]), std::move(t[1])};
 }
 
 }  // namespace mxlinear::bench

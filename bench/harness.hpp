@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -63,5 +64,14 @@ struct Timing {
 // Returns microseconds per call for each replay. call() must only enqueue work on the stream.
 std::vector<double> time_graph(const std::function<void(int)>& call, int calls, int warmup,
                                const Timing& timing, cudaStream_t stream);
+
+// time_graph for two calls whose times are compared: both graphs captured, then replayed in
+// alternation (first, second, first, ...) through warmup, warming and timing, so both run at the
+// same clocks and power draw. Timed one after the other, the second of two large GEMMs ran on a
+// card the first had brought nearer its power cap. Microseconds per call of each replay of each.
+std::array<std::vector<double>, 2> time_graph_pair(const std::function<void(int)>& first,
+                                                   const std::function<void(int)>& second,
+                                                   int calls, int warmup, const Timing& timing,
+                                                   cudaStream_t stream);
 
 }  // namespace mxlinear::bench

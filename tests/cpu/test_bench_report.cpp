@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -399,10 +400,12 @@ TEST(BenchReport, InvariantFieldsAreCheckedWherePresent) {
   doc["rows"][4]["invariant_rows_equal"] = "yes";
   doc["rows"][5]["invariant_spread"] = "small";
   doc["rows"][6].erase("check_invariant_w8a16_rel_error");
+  doc["rows"][8]["invariant_default_us"] = "fast";
+  doc["rows"][9]["invariant_w8a16_default_spread"] = true;
   doc["geomeans"][0]["invariant_over_default"] = "slower";
   doc["geomeans"][1]["invariant_w8a16_over_default"] = json::array();
   std::vector<std::string> e = schema_errors(doc);
-  ASSERT_EQ(e.size(), 9u) << ::testing::PrintToString(e);
+  ASSERT_EQ(e.size(), 11u) << ::testing::PrintToString(e);
   EXPECT_THAT(e[0], HasSubstr("rows[0]: missing 'kernel_invariant'"));
   EXPECT_THAT(e[1], HasSubstr("rows[1]: missing 'invariant_us'"));
   EXPECT_THAT(e[2], HasSubstr("rows[2]: 'check_invariant_w8a16' has the wrong type"));
@@ -410,8 +413,10 @@ TEST(BenchReport, InvariantFieldsAreCheckedWherePresent) {
   EXPECT_THAT(e[4], HasSubstr("rows[4]: 'invariant_rows_equal' has the wrong type"));
   EXPECT_THAT(e[5], HasSubstr("rows[5]: 'invariant_spread' has the wrong type"));
   EXPECT_THAT(e[6], HasSubstr("rows[6]: missing 'check_invariant_w8a16_rel_error'"));
-  EXPECT_THAT(e[7], HasSubstr("geomeans[0]: 'invariant_over_default' has the wrong type"));
-  EXPECT_THAT(e[8], HasSubstr("geomeans[1]: 'invariant_w8a16_over_default' has the wrong type"));
+  EXPECT_THAT(e[7], HasSubstr("rows[8]: 'invariant_default_us' has the wrong type"));
+  EXPECT_THAT(e[8], HasSubstr("rows[9]: 'invariant_w8a16_default_spread' has the wrong type"));
+  EXPECT_THAT(e[9], HasSubstr("geomeans[0]: 'invariant_over_default' has the wrong type"));
+  EXPECT_THAT(e[10], HasSubstr("geomeans[1]: 'invariant_w8a16_over_default' has the wrong type"));
 
   // A refused call: a WRONG check with its error needs no time nor rel error; the error is text.
   doc = seed_report(/*w8a16=*/true, /*invariant=*/true);
@@ -502,6 +507,42 @@ TEST(BenchReport, MarkdownShowsTheInvariantFiguresOnlyWhenPresent) {
   ASSERT_FALSE(geomean_without.empty()) << md;
   EXPECT_EQ(geomean_without.at("batch-invariant / default"), "-");
   EXPECT_EQ(geomean_without.at("W8A16 batch-invariant / default"), "1.75");
+}
+
+// The mode's ratio divides by the default mode's same call timed in alternation with it
+// (<prefix>_default_us) where the report has that; reports from before it divide by linear_us
+// and w8a16_us, timed apart. Each activation mode on its own.
+TEST(BenchReport, InvariantRatioTakesTheDefaultTimedInAlternationWherePresent) {
+  json row = {{"linear_us", 10.0},
+              {"invariant_us", 15.0},
+              {"invariant_default_us", 12.0},
+              {"w8a16_us", 20.0},
+              {"invariant_w8a16_us", 25.0}};
+  EXPECT_EQ(invariant_default_key(row, "invariant", "linear_us"), "invariant_default_us");
+  EXPECT_DOUBLE_EQ(invariant_over_default(row, "invariant", "linear_us"), 1.25);
+  EXPECT_EQ(invariant_default_key(row, "invariant_w8a16", "w8a16_us"), "w8a16_us");
+  EXPECT_DOUBLE_EQ(invariant_over_default(row, "invariant_w8a16", "w8a16_us"), 1.25);
+  row.erase("invariant_us");
+  EXPECT_TRUE(std::isnan(invariant_over_default(row, "invariant", "linear_us")));
+
+  json doc = seed_report(/*w8a16=*/true, /*invariant=*/true);
+  json& first = doc["rows"][0];  // self_attn.qkv_proj at M = 1
+  first["linear_us"] = 10.0;
+  first["invariant_us"] = 15.0;
+  first["invariant_default_us"] = 12.0;
+  first["invariant_default_spread"] = 0.02;
+  first["w8a16_us"] = 20.0;
+  first["invariant_w8a16_us"] = 25.0;
+  first["invariant_w8a16_default_us"] = 25.0;
+  ASSERT_EQ(schema_errors(doc), std::vector<std::string>{});
+  const std::string md = markdown_report(doc);
+  const std::size_t table = md.find("| layer | N x K | M | invariant kernel/config |");
+  ASSERT_NE(table, std::string::npos) << md;
+  const auto with = table_row(md.substr(table - 1), "| self_attn.qkv_proj | 2560x6144 | 1 |");
+  ASSERT_FALSE(with.empty()) << md;
+  EXPECT_EQ(with.at("x default"), "1.25");
+  EXPECT_EQ(with.at("W8A16 x default"), "1.00");
+  EXPECT_THAT(md, HasSubstr("replayed in alternation"));
 }
 
 // Whether `line` holds a number with more than four digits after its decimal point.

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "anchor_table.hpp"
@@ -128,7 +130,13 @@ json bench_figure(const std::string& name, const LayerWeights& w, std::int64_t m
   const MedianOf median = [&](const std::function<void(int)>& f) {
     return bench::summarize(bench::time_graph(f, calls, 2, timing, stream));
   };
-  const FigureInputs inputs{w, b, ref, ref_w8a16, kCheckTolerance, median, stream};
+  const MedianPairOf median_pair = [&](const std::function<void(int)>& first,
+                                       const std::function<void(int)>& second) {
+    auto [first_us, second_us] = bench::time_graph_pair(first, second, calls, 2, timing, stream);
+    return std::array<bench::Summary, 2>{bench::summarize(std::move(first_us)),
+                                         bench::summarize(std::move(second_us))};
+  };
+  const FigureInputs inputs{w, b, ref, ref_w8a16, kCheckTolerance, median, median_pair, stream};
   const bench::Traffic t = bench::count_traffic(m, n, k, 2, false);
   row["floor_us"] = bench::floor_us(t, ceil.read_bytes_per_s, ceil.bf16_flops);
   {
@@ -388,10 +396,8 @@ int run_bench(const BenchOptions& o) {
         tri.push_back(bench::value_or_nan(r, "tri_mx_us") / g);
         bf16_w8a16.push_back(bench::value_or_nan(r, "cublas_bf16_us") /
                              bench::value_or_nan(r, "w8a16_us"));
-        invariant.push_back(bench::value_or_nan(r, "invariant_us") /
-                            bench::value_or_nan(r, "linear_us"));
-        invariant_w8a16.push_back(bench::value_or_nan(r, "invariant_w8a16_us") /
-                                  bench::value_or_nan(r, "w8a16_us"));
+        invariant.push_back(bench::invariant_over_default(r, "invariant", "linear_us"));
+        invariant_w8a16.push_back(bench::invariant_over_default(r, "invariant_w8a16", "w8a16_us"));
       }
       json g = {{"m", m}, {"rows", bf16.size()}, {"rows_left_out", json::object()}};
       // A ratio's geomean, and how many of the M's rows it lacks (a failed check, an anchor
@@ -538,7 +544,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                 "output row's bits independent of M and of the row's place in the batch; one "
                 "kernel per layer, K summed in parts that K fixes), W8A8 and W8A16, each checked "
                 "against fp64 first "
-                "(invariant_us, invariant_w8a16_us, against linear_us and w8a16_us), and check "
+                "(invariant_us, invariant_w8a16_us, against the default mode's same call, timed "
+                "in alternation with it: invariant_default_us, invariant_w8a16_default_us), and "
+                "check "
                 "that the first and last min(M, 8) rows come out with the same bits when run "
                 "alone (invariant_rows_equal)");
   cmd->add_flag("--ceilings", o->ceilings_only, "only measure read bandwidth and bf16/FP8 peaks");

@@ -57,8 +57,10 @@ bool rows_alone_equal(const FigureInputs& in, const LinearOptions& options) {
   return equal;
 }
 
-// One mode's figure; keys are "<prefix>_us", "check_<prefix>" and so on. Returns whether its
-// rows run alone gave the same bits, or nullopt where its call was refused.
+// One mode's figure; keys are "<prefix>_us", "check_<prefix>" and so on, and "<prefix>_default_us":
+// the same call in the default mode, its graph replayed in alternation with the mode's, which is
+// what the mode's ratio divides by (linear_us and w8a16_us were timed apart, earlier). Returns
+// whether its rows run alone gave the same bits, or nullopt where its call was refused.
 std::optional<bool> add_mode(json& row, const FigureInputs& in, ActivationMode mode,
                              const ReferenceRows& reference, const std::string& prefix) {
   const FigureBuffers& b = in.buffers;
@@ -81,26 +83,36 @@ std::optional<bool> add_mode(json& row, const FigureInputs& in, ActivationMode m
   }
   row["check_" + prefix] = ok ? "ok" : "WRONG";
   if (ok) {
-    // The full linear with the workspace, from the same rotation and graph as linear_us.
+    // The full linear with the workspace, from the same rotation and graph as linear_us, in
+    // alternation with the default mode's.
     const Workspace workspace = b.work();
-    const bench::Summary full = in.median([&](int i) {
-      linear(b.xv, in.weights.view(i), std::nullopt, b.ov, in.stream, workspace, options);
-    });
+    const LinearOptions default_options{mode, false};
+    const auto [by_default, full] = in.median_pair(
+        [&](int i) {
+          linear(b.xv, in.weights.view(i), std::nullopt, b.ov, in.stream, workspace,
+                 default_options);
+        },
+        [&](int i) {
+          linear(b.xv, in.weights.view(i), std::nullopt, b.ov, in.stream, workspace, options);
+        });
     row[prefix + "_us"] = full.median;
     row[prefix + "_spread"] = full.spread();
+    row[prefix + "_default_us"] = by_default.median;
+    row[prefix + "_default_spread"] = by_default.spread();
   }
   return rows_equal;
 }
 
-// "12.30 us (x1.05 of linear_us) ok", "- WRONG", with the refusal where there was one.
-std::string mode_text(const json& row, const std::string& prefix, const char* default_key) {
+// "12.30 us (x1.05 of invariant_default_us) ok", "- WRONG", with the refusal where there was one.
+std::string mode_text(const json& row, const std::string& prefix, const char* timed_apart) {
   const std::string check = "check_" + prefix;
   if (!row.contains(check)) return "-";
   const double us = bench::value_or_nan(row, (prefix + "_us").c_str());
   std::string s = std::isnan(us)
                       ? std::string("-")
                       : fmt::format("{:.2f} us (x{:.2f} of {})", us,
-                                    us / bench::value_or_nan(row, default_key), default_key);
+                                    bench::invariant_over_default(row, prefix, timed_apart),
+                                    bench::invariant_default_key(row, prefix, timed_apart));
   s += fmt::format(" {}", row[check].get<std::string>());
   if (const std::string error = prefix + "_error"; row.contains(error)) {
     s += fmt::format(" ({})", row[error].get<std::string>());

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -81,6 +82,9 @@ std::optional<std::string> refusal_of(const std::function<void()>& attempt);
 
 // A figure's timing: the summary of the graph replays of call(i), i the weight copy.
 using MedianOf = std::function<bench::Summary(const std::function<void(int)>&)>;
+// Two calls timed for their ratio: their graphs replayed in alternation (bench::time_graph_pair).
+using MedianPairOf = std::function<std::array<bench::Summary, 2>(const std::function<void(int)>&,
+                                                                 const std::function<void(int)>&)>;
 
 // What a figure's extra measurements (the batch-invariant mode, the config sweep) take from it:
 // its layer, buffers and reference rows (W8A8 and W8A16), the check's tolerance and its timing.
@@ -91,6 +95,7 @@ struct FigureInputs {
   const ReferenceRows& reference_w8a16;  // W8A16's
   double tolerance;
   const MedianOf& median;
+  const MedianPairOf& median_pair;
   cudaStream_t stream;
 };
 
