@@ -95,6 +95,28 @@ std::string invariant_table(const json& doc) {
                                    invariant_default_key(r, "invariant_w8a16", "w8a16_us").c_str()),
                      text_or_dash(r, "check_invariant_w8a16"), rows_alone);
   }
+  // The mode's cost per regime: the geomean of the figures' ratios over decode batches
+  // (M <= 128) and prefill (M >= 512), each figure counted once whatever the report's M list.
+  s += "\nThe mode's time over the default mode's per regime, geomean over the figures above "
+       "(figures without the ratio left out):\n\n"
+       "| regime | W8A8 x default | W8A16 x default |\n|---|---|---|\n";
+  const auto regime = [&](bool decode, const char* prefix, const char* timed_apart) {
+    std::vector<double> ratios;
+    for (const json& r : doc["rows"]) {
+      const std::int64_t m = r["m"].get<std::int64_t>();
+      if (decode ? m <= 128 : m >= 512) {
+        ratios.push_back(invariant_over_default(r, prefix, timed_apart));
+      }
+    }
+    const Geomean g = geomean_of(ratios);
+    return g.count == 0 ? std::string("-")
+                        : fmt::format("{} ({} figures)", ratio_text(g.value), g.count);
+  };
+  for (const bool decode : {true, false}) {
+    s += fmt::format("| {} | {} | {} |\n", decode ? "M <= 128" : "M >= 512",
+                     regime(decode, "invariant", "linear_us"),
+                     regime(decode, "invariant_w8a16", "w8a16_us"));
+  }
   return s;
 }
 

@@ -509,6 +509,27 @@ TEST(BenchReport, MarkdownShowsTheInvariantFiguresOnlyWhenPresent) {
   EXPECT_EQ(geomean_without.at("W8A16 batch-invariant / default"), "1.75");
 }
 
+// Under the mode's table, its cost per regime: the geomean of the figures' ratios at M <= 128 and
+// at M >= 512, each mode on its own, a figure without the ratio left out and counted so.
+TEST(BenchReport, MarkdownGivesTheInvariantCostPerRegime) {
+  json doc = seed_report(/*w8a16=*/true, /*invariant=*/true);
+  for (json& r : doc["rows"]) {
+    const bool decode = r["m"].get<std::int64_t>() <= 128;
+    r["invariant_default_us"] = 10.0;
+    r["invariant_us"] = decode ? 12.0 : 15.0;
+    r["w8a16_us"] = 10.0;  // no invariant_w8a16_default_us: the ratio falls back to w8a16_us
+    r["invariant_w8a16_us"] = decode ? 11.0 : 13.0;
+  }
+  doc["rows"][3]["check_invariant"] = "WRONG";  // M = 1
+  doc["rows"][3].erase("invariant_us");
+  ASSERT_EQ(schema_errors(doc), std::vector<std::string>{});
+  const std::string md = markdown_report(doc);
+  EXPECT_THAT(md, HasSubstr("| regime | W8A8 x default | W8A16 x default |\n|---|---|---|\n"
+                            "| M <= 128 | 1.20 (23 figures) | 1.10 (24 figures) |\n"
+                            "| M >= 512 | 1.50 (24 figures) | 1.30 (24 figures) |\n"))
+      << md;
+}
+
 // The mode's ratio divides by the default mode's same call timed in alternation with it
 // (<prefix>_default_us) where the report has that; reports from before it divide by linear_us
 // and w8a16_us, timed apart. Each activation mode on its own.
