@@ -69,6 +69,9 @@ def _wrong_dtype(where: str, key: str, dtype: torch.dtype, expected) -> Checkpoi
 
 
 def _config_in(directory: str):
+    """(config mapping, its file) of a checkpoint directory: config.json where it holds a
+    ``quantization_config`` (the layout both formats share), else hf_quant_config.json (ModelOpt's
+    own file); neither is a CheckpointError naming the directory."""
     config_json = os.path.join(directory, "config.json")
     if os.path.isfile(config_json):
         config = _read_json(config_json, "load_mxfp8")

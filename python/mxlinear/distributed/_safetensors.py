@@ -15,6 +15,7 @@ from ..nn import (
 )
 from ._shards import _own
 
+
 class _SafetensorsLayer:
     """Lazy per-tensor access to ``<prefix>.weight``, ``.weight_scale`` and ``.bias`` in one
     safetensors file, or in the files of a checkpoint directory that ``load_mxfp8`` would read
