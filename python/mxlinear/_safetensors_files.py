@@ -75,6 +75,15 @@ def _unreadable(where: str, file: str, key: str, error: Exception) -> Checkpoint
     )
 
 
+def _wrong_dtype(where: str, key: str, dtype: torch.dtype, expected) -> CheckpointError:
+    """The error for tensor ``key`` stored as ``dtype`` where one of the dtypes ``expected`` is
+    needed, as load_mxfp8 and the tensor-parallel layers' from_safetensors both raise it."""
+    wanted = " or ".join(str(d).removeprefix("torch.") for d in expected)
+    return CheckpointError(
+        f"{where}: tensor '{key}' has dtype {str(dtype).removeprefix('torch.')}; expected {wanted}"
+    )
+
+
 _INDEX_EXPECTED = "a JSON object whose 'weight_map' maps each tensor name to its shard's file name"
 
 

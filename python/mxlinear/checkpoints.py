@@ -37,7 +37,13 @@ from ._checkpoint_config import (
     detect_format,
 )
 from ._checkpoint_error import CheckpointError
-from ._safetensors_files import _INDEX, _read_json, _read_tensors, read_safetensors
+from ._safetensors_files import (
+    _INDEX,
+    _read_json,
+    _read_tensors,
+    _wrong_dtype,
+    read_safetensors,
+)
 from .convert import _linear_subclass, _swap, _unmovable
 from .nn import _SCALE_DTYPES, BLOCK, MXFP8Linear
 
@@ -57,15 +63,6 @@ _LIST_LIMIT = 20
 
 
 # ---------------------------------------------------------------------------- loading
-
-
-def _wrong_dtype(where: str, key: str, dtype: torch.dtype, expected) -> CheckpointError:
-    """The error for tensor ``key`` stored as ``dtype`` where one of the dtypes ``expected`` is
-    needed, as load_mxfp8 and the tensor-parallel layers' from_safetensors both raise it."""
-    wanted = " or ".join(str(d).removeprefix("torch.") for d in expected)
-    return CheckpointError(
-        f"{where}: tensor '{key}' has dtype {str(dtype).removeprefix('torch.')}; expected {wanted}"
-    )
 
 
 def _config_in(directory: str):

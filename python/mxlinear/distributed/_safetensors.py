@@ -7,6 +7,8 @@ import os
 
 import torch
 
+from .._checkpoint_error import CheckpointError
+from .._safetensors_files import _tensor_files, _unreadable, _wrong_dtype
 from ..nn import (
     BLOCK,
     _FLOAT_DTYPES,
@@ -22,10 +24,7 @@ class _SafetensorsLayer:
     them from."""
 
     def __init__(self, where: str, path, prefix: str):
-        from .._checkpoint_error import CheckpointError
-        from .._safetensors_files import _tensor_files
-
-        self.where, self.prefix, self.error = where, prefix, CheckpointError
+        self.where, self.prefix = where, prefix
         self.path = os.fspath(path)
         # Resolved as load_mxfp8 resolves it: by the directory's index when it has one, and a
         # tensor stored twice without one is an error, never the copy in whichever file comes last.
@@ -37,7 +36,7 @@ class _SafetensorsLayer:
     def shape(self, suffix: str) -> tuple[int, ...]:
         key = f"{self.prefix}.{suffix}"
         if key not in self.handles:
-            raise self.error(f"{self.where}: missing tensor '{key}' in '{self.path}'")
+            raise CheckpointError(f"{self.where}: missing tensor '{key}' in '{self.path}'")
         return tuple(self._reading(key, lambda reader: reader.get_slice(key).get_shape()))
 
     def dtype(self, suffix: str) -> torch.dtype:
@@ -63,8 +62,6 @@ class _SafetensorsLayer:
         the file was opened, but the data can still fail to read (a dtype torch has no type for,
         data that does not fit the header's dtype and shape): CheckpointError naming the file and
         the tensor."""
-        from .._safetensors_files import _unreadable
-
         handle, file = self.handles[key]
         try:
             return read(handle)
@@ -78,33 +75,31 @@ def _read_checked(where: str, layer: _SafetensorsLayer, bias: bool):
     wshape, sshape = layer.shape("weight"), layer.shape("weight_scale")
     key = f"{layer.prefix}"
     if len(wshape) != 2 or wshape[0] < 1 or not _is_block_multiple(wshape[1]):
-        raise layer.error(
+        raise CheckpointError(
             f"{where}: tensor '{key}.weight' has shape {list(wshape)}; expected [N, K] with K a "
             f"positive multiple of {BLOCK}"
         )
     n, k = wshape
     if tuple(sshape) != (n, k // BLOCK):
-        raise layer.error(
+        raise CheckpointError(
             f"{where}: tensor '{key}.weight_scale' has shape {list(sshape)}; expected "
             f"[{n}, {k // BLOCK}] (N, K/32)"
         )
     has_bias = bias and layer.has("bias")
     if has_bias and layer.shape("bias") != (n,):
-        raise layer.error(
+        raise CheckpointError(
             f"{where}: tensor '{key}.bias' has shape {list(layer.shape('bias'))}; expected [{n}]"
         )
     _check_dtype(where, layer, "weight", (torch.float8_e4m3fn,))
     _check_dtype(where, layer, "weight_scale", _SCALE_DTYPES)
     if has_bias:
         dtype = layer.dtype("bias")
-        if not dtype.is_floating_point or dtype.itemsize == 1:
-            _check_dtype(where, layer, "bias", _FLOAT_DTYPES)
+        if not dtype.is_floating_point or dtype.itemsize == 1:  # a float of 16 bits or more
+            raise _wrong_dtype(where, f"{key}.bias", dtype, _FLOAT_DTYPES)
     return n, k, has_bias
 
 
 def _check_dtype(where: str, layer: _SafetensorsLayer, suffix: str, dtypes) -> None:
     dtype = layer.dtype(suffix)
     if dtype not in dtypes:
-        from ..checkpoints import _wrong_dtype
-
         raise _wrong_dtype(where, f"{layer.prefix}.{suffix}", dtype, dtypes)
