@@ -442,6 +442,16 @@ TEST(BenchReport, InvariantFieldsAreCheckedWherePresent) {
   EXPECT_THAT(e[1], HasSubstr("rows[7]: missing 'check_invariant'"));
 }
 
+// Sets a row's four full-linear times: the default mode's and the batch-invariant mode's, W8A8
+// (linear_us, invariant_us) and W8A16 (w8a16_us, invariant_w8a16_us).
+void set_linear_times(json& row, double linear, double invariant, double w8a16,
+                      double invariant_w8a16) {
+  row["linear_us"] = linear;
+  row["invariant_us"] = invariant;
+  row["w8a16_us"] = w8a16;
+  row["invariant_w8a16_us"] = invariant_w8a16;
+}
+
 // A report with the batch-invariant figures shows them in a table of their own (kernel, time,
 // ratio to the default mode, check, per activation mode, and the rows-alone check) and in the
 // geomean table's extra columns; a report without prints neither.
@@ -455,10 +465,7 @@ TEST(BenchReport, MarkdownShowsTheInvariantFiguresOnlyWhenPresent) {
 
   json doc = seed_report(/*w8a16=*/true, /*invariant=*/true);
   json& row = doc["rows"][0];  // self_attn.qkv_proj at M = 1
-  row["linear_us"] = 10.0;
-  row["invariant_us"] = 15.0;
-  row["w8a16_us"] = 20.0;
-  row["invariant_w8a16_us"] = 25.0;
+  set_linear_times(row, 10.0, 15.0, 20.0, 25.0);
   row["kernel_invariant"] = "generic/t64_k1";
   row["kernel_invariant_w8a16"] = "generic_a16/t64_k1";
   doc["rows"][1]["invariant_rows_equal"] = false;
@@ -548,12 +555,9 @@ TEST(BenchReport, InvariantRatioTakesTheDefaultTimedInAlternationWherePresent) {
 
   json doc = seed_report(/*w8a16=*/true, /*invariant=*/true);
   json& first = doc["rows"][0];  // self_attn.qkv_proj at M = 1
-  first["linear_us"] = 10.0;
-  first["invariant_us"] = 15.0;
+  set_linear_times(first, 10.0, 15.0, 20.0, 25.0);
   first["invariant_default_us"] = 12.0;
   first["invariant_default_spread"] = 0.02;
-  first["w8a16_us"] = 20.0;
-  first["invariant_w8a16_us"] = 25.0;
   first["invariant_w8a16_default_us"] = 25.0;
   ASSERT_EQ(schema_errors(doc), std::vector<std::string>{});
   const std::string md = markdown_report(doc);

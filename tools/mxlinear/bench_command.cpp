@@ -543,12 +543,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                 "also time each figure's full linear from bf16 in the batch-invariant mode (each "
                 "output row's bits independent of M and of the row's place in the batch; one "
                 "kernel per layer, K summed in parts that K fixes), W8A8 and W8A16, each checked "
-                "against fp64 first "
-                "(invariant_us, invariant_w8a16_us, against the default mode's same call, timed "
-                "in alternation with it: invariant_default_us, invariant_w8a16_default_us), and "
-                "check "
-                "that the first and last min(M, 8) rows come out with the same bits when run "
-                "alone (invariant_rows_equal)");
+                "against fp64 first (invariant_us, invariant_w8a16_us, against the default "
+                "mode's same call, timed in alternation with it: invariant_default_us, "
+                "invariant_w8a16_default_us), and check that the first and last min(M, 8) rows "
+                "come out with the same bits when run alone (invariant_rows_equal)");
   cmd->add_flag("--ceilings", o->ceilings_only, "only measure read bandwidth and bf16/FP8 peaks");
   cmd->add_option("--anchors", o->anchors,
                   "CSV of anchor figures measured on an H200 (cuBLAS bf16, cuBLASLt FP8 and "
