@@ -111,7 +111,7 @@ TEST(BatchInvariantSelection, WhichConfigsKeepTheKOrder) {
         EXPECT_FALSE(k.worth_sweeping(1, c)) << c;
       }
     }
-    EXPECT_EQ(kparts, name == "decode" ? 0 : 6) << name;  // 2 tiles x 3 next-launch points
+    EXPECT_EQ(kparts, name == "decode" ? 0 : 9) << name;  // 3 tiles x 3 next-launch points
     EXPECT_EQ(k.k_order_family(), name == "gemv"       ? "prefill"
                                   : name == "gemv_a16" ? "prefill_a16"
                                                        : "decode");
@@ -167,8 +167,8 @@ TEST(BatchInvariantSelection, ThePrefillTilesArePricedAtTheirMeasuredShares) {
 }
 
 // The GEMV's k-parts configs as the model sees them: 8 weight rows per warp, one warp per part
-// working (at most the tile's warps); and in W8A8 they take the quantize kernel's output where
-// the GEMV's other configs quantize x in each CTA.
+// working (at most the row tile's warps: one of each of four row tiles in w32); and in W8A8 they
+// take the quantize kernel's output where the GEMV's other configs quantize x in each CTA.
 TEST(BatchInvariantSelection, TheModelSeesTheGemvChains) {
   const Registry r(builtin_kernels(), TunedTable{}, Environment::from({}));
   const Kernel& gemv = kernel_named(r, "gemv");
@@ -178,13 +178,20 @@ TEST(BatchInvariantSelection, TheModelSeesTheGemvChains) {
     const int parts = device::batch_invariant_parts(static_cast<int>(k));
     const auto eight = gemv.work_shape(shape, "w8_t8_kwarps4_st6_kparts");
     const auto sixteen_tokens = gemv.work_shape(shape, "w8_t16_kwarps4_st6_kparts");
-    ASSERT_TRUE(eight.has_value() && sixteen_tokens.has_value()) << k;
+    // Four one-warp 8-row tiles: every warp chains all the parts of its rows.
+    const auto four_chains = gemv.work_shape(shape, "w32_t8_st6_kparts");
+    ASSERT_TRUE(eight.has_value() && sixteen_tokens.has_value() && four_chains.has_value()) << k;
     EXPECT_EQ(eight->rows, 8) << k;
     EXPECT_EQ(eight->tokens, 8) << k;
     EXPECT_EQ(eight->consumer_warps, std::min(4, parts)) << k;
     EXPECT_EQ(sixteen_tokens->rows, 8) << k;
     EXPECT_EQ(sixteen_tokens->tokens, 16) << k;
+    EXPECT_EQ(four_chains->rows, 32) << k;
+    EXPECT_EQ(four_chains->tokens, 8) << k;
+    EXPECT_EQ(four_chains->consumer_warps, 4) << k;
+    EXPECT_TRUE(four_chains->unscaled_chain) << k;
     EXPECT_EQ(eight->engine, detail::WorkShape::Engine::kMmaChained);
+    EXPECT_EQ(four_chains->engine, detail::WorkShape::Engine::kMmaChained);
     // The scaled domain: tiles of one token tile, priced at its own rate, in both modes.
     EXPECT_TRUE(eight->unscaled_chain) << k;
     EXPECT_FALSE(sixteen_tokens->unscaled_chain) << k;

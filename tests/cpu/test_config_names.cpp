@@ -132,6 +132,9 @@ TEST(ConfigNames, OneVocabularyAcrossTheKernels) {
       "w16_t8_kwarps8_st4_split2_waited");
   EXPECT_EQ((GemvConfig{.kwarps = 8, .next_launch = device::NextLaunch::kAtEntry}.name()),
             "w16_t8_kwarps8_early");
+  // One K warp per row tile: no kwarps token, as in the generic kernel.
+  EXPECT_EQ((GemvConfig{.rows = 32, .kwarps = 1, .stages = 6, .k_parts = true}.name()),
+            "w32_t8_st6_kparts");
   EXPECT_EQ((DecodeConfig{.tokens = 8, .stages = 8, .alternating = true, .splits = 4}.name()),
             "w64_t8_st8_alt_split4");
   EXPECT_EQ((DecodeConfig{.tokens = 128}.name()), "w64_t128_st4");

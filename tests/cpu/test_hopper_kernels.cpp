@@ -383,7 +383,8 @@ TEST(GemvKernel, ClaimsTheSmallestMAndSaysWhatItNeeds) {
                                               "w48_t8_kwarps4_st3",
                                               "w48_t8_kwarps4_st4",
                                               "w8_t8_kwarps4_st6_kparts",
-                                              "w8_t16_kwarps4_st6_kparts"};
+                                              "w8_t16_kwarps4_st6_kparts",
+                                              "w32_t8_st6_kparts"};
   std::vector<std::string> expected;
   for (const char* suffix : {"", "_waited", "_early"}) {
     for (const std::string& i : instances) expected.push_back(i + suffix);
@@ -473,8 +474,8 @@ TEST(GemvKernel, UnknownConfigOrTooLargeKIsRejected) {
                         "w16_t8_kwarps4_st3_split4, w16_t8_kwarps4_st4_split4, w48_t8_kwarps4_st3, "
                         "w48_t8_kwarps4_st4, "
                         "w8_t8_kwarps4_st6_kparts, "
-                        "w8_t16_kwarps4_st6_kparts, w16_t8_kwarps4_waited, "));
-  EXPECT_THAT(unknown.what(), HasSubstr("w8_t16_kwarps4_st6_kparts_early"));
+                        "w8_t16_kwarps4_st6_kparts, w32_t8_st6_kparts, w16_t8_kwarps4_waited, "));
+  EXPECT_THAT(unknown.what(), HasSubstr("w32_t8_st6_kparts_early"));
   const FakeCall wide(16, 64, 16384);  // sixteen tokens' e4m3 rows: 263 KB
   const Error smem = error_of("w16_t16_kwarps8", wide, gemv_kernel());
   EXPECT_EQ(smem.code(), ErrorCode::kUnsupported);

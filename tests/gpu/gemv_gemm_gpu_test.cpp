@@ -236,7 +236,8 @@ class GemvKPartsConfig : public GemvGemmConfig {};
 
 // K of one part (32 to 2080: fewer chunks than warps, a short last chunk), two (4096, 4160),
 // three (6144), four (8192: one part a warp), five and six (10240, and 12320 with a short last
-// chunk: warps with one or two parts) and eight (14336: every warp two parts).
+// chunk: warps with one or two parts) and eight (14336: every warp two parts). A tile of one warp
+// per row tile chains all of them in turn; N of 1 to 130 leaves its 32-row CTAs row tiles past N.
 const GemmShape kPartsShapes[] = {{1, 1, 32},     {3, 33, 544},  {7, 70, 1024}, {16, 17, 2080},
                                   {1, 130, 4096}, {5, 40, 4160}, {2, 5, 6144},  {3, 17, 8192},
                                   {1, 9, 10240},  {2, 8, 12320}, {1, 24, 14336}};

@@ -1,6 +1,7 @@
 // The gemv kernel's config: a compiled instance (tile) and the point at which the next kernel
 // may start launching. Its name spells each field (config_name.hpp has the vocabulary):
-// "w16_t8_kwarps8_st4_split2_waited", "w8_t8_kwarps4_st6_kparts".
+// "w16_t8_kwarps8_st4_split2_waited", "w8_t8_kwarps4_st6_kparts", "w32_t8_st6_kparts" (one K
+// warp per row tile: no kwarps token).
 #pragma once
 
 #include <optional>

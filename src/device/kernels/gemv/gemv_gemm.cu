@@ -9,7 +9,7 @@ namespace mxlinear::device {
 namespace {
 
 // The instances compiled, each alias spelling its config name (16 weight rows unless it says
-// W48 or W8): 8 tokens with 4 or 8 K ranges per CTA and 16 tokens with 8, weights through
+// W48, W32 or W8): 8 tokens with 4 or 8 K ranges per CTA and 16 tokens with 8, weights through
 // registers; 8 tokens through a per-warp shared-memory ring of 8 (4 warps) or 4 (8 warps) slots,
 // about 70 KiB per CTA with one token.
 using T8Kw4 = GemvTile<GemvShape{.kwarps = 4}>;
@@ -62,6 +62,13 @@ using W48T8Kw4St4 = GemvTile<GemvShape{.kwarps = 4, .stages = 4, .row_tiles = 3}
 using W8T8Kw4St6Parts = GemvTile<GemvShape{.kwarps = 4, .stages = 6, .k_parts = true, .rows = 8}>;
 using W8T16Kw4St6Parts =
     GemvTile<GemvShape{.token_tiles = 2, .kwarps = 4, .stages = 6, .k_parts = true, .rows = 8}>;
+// For layers whose K is one part (P(K) = 1, K <= 3968: 6144 x 2048, say): there the 4-warp
+// 8-row tile has one working warp per CTA and three idle ones. A CTA of four 8-row chains, one
+// warp each (32 rows), stages the token once for 32 rows and puts four chains on each of the
+// CTA's SM slots. On layers of 2-3 parts each warp chains its parts in turn, where the 4-warp
+// tile runs them side by side: it is for one-part layers.
+using W32T8St6Parts =
+    GemvTile<GemvShape{.kwarps = 1, .stages = 6, .row_tiles = 4, .k_parts = true, .rows = 8}>;
 
 // The W8A16 instance of a W8A8 tile: the same shape on a bf16 or fp16 activation used as it is.
 template <class Tile, ActivationOperand kOperand>
@@ -136,7 +143,7 @@ struct Instances {
 };
 using Compiled = Instances<T8Kw4, T8Kw8, T16Kw8, T8Kw4St8, T8Kw8St4, T8Kw8St6, T8Kw4St3, T8Kw4St4,
                            T8Kw8Split2, T8Kw8St4Split2, T8Kw4St3Split4, T8Kw4St4Split4, W48T8Kw4St3,
-                           W48T8Kw4St4, W8T8Kw4St6Parts, W8T16Kw4St6Parts>;
+                           W48T8Kw4St4, W8T8Kw4St6Parts, W8T16Kw4St6Parts, W32T8St6Parts>;
 
 }  // namespace
 

@@ -42,7 +42,8 @@
 //   for the same products, slots and accumulator (checked on the H200 over random operands with
 //   exponents spread over 2^-20 .. 2^20, whichever operand holds the weights). A part is a
 //   serial chain, so k-parts tiles (GemvShape::rows = 8) put 8 weight rows in the mma's B
-//   operand and the tokens in A: N / 8 x P chains, up to 16 tokens an mma.
+//   operand and the tokens in A: N / 8 x P chains, up to 16 tokens an mma. With one warp per
+//   8-row tile (kWarps = 1, four row tiles a CTA) that warp chains every part in turn.
 //   They chain in the scaled domain (gemv_activation.cuh) where the CTA's weight and
 //   activation scales lie in its window: f16 mma on the unscaled e4m3 operands (in W8A16, each
 //   block of x divided by a power of two into f16), the accumulator moved by a power of two
@@ -101,7 +102,7 @@ struct GemvTile {
   static constexpr int kRoundBlocks = 8;
   using Ring = gemv_detail::WeightRing<kStages == 0 ? 2 : kStages, kRows>;
   // Warps with a ring: every warp, or in k-parts tiles only those with a part (P(K) < kWarps
-  // leaves warps idle).
+  // leaves warps idle; with one warp per row tile, every warp has one).
   static constexpr int ring_warps(int k) {
     const int parts = batch_invariant_parts(k);
     return kKParts ? kRowTiles * (parts < kWarps ? parts : kWarps) : kCtaWarps;
@@ -130,11 +131,11 @@ struct GemvTile {
   // them, if they keep to 72 registers (at 74 they fit 6).
   // Several row tiles: two CTAs per SM, so the next layer's CTA is resident beside this one.
   // The 8-row k-parts tiles' rings fit six CTAs an SM at K = 6144 (6 slots), which registers
-  // must not prevent (at most 80).
-  static constexpr int kMinCtasPerSm = kRowTiles > 1                                ? 2
-                                       : kStages > 0 && kStages <= 4 && kWarps == 4 ? 7
-                                       : kRows == 8 && kWarps == 4 && kKParts
-                                           ? 6
+  // must not prevent (at most 80): four warps of one row tile, or four one-warp row tiles.
+  static constexpr int kMinCtasPerSm = kKParts && kCtaWarps == 4 ? 6
+                                       : kRowTiles > 1           ? 2
+                                       : kStages > 0 && kStages <= 4 && kWarps == 4
+                                           ? 7
                                            : 16 / kWarps / kTokenTiles;
 
   // Partial tiles per row tile: one per warp, or (k parts) one per part.
@@ -167,11 +168,13 @@ struct GemvTile {
   }
 
   static_assert(kTokenTiles >= 1 && kTokenTiles <= 2, "a first and a last token tile");
-  static_assert(kWarps == 4 || kWarps == 8, "compiled K ranges");
+  static_assert(kWarps == 4 || kWarps == 8 || (kKParts && kWarps == 1),
+                "compiled K ranges (one warp of all parts: k parts only)");
   static_assert(!kKParts || (kStages > 0 && kSplits == 1 && kOperand != ActivationOperand::kF16),
                 "k parts: a ring stage is a 128-K chunk; no split; the prefill's bf16 operand");
   static_assert(kSplits == 1 || kSplits == 2 || kSplits == 4, "a cluster of 1, 2 or 4 CTAs");
-  static_assert(kRowTiles >= 1 && kRowTiles <= 3, "compiled row tiles");
+  static_assert(kRowTiles >= 1 && (kRowTiles <= 3 || (kKParts && kRowTiles == 4)),
+                "compiled row tiles (four: k parts only)");
   static_assert(kRowTiles == 1 || kSplits == 1, "a K split meets over one row tile");
   static_assert(kKParts ? kRows == 8 : kRows == 16,
                 "k parts: 8-row tiles, weights as B; promoted: 16 rows, weights as A");

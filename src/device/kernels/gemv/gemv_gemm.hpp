@@ -1,5 +1,5 @@
 // Host-side entry to the MX GEMV (mma.sync fed through registers or a per-warp cp.async ring,
-// 8 or 16 tokens and 8, 16 or 48 weight rows per CTA): its compiled instances and a launcher.
+// 8 or 16 tokens and 8, 16, 32 or 48 weight rows per CTA): its compiled instances and a launcher.
 #pragma once
 
 #include <cuda_runtime_api.h>
