@@ -35,7 +35,10 @@ double tensor_efficiency(const WorkShape& w, const DeviceRates& r) {
 // Seconds of one CTA's tensor work (and quantization of its `m` tokens where it quantizes them)
 // for a piece of `rows` x `tokens` x `k`.
 double tensor_seconds(const WorkShape& w, double k, double m, const DeviceRates& r) {
-  const double flops = 2.0 * w.rows * w.tokens * k;
+  // A chained warp issues only its own chain's MMAs: the CTA's chains run side by side.
+  const double chains =
+      w.engine == WorkShape::Engine::kMmaChained ? std::max(1, w.consumer_warps) : 1;
+  const double flops = 2.0 * w.rows * w.tokens * k / chains;
   double s = flops / (r.bf16_flops_per_sm_s * tensor_efficiency(w, r));
   if (w.engine != WorkShape::Engine::kWgmmaFolded) {
     const double rate = w.engine != WorkShape::Engine::kMmaChained ? r.promoted_weights_per_warp_s
@@ -126,6 +129,10 @@ double estimated_seconds(const WorkShape& w, ActivationPass pass, const LinearSh
                                       : std::min<double>(w.ctas_per_sm, per_sm);
       busiest = std::max(per_sm * tensor_seconds(w, k_cta, m, r) / side_by_side,
                          per_sm * cta_bytes(w, k_cta, m) / r.sm_bytes_per_s);
+      if (w.engine == WorkShape::Engine::kMmaChained) {
+        busiest = std::max(busiest, per_sm * w.rows * k_cta / r.chained_weights_per_sm_s) +
+                  per_sm * r.chained_cta_s;
+      }
       streamed = ctas * cta_bytes(w, k_cta, m);
       const double waves = ceil_div(ctas, slots * w.ctas_per_sm);
       fill_drain = waves * r.tile_latency_s;

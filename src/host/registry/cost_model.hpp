@@ -81,6 +81,13 @@ struct DeviceRates {
   // The same in the scaled domain (WorkShape::unscaled_chain): ~28 instructions a block and warp
   // where the folded chain issues ~48.
   double unscaled_chained_weights_per_warp_s = 4.3e9;
+  // What one SM's chained warps together get through, whatever their count: the SM's chains
+  // share its issue slots and its ring copies (dense 6144 x 6144 at M = 1 runs 18 chained warps
+  // an SM), so past a few warps more chains an SM do not shorten the busiest SM's time.
+  double chained_weights_per_sm_s = 27e9;
+  // A chained CTA's fixed work, paid in turn by the CTAs an SM holds: instruction fetch at launch,
+  // the loads of its scales and the staging of its tokens before the main loop.
+  double chained_cta_s = 0.15e-6;
   // The share of the bf16 rate a folded main loop reaches: tokens / (tokens + folded_tokens_offset)
   // (the widening of each weight is shared by the tile's tokens), times single_group_share where
   // a CTA has one consumer warpgroup (it widens and waits for its wgmma in turn, and a second CTA
