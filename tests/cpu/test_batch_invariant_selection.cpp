@@ -220,6 +220,43 @@ TEST(BatchInvariantSelection, TheModelSeesTheGemvChains) {
   EXPECT_EQ(a16.plan(problem, "w8_t8_kwarps4_st6_kparts").activation, ActivationForm::kAsIs);
 }
 
+// The four-chain GEMV tile at one token: on a layer whose K is one part its four one-warp chains
+// stage the token once and fill the SM's CTA slots four chains at a time, so the model prices it
+// below the 8-row tile (o_proj at M = 1 in W8A16 on the H200: 1.49x the default mode's time,
+// 1.60x on the 8-row tile); on layers of two or more parts each of its warps chains every part in
+// turn, and the model prices it above (Qwen3-32B qkv at M = 1: ~1.2x the 8-row tile's time). The
+// SM's chained throughput and each CTA's fixed cost rank them: without them the two were priced
+// alike on one-part layers and the four-chain tile below on Qwen3-32B qkv.
+TEST(BatchInvariantSelection, OnePartLayersTakeFourChainsACtaAtOneToken) {
+  const Registry r(builtin_kernels(), TunedTable{}, Environment::from({}));
+  for (const std::string_view name : {"gemv", "gemv_a16"}) {
+    const Kernel& gemv = kernel_named(r, name);
+    const ActivationOperand operand =
+        name == "gemv" ? ActivationOperand::kMx : ActivationOperand::kBf16;
+    for (const auto& [n, k] : {std::pair<std::int64_t, std::int64_t>{6144, 2048},
+                               {5120, 2048},
+                               {6144, 3072},
+                               {2560, 6144},
+                               {6144, 6144},
+                               {10240, 5120}}) {
+      const LayerDescription layer = invariant_layer(n, k, operand);
+      const auto four = estimated_call_us(gemv, "w32_t8_st6_kparts", layer, 1, kH200);
+      const auto one = estimated_call_us(gemv, "w8_t8_kwarps4_st6_kparts", layer, 1, kH200);
+      ASSERT_TRUE(four && one) << name << " " << n << " x " << k;
+      if (device::batch_invariant_parts(static_cast<int>(k)) == 1) {
+        EXPECT_LT(*four, *one) << name << " " << n << " x " << k;
+      } else {
+        EXPECT_GT(*four, *one) << name << " " << n << " x " << k;
+      }
+    }
+  }
+  // The measured one-part layer in W8A16 runs on it.
+  const LayerSelection s = r.select(invariant_layer(6144, 2048, ActivationOperand::kBf16), kH200);
+  const Dispatch d = r.dispatch(s, kH200, 1);
+  EXPECT_EQ(d.kernel->name(), "gemv_a16");
+  EXPECT_EQ(d.config, "w32_t8_st6_kparts") << d.why;
+}
+
 // Random layers in each activation form and alignment, every M from 1 to 20000: one K order per
 // layer (its kernel's, or where the prefill kernel claims it, also the GEMV's k-parts configs,
 // which join it), configs that keep the order and can run the call, and for 16-byte rows the

@@ -84,6 +84,10 @@ struct DeviceRates {
   // What one SM's chained warps together get through, whatever their count: the SM's chains
   // share its issue slots and its ring copies (dense 6144 x 6144 at M = 1 runs 18 chained warps
   // an SM), so past a few warps more chains an SM do not shorten the busiest SM's time.
+  // Fitted with chained_cta_s to the k-parts tiles' times at M = 1 on the four batch-invariant
+  // layers (bench/models/batch-invariant.csv, H200): without the two, the four-chain tile and the
+  // 8-row tile were priced alike on one-part layers and the four-chain tile the cheaper on
+  // Qwen3-32B qkv, where it is the slower.
   double chained_weights_per_sm_s = 27e9;
   // A chained CTA's fixed work, paid in turn by the CTAs an SM holds: instruction fetch at launch,
   // the loads of its scales and the staging of its tokens before the main loop.
