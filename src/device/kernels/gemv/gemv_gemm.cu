@@ -66,7 +66,7 @@ using W8T16Kw4St6Parts =
 // 8-row tile has one working warp per CTA and three idle ones. A CTA of four 8-row chains, one
 // warp each (32 rows), stages the token once for 32 rows and puts four chains on each of the
 // CTA's SM slots. On layers of 2-3 parts each warp chains its parts in turn, where the 4-warp
-// tile runs them side by side: it is for one-part layers.
+// tile runs them side by side; the cost model weighs the two per layer and M.
 using W32T8St6Parts =
     GemvTile<GemvShape{.kwarps = 1, .stages = 6, .row_tiles = 4, .k_parts = true, .rows = 8}>;
 
