@@ -167,8 +167,8 @@ TEST(BatchInvariantSelection, ThePrefillTilesArePricedAtTheirMeasuredShares) {
 }
 
 // The GEMV's k-parts configs as the model sees them: 8 weight rows per warp, one warp per part
-// working (at most the row tile's warps: one of each of four row tiles in w32); and in W8A8 they
-// take the quantize kernel's output where the GEMV's other configs quantize x in each CTA.
+// working (at most the row tile's warps: one of each of four row tiles in w32); and in W8A8 each
+// CTA quantizes x itself, as the GEMV's other configs do.
 TEST(BatchInvariantSelection, TheModelSeesTheGemvChains) {
   const Registry r(builtin_kernels(), TunedTable{}, Environment::from({}));
   const Kernel& gemv = kernel_named(r, "gemv");
@@ -212,10 +212,27 @@ TEST(BatchInvariantSelection, TheModelSeesTheGemvChains) {
   }
   Problem problem;
   problem.shape = {1, 2560, 6144};
+  problem.sms = 132;
   problem.x_self_quantizable = true;
-  EXPECT_EQ(gemv.plan(problem, "w8_t8_kwarps4_st6_kparts").activation, ActivationForm::kQuantized);
-  EXPECT_EQ(gemv.plan(problem, "w8_t16_kwarps4_st6_kparts").activation, ActivationForm::kQuantized);
+  // The four-chain k-parts tile quantizes a bf16 or fp16 activation itself, into the scaled
+  // domain, as the default mode's configs do (no pass of the linear's); the 8-row k-parts tiles
+  // of four K warps take the quantize kernel's output.
+  EXPECT_EQ(gemv.plan(problem, "w32_t8_st6_kparts").activation, ActivationForm::kUnquantized);
   EXPECT_EQ(gemv.plan(problem, "w16_t8_kwarps8").activation, ActivationForm::kUnquantized);
+  for (const char* config : {"w8_t8_kwarps4_st6_kparts", "w8_t16_kwarps4_st6_kparts"}) {
+    EXPECT_EQ(gemv.plan(problem, config).activation, ActivationForm::kQuantized) << config;
+  }
+  // Where an SM's CTAs would quantize more than 20,480 elements between them (10240 x 5120 at
+  // M = 16: five CTAs an SM, each quantizing 8 tokens of K = 5120), the four-chain tile takes
+  // the quantize kernel's output too.
+  problem.shape = {16, 10240, 5120};
+  EXPECT_EQ(gemv.plan(problem, "w32_t8_st6_kparts").activation, ActivationForm::kQuantized);
+  EXPECT_EQ(gemv.plan(problem, "w16_t8_kwarps8").activation, ActivationForm::kUnquantized);
+  problem.shape = {1, 6144, 6144};
+  problem.x_self_quantizable = false;  // rows not 16-byte aligned: the quantize kernel first
+  EXPECT_EQ(gemv.plan(problem, "w32_t8_st6_kparts").activation, ActivationForm::kQuantized);
+  problem.shape = {1, 2560, 6144};
+  problem.x_self_quantizable = true;
   problem.operand = ActivationOperand::kBf16;
   EXPECT_EQ(a16.plan(problem, "w8_t8_kwarps4_st6_kparts").activation, ActivationForm::kAsIs);
 }

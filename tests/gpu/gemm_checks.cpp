@@ -321,9 +321,11 @@ namespace {
 // A random [m, cols] bf16 or fp16 activation (raw 16-bit patterns) with a NaN at [0, 7] and an
 // Inf at [1, 40] (at [0, 40] for one row); from two rows, the last row's first blocks of K (as
 // many as there are) are the quantizer's edges: all zero, amax exactly 448 x 2^-3, subnormal
-// values only, a -Inf.
+// values only, a -Inf. `finite`: no NaN, Inf or subnormal block; the last row (also of one row)
+// keeps its blocks of zeros and of amax 448 x 2^-3.
 std::vector<std::uint16_t> random_activation16(std::int64_t m, std::int64_t cols, std::int64_t k,
-                                               DType dtype, std::mt19937_64& rng) {
+                                               DType dtype, std::mt19937_64& rng,
+                                               bool finite = false) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<std::uint16_t> x(static_cast<std::size_t>(m * cols));
   for (auto& e : x) {
@@ -336,10 +338,12 @@ std::vector<std::uint16_t> random_activation16(std::int64_t m, std::int64_t cols
       std::memcpy(&e, &h, 2);
     }
   }
-  x[7] = dtype == DType::kBF16 ? 0x7FC0 : 0x7E00;  // NaN
-  x[static_cast<std::size_t>(cols + 40) % x.size()] =
-      dtype == DType::kBF16 ? 0x7F80 : 0x7C00;  // Inf
-  if (m < 2) return x;                          // one row: it keeps its NaN and Inf
+  if (!finite) {
+    x[7] = dtype == DType::kBF16 ? 0x7FC0 : 0x7E00;  // NaN
+    x[static_cast<std::size_t>(cols + 40) % x.size()] =
+        dtype == DType::kBF16 ? 0x7F80 : 0x7C00;  // Inf
+    if (m < 2) return x;                          // one row: it keeps its NaN and Inf
+  }
   const bool bf16 = dtype == DType::kBF16;
   std::uint16_t* last = &x[static_cast<std::size_t>((m - 1) * cols)];
   const auto block = [&](std::int64_t b) -> std::uint16_t* {
@@ -347,6 +351,7 @@ std::vector<std::uint16_t> random_activation16(std::int64_t m, std::int64_t cols
   };
   if (std::uint16_t* z = block(0)) std::fill(z, z + kBlockSize, std::uint16_t{0});
   if (std::uint16_t* e = block(1)) e[9] = bf16 ? 0x4260 : 0x5300;  // 56 = 448 x 2^-3, the amax
+  if (finite) return x;
   if (std::uint16_t* t = block(2)) {
     std::uniform_int_distribution<int> code(1, bf16 ? 0x7F : 0x3FF);  // subnormal magnitudes
     for (std::int64_t i = 0; i < kBlockSize; ++i) {
@@ -359,9 +364,10 @@ std::vector<std::uint16_t> random_activation16(std::int64_t m, std::int64_t cols
 
 // One shape, dtype and activation row stride of check_quantizing_inside.
 void compare_quantizing_inside(const GemmLauncher& launch, const GemmShape& c, std::int64_t ld_x,
-                               DType dtype, std::mt19937_64& rng) {
+                               DType dtype, bool finite, std::mt19937_64& rng) {
   // ld_x columns a row, the last ld_x - K of them outside the view.
-  const DeviceBuffer dx = DeviceBuffer::from(random_activation16(c.m, ld_x, c.k, dtype, rng));
+  const DeviceBuffer dx =
+      DeviceBuffer::from(random_activation16(c.m, ld_x, c.k, dtype, rng, finite));
   const MxOperand w = random_operand(c.n, c.k, rng);
   const DeviceMx dw = upload(w);
   DeviceMx da{DeviceBuffer(static_cast<std::size_t>(c.m * c.k)),
@@ -393,6 +399,10 @@ void compare_quantizing_inside(const GemmLauncher& launch, const GemmShape& c, s
   const auto b = inside.download<std::uint32_t>(bytes / 4);
   EXPECT_EQ(a, b);
   for (std::uint32_t bits : b) ASSERT_NE(bits, 0xFFFFFFFFu) << "an output was not written";
+  if (finite) {
+    for (std::uint32_t bits : b) ASSERT_NE(bits & 0x7F800000u, 0x7F800000u) << "Inf or NaN";
+    return;
+  }
   // Row 0 holds a NaN (and the last row, from 4 blocks of K, a -Inf): NaN across the row.
   const auto nan_row = [&](std::int64_t r) {
     for (std::int64_t n = 0; n < c.n; ++n) {
@@ -408,14 +418,15 @@ void compare_quantizing_inside(const GemmLauncher& launch, const GemmShape& c, s
 }  // namespace
 
 void check_quantizing_inside(const GemmLauncher& launch, std::span<const GemmShape> shapes,
-                             std::mt19937_64& rng) {
+                             std::mt19937_64& rng, bool finite) {
   for (const DType dtype : {DType::kBF16, DType::kF16}) {
     for (const GemmShape& c : shapes) {
       // Dense rows, and rows 64 elements longer than K (a view of a wider buffer).
       for (const std::int64_t ld_x : {c.k, c.k + 64}) {
-        SCOPED_TRACE(::testing::Message() << to_string(dtype) << " M=" << c.m << " N=" << c.n
-                                          << " K=" << c.k << " ld_x=" << ld_x);
-        compare_quantizing_inside(launch, c, ld_x, dtype, rng);
+        SCOPED_TRACE(::testing::Message()
+                     << to_string(dtype) << " M=" << c.m << " N=" << c.n << " K=" << c.k
+                     << " ld_x=" << ld_x << (finite ? " finite" : ""));
+        compare_quantizing_inside(launch, c, ld_x, dtype, finite, rng);
       }
     }
   }

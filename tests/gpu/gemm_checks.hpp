@@ -115,8 +115,10 @@ void check_chain_graph_replay(const ChainCall& call, int calls, DeviceBuffer (&o
 // A kernel that quantizes a bf16 or fp16 activation itself (GemmParams::x) gives the bits of
 // the quantize kernel followed by the same kernel on its output: random activations with a NaN
 // and an Inf block, both 16-bit types, dense and strided rows, fp32 output on every shape.
+// `finite`: activations without NaN, Inf or subnormal values (every block's scale in 2^-30 ..
+// 2^10 but a block of zeros', 2^-127), and no output may be Inf or NaN.
 void check_quantizing_inside(const GemmLauncher& launch, std::span<const GemmShape> shapes,
-                             std::mt19937_64& rng);
+                             std::mt19937_64& rng, bool finite = false);
 
 // --- W8A16 (GemmParams::x_as_is) -----------------------------------------------------------------
 

@@ -262,6 +262,17 @@ TEST_P(GemvKPartsConfig, QuantizingInsideEqualsTheQuantizeKernelFirst) {
   check_quantizing_inside(launcher(), shapes, rng);
 }
 
+// Finite rows, their scales in the scaled domain's window: each CTA quantizes into that domain
+// (its block of zeros too), where the quantize kernel's output, whose block of zeros has the
+// scale 2^-127, is chained in the scaled form; the same bits either way. One to three parts,
+// rows past N, 16 tokens.
+TEST_P(GemvKPartsConfig, QuantizingIntoTheScaledDomainEqualsTheQuantizeKernelFirst) {
+  MXL_REQUIRE_GPU();
+  auto rng = make_rng();
+  const GemmShape shapes[] = {{1, 70, 544}, {1, 40, 2048}, {3, 33, 6144}, {16, 9, 4160}};
+  check_quantizing_inside(launcher(), shapes, rng, /*finite=*/true);
+}
+
 TEST_P(GemvKPartsConfig, NaNBiasAndDeterminism) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();

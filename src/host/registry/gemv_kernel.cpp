@@ -38,6 +38,24 @@ const detail::ConfigTable<GemvConfig>& compiled_configs() {
   return table;
 }
 
+// Where each CTA quantizes its own tokens, the SM does it once for each of its CTAs: the
+// elements an SM quantizes are its share of the grid's CTAs (rounded up) times a CTA's tokens
+// times K. The k-parts tiles of one K warp per row tile (gemv_gemm.cuh: kQuantizesUnscaled)
+// quantize in each CTA up to kKPartsSelfQuantizedElementsPerSm and take the quantize kernel's
+// output above it, as the others always do. Measured at M = 1 (each CTA quantizing against the
+// quantize kernel first, on the 8-row tiles; each over its W8A16 staging): 6144 x 2048 on 1.5
+// CTAs an SM 1.2 us faster, 2560 x 6144 on 2.4 level, 6144 x 6144 on 5.8 0.6 us slower,
+// 10240 x 5120 on 9.7 2.0 us slower.
+constexpr std::int64_t kKPartsSelfQuantizedElementsPerSm = 20480;
+
+std::int64_t quantized_elements_per_sm(const Problem& problem, const GemvConfig& c) {
+  const LinearShape& s = problem.shape;
+  const std::int64_t ctas =
+      (s.n + c.rows - 1) / c.rows * ((s.m + c.tokens - 1) / c.tokens) * c.splits;
+  const std::int64_t sms = std::max(1, problem.sms);
+  return (ctas + sms - 1) / sms * std::min<std::int64_t>(s.m, c.tokens) * s.k;
+}
+
 // `as_is`: the W8A16 kernel "gemv_a16", which stages the caller's bf16 or fp16 x as it is
 // (16-byte aligned rows); otherwise the W8A8 kernel "gemv", which quantizes it.
 class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
@@ -86,16 +104,19 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
 
   // At a few tokens a separate quantize kernel costs a large share of the GEMV; each CTA
   // quantizes its tokens itself instead (16-byte aligned bf16/fp16 rows), or in W8A16 stages
-  // them as they are. No scratch. The k-parts configs take the quantize kernel's e4m3 and
-  // scales: on the 8-row tiles at M = 1, each CTA quantizing its row to bf16 itself added
-  // 2.7-4.8 us to the W8A16 call's time (2560 x 6144 to 10240 x 5120; each CTA quantizes all
-  // of K), the quantize kernel and each CTA's staging of its e4m3 row 2.0-3.0 us.
+  // them as they are. No scratch. The k-parts configs of one K warp per row tile quantize into
+  // their scaled domain where an SM's CTAs quantize few elements (quantized_elements_per_sm);
+  // the others take the quantize kernel's output.
   CallPlan plan(const Problem& problem, std::string_view config) const override {
     CallPlan p;
     if (as_is() && problem.operand != ActivationOperand::kMx) {
       p.activation = ActivationForm::kAsIs;
-    } else if (problem.x_self_quantizable && !find(config).k_parts) {
-      p.activation = ActivationForm::kUnquantized;
+    } else if (problem.x_self_quantizable) {
+      const auto c = find(config);
+      if (!c.k_parts || (c.kwarps == 1 && quantized_elements_per_sm(problem, c) <=
+                                              kKPartsSelfQuantizedElementsPerSm)) {
+        p.activation = ActivationForm::kUnquantized;
+      }
     }
     return p;
   }

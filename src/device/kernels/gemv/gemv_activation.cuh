@@ -120,6 +120,15 @@ __device__ __forceinline__ constexpr int x16_half_offset(int t, int half) {
   return 32 * half + 8 * t;
 }
 
+// Stores a staged quarter's 8 values as 16-bit words h (positions 2i, 2i + 1 in h[i]) in the
+// layout above, block q / 4 of `values`.
+__device__ __forceinline__ void store_quarter16(std::uint8_t* values, int q,
+                                                const std::uint32_t (&h)[4]) {
+  std::uint8_t* const block = values + 2 * kBlockSize * (q >> 2);
+  *reinterpret_cast<uint2*>(block + x16_half_offset(q & 3, 0)) = make_uint2(h[0], h[1]);
+  *reinterpret_cast<uint2*>(block + x16_half_offset(q & 3, 1)) = make_uint2(h[2], h[3]);
+}
+
 // Stores positions 8q .. 8q + 7 of block b of staged row `token` dequantized to bf16 (their e4m3
 // bytes, low position first, times the block's scale), in the 16-bit layout above: what the
 // prefill kernel's activation pass writes for them (mx::e4m3x4_scaled_to_bf16x2x2).
@@ -130,9 +139,7 @@ __device__ __forceinline__ void store_dequantized(const StagedActivation& s, int
   std::uint32_t w[4];
   mx::e4m3x4_scaled_to_bf16x2x2(lo4, scale, w[0], w[1]);
   mx::e4m3x4_scaled_to_bf16x2x2(hi4, scale, w[2], w[3]);
-  std::uint8_t* const block = s.values + token * s.stride + 2 * kBlockSize * b;
-  *reinterpret_cast<uint2*>(block + x16_half_offset(q, 0)) = make_uint2(w[0], w[1]);
-  *reinterpret_cast<uint2*>(block + x16_half_offset(q, 1)) = make_uint2(w[2], w[3]);
+  store_quarter16(s.values + token * s.stride, 4 * b + q, w);
 }
 
 // Quantizes the CTA's tokens from p.x (bf16 or fp16, 16-byte aligned rows) into shared memory
@@ -191,14 +198,57 @@ __device__ __forceinline__ void dequantize_activations(const GemmParams& p, int 
   }
 }
 
-// The scaled domain, W8A8: the CTA's pre-quantized tokens as f16 without their scales, in the
-// 16-bit layout above, and each block's scale byte less kLowByte in s.exps. Returns false where
-// a scale this thread read leaves the window. A token at a time, each thread's loads of up to
-// kStageBatch quarters (8 values each) out before any is used: one round trip at K <= 6144 with
-// 128 threads (a quarter at a time waited one out each), and no division in the walk. More in
+// The scaled domain's staging walk: the CTA's tokens a quarter of a block (8 values) per thread,
+// a token at a time, each thread's loads of up to kStageBatch quarters out before any is used:
+// one round trip a token at K <= 6144 with 128 threads (a quarter at a time waited one out each),
+// and no division (walks over tokens and quarters at once, a division or a carry a quarter, cost
+// up to 2 us at M = 1 where six CTAs an SM each stage K). load(t, q) reads quarter q of staged
+// token t; stage(raw, h, exp) makes of it h, its unscaled f16 values, and exp, its block's byte
+// of s.exps, and returns false where the block cannot be staged so. Every lane of the warp calls
+// stage for every quarter of a batch (its shuffles may span the four lanes of a block; lanes past
+// the range get zeros and store nothing): kThreads is a multiple of 32 and a batch's quarters are
+// whole blocks per warp. Returns false where any block this thread staged was refused. More in
 // flight took the 8-row tiles past the 80 registers that six CTAs an SM allow.
 inline constexpr int kStageBatch = 6;
 
+template <int kThreads, class Load, class Stage>
+__device__ __forceinline__ bool stage_unscaled(const StagedActivation& s, const Load& load,
+                                               const Stage& stage) {
+  const int quarters = (s.end_block - s.first_block) * 4;
+  const int tid = static_cast<int>(threadIdx.x);
+  bool ok = true;
+  for (int t = 0; t < s.tokens; ++t) {
+    std::uint8_t* const values = s.values + t * s.stride + 2 * kBlockSize * s.first_block;
+    std::uint8_t* const exps = s.exps + t * s.exp_stride + s.first_block;
+    for (int q0 = 0; q0 < quarters; q0 += kStageBatch * kThreads) {
+      uint4 raw[kStageBatch];
+#pragma unroll
+      for (int i = 0; i < kStageBatch; ++i) {
+        const int q = q0 + i * kThreads + tid;
+        raw[i] = q < quarters ? load(t, q) : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+      for (int i = 0; i < kStageBatch; ++i) {
+        if (q0 + i * kThreads >= quarters) break;  // CTA-uniform
+        const int q = q0 + i * kThreads + tid;
+        std::uint32_t h[4];
+        std::uint32_t exp = 0;
+        const bool staged = stage(raw[i], h, exp);
+        if (q >= quarters) continue;
+        store_quarter16(values, q, h);
+        ok = ok && staged;
+        if ((q & 3) == 0) exps[q >> 2] = static_cast<std::uint8_t>(exp);
+      }
+    }
+  }
+  return ok;
+}
+
+// The scaled domain, W8A8: the CTA's pre-quantized tokens as f16 without their scales, in the
+// 16-bit layout above, and each block's scale byte less kLowByte in s.exps. Returns false where
+// a scale this thread read leaves the window. stage_unscaled's walk, each quarter's two words and
+// scale loaded only where it exists (through stage_unscaled itself, the 8-row tiles' main loop
+// was scheduled otherwise and ran 2% slower at M = 1 on 10240 x 5120).
 template <int kThreads>
 __device__ __forceinline__ bool stage_unscaled_mx(const GemmParams& p, int t0,
                                                   const StagedActivation& s) {
@@ -230,9 +280,7 @@ __device__ __forceinline__ bool stage_unscaled_mx(const GemmParams& p, int t0,
         std::uint32_t h[4];
         ptx::e4m3x4_to_f16x2x2(lo[i], h[0], h[1]);
         ptx::e4m3x4_to_f16x2x2(hi[i], h[2], h[3]);
-        std::uint8_t* const block = values + 2 * kBlockSize * (q >> 2);
-        *reinterpret_cast<uint2*>(block + x16_half_offset(q & 3, 0)) = make_uint2(h[0], h[1]);
-        *reinterpret_cast<uint2*>(block + x16_half_offset(q & 3, 1)) = make_uint2(h[2], h[3]);
+        store_quarter16(values, q, h);
         ok = ok && scaled_domain::in_window(scale[i]);
         if ((q & 3) == 0) {
           exps[q >> 2] = static_cast<std::uint8_t>(scale[i] - scaled_domain::kLowByte);
@@ -243,40 +291,30 @@ __device__ __forceinline__ bool stage_unscaled_mx(const GemmParams& p, int t0,
   return ok;
 }
 
+// The 16-bit x (p.x) for stage_unscaled: quarter q of token t as one 16-byte load.
+__device__ __forceinline__ auto x16_quarter_loader(const GemmParams& p, int t0,
+                                                   const StagedActivation& s) {
+  return [&p, t0, first = s.first_block](int t, int q) {
+    const auto* const x = static_cast<const std::uint16_t*>(p.x);
+    return __ldg(reinterpret_cast<const uint4*>(x + static_cast<std::int64_t>(t0 + t) * p.ld_x +
+                                                kBlockSize * first + 8 * q));
+  };
+}
+
 // The scaled domain, W8A16 (bf16 x): each block of a staged token divided by 2^c, c = its
 // largest exponent less 15, as f16 (below 2^16), and c + 30 in s.exps. Exact where every
 // non-zero value of the block is within 32 binades of the largest (an f16 keeps 8 significant
 // bits down to 2^-17); a block of zeros takes c = 0. Returns false where a block this thread
-// staged is not exact so, holds Inf or NaN, or has c outside [-30, 10]. Four lanes per block,
-// 8 values each (kThreads a multiple of 32); every lane of the warp runs every iteration (the
-// shuffles). A token at a time, kStageBatch quarters' loads in flight per thread.
+// staged is not exact so, holds Inf or NaN, or has c outside [-30, 10].
 template <int kThreads>
 __device__ __forceinline__ bool stage_unscaled_x(const GemmParams& p, int t0,
                                                  const StagedActivation& s) {
-  const int quarters = (s.end_block - s.first_block) * 4;
-  const int tid = static_cast<int>(threadIdx.x);
-  const auto* const x = static_cast<const std::uint16_t*>(p.x);
-  bool ok = true;
-  for (int t = 0; t < s.tokens; ++t) {
-    const std::uint16_t* const row =
-        x + static_cast<std::int64_t>(t0 + t) * p.ld_x + kBlockSize * s.first_block;
-    std::uint8_t* const values = s.values + t * s.stride + 2 * kBlockSize * s.first_block;
-    std::uint8_t* const exps = s.exps + t * s.exp_stride + s.first_block;
-    for (int q0 = 0; q0 < quarters; q0 += kStageBatch * kThreads) {
-      uint4 raw[kStageBatch];
-#pragma unroll
-      for (int i = 0; i < kStageBatch; ++i) {
-        const int q = q0 + i * kThreads + tid;
-        raw[i] = q < quarters ? __ldg(reinterpret_cast<const uint4*>(row + 8 * q))
-                              : make_uint4(0u, 0u, 0u, 0u);
-      }
-#pragma unroll
-      for (int i = 0; i < kStageBatch; ++i) {
-        if (q0 + i * kThreads >= quarters) break;  // warp-uniform: whole blocks per warp
-        const int q = q0 + i * kThreads + tid;
-        const std::uint32_t pairs[4] = {raw[i].x, raw[i].y, raw[i].z, raw[i].w};
-        // The largest magnitude, and the smallest non-zero one as m - 1 (a zero becomes 0xFFFF),
-        // two 16-bit halves at a time.
+  return stage_unscaled<kThreads>(
+      s, x16_quarter_loader(p, t0, s),
+      [](const uint4& raw, std::uint32_t(&h)[4], std::uint32_t& exp) {
+        const std::uint32_t pairs[4] = {raw.x, raw.y, raw.z, raw.w};
+        // The largest magnitude, and the smallest non-zero one as m - 1 (a zero becomes
+        // 0xFFFF), two 16-bit halves at a time.
         std::uint32_t top = 0, bottom = 0xFFFFFFFFu;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -294,29 +332,41 @@ __device__ __forceinline__ bool stage_unscaled_x(const GemmParams& p, int t0,
         // Exponent fields: c = top_e - 127 - 15; the byte c + 30 = top_e - 112 lies in [0, 40].
         const bool zeros = bottom == 0xFFFFu;
         const std::uint32_t top_e = top >> 7, bottom_e = (bottom + 1) >> 7;
-        const bool exact =
-            zeros || (top_e - 112u <= scaled_domain::kSpan && bottom_e + 32u >= top_e);
         const float divide = __uint_as_float((zeros ? 127u : 269u - top_e) << 23);  // 2^-c
-        if (q >= quarters) continue;
-        std::uint32_t h[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pairs[j]));
           const __half2 v = __floats2half2_rn(f.x * divide, f.y * divide);
           h[j] = *reinterpret_cast<const std::uint32_t*>(&v);
         }
-        std::uint8_t* const block = values + 2 * kBlockSize * (q >> 2);
-        *reinterpret_cast<uint2*>(block + x16_half_offset(q & 3, 0)) = make_uint2(h[0], h[1]);
-        *reinterpret_cast<uint2*>(block + x16_half_offset(q & 3, 1)) = make_uint2(h[2], h[3]);
-        ok = ok && exact;
-        if ((q & 3) == 0) {
-          exps[q >> 2] =
-              static_cast<std::uint8_t>(zeros ? scaled_domain::kZeroBlockByte : top_e - 112u);
-        }
-      }
-    }
-  }
-  return ok;
+        exp = zeros ? scaled_domain::kZeroBlockByte : top_e - 112u;
+        return zeros || (top_e - 112u <= scaled_domain::kSpan && bottom_e + 32u >= top_e);
+      });
+}
+
+// The scaled domain, W8A8 from the 16-bit x: each block quantized as the quantize kernel does
+// (RCEIL, mx::quantize_values: the same e4m3 codes and scale), staged as stage_unscaled_mx
+// stages the quantize kernel's output; a block of zeros (whose scale, 2^-127, lies outside the
+// window) takes the exponent byte of 2^0, as any would do for it. Returns false where a block
+// this thread staged holds Inf or NaN or has its scale outside the window.
+template <int kThreads>
+__device__ __forceinline__ bool stage_unscaled_quantized(const GemmParams& p, int t0,
+                                                         const StagedActivation& s) {
+  return stage_unscaled<kThreads>(
+      s, x16_quarter_loader(p, t0, s),
+      [&](const uint4& raw, std::uint32_t(&h)[4], std::uint32_t& exp) {
+        float v[8];
+        mx::widen_eight(raw, p.x_is_f16, v);
+        const mx::BlockExtent extent = mx::block_extent_of_four_lanes(v);
+        std::uint32_t codes[2];
+        const std::uint32_t scale =
+            mx::quantize_values(v, extent.amax, extent.non_finite, ScaleRule::kRceil, codes);
+        ptx::e4m3x4_to_f16x2x2(codes[0], h[0], h[1]);
+        ptx::e4m3x4_to_f16x2x2(codes[1], h[2], h[3]);
+        const bool zeros = extent.amax == 0.0f && !extent.non_finite;
+        exp = zeros ? scaled_domain::kZeroBlockByte : scale - scaled_domain::kLowByte;
+        return zeros || scaled_domain::in_window(scale);
+      });
 }
 
 // W8A16: copies the CTA's bf16 or fp16 tokens as they are into shared memory, from 16-byte words

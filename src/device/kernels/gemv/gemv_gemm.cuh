@@ -142,6 +142,11 @@ struct GemvTile {
   static constexpr int kPartialSlots = kKParts ? kMaxKParts : kWarps;
   // k-parts tiles chain in the scaled domain where the scales allow (gemv_activation.cuh).
   static constexpr bool kScaledDomain = kKParts;
+  // Tiles of one K warp per row tile also quantize a 16-bit x into it in each CTA (W8A8); the
+  // others stage it in the scaled form (each CTA quantizing was level on them at 2.4 CTAs an SM
+  // and slower from 6, where the quantize kernel goes first, and the path compiled into them cost
+  // that kernel 2% at M = 1 on 10240 x 5120).
+  static constexpr bool kQuantizesUnscaled = kKParts && !kXAsIs && kWarps == 1;
   // Bytes from one token's exponent bytes (scaled domain) to the next: a word per 128-K chunk.
   static constexpr int exp_stride(int k) { return (k / kBlockSize + 3) / 4 * 4; }
   // Shared memory at K for `tokens` = min(M, kTokens) staged rows: the weight ring, e4m3 rows
@@ -243,8 +248,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
     for (int i = 0; i < Tile::kStages - 1; ++i) ring.issue(p, n0, lane, first + i, end, blocks);
   }
   // The scaled domain needs the CTA's weight scales in its window (read before the wait: static)
-  // and an activation staged from e4m3 codes and scales, or from bf16 x.
-  const bool unscaled_staging = Tile::kScaledDomain && (Tile::kXAsIs || p.x == nullptr);
+  // and an activation staged from e4m3 codes and scales, from bf16 x, or (tiles that quantize
+  // into it) from x quantized here.
+  const bool unscaled_staging =
+      Tile::kScaledDomain && (Tile::kXAsIs || p.x == nullptr || Tile::kQuantizesUnscaled);
   bool in_window = unscaled_staging;
   if constexpr (Tile::kScaledDomain) {
     if (unscaled_staging) {
@@ -255,13 +262,16 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtasPerSm)
   hopper::wait_prerequisite_grids();
   stamps.mark(timeline::kWaited);
   if (p.next_launch == NextLaunch::kAfterWait) hopper::allow_dependent_launch();
-  // Scaled domain: stage the unscaled form; where any scale leaves the window (the CTA agrees at
+  // Scaled domain: stage the unscaled form (from bf16 x as it is, from x quantized here, or from
+  // the quantize kernel's e4m3 and scales); where any scale leaves the window (the CTA agrees at
   // the barrier), stage the scaled one over it and chain in the prefill kernel's form.
   bool scaled_domain = false;
   if constexpr (Tile::kScaledDomain) {
     if (unscaled_staging) {
       if constexpr (Tile::kXAsIs) {
         in_window = stage_unscaled_x<Tile::kThreads>(p, t0, s) && in_window;
+      } else if (Tile::kQuantizesUnscaled && p.x != nullptr) {
+        in_window = stage_unscaled_quantized<Tile::kThreads>(p, t0, s) && in_window;
       } else {
         in_window = stage_unscaled_mx<Tile::kThreads>(p, t0, s) && in_window;
       }
