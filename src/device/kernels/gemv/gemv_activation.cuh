@@ -142,6 +142,25 @@ __device__ __forceinline__ void store_dequantized(const StagedActivation& s, int
   store_quarter16(s.values + token * s.stride, 4 * b + q, w);
 }
 
+// A quarter of an MX block (its 8 bf16 or fp16 values in raw, the lowest k in the low half of
+// raw.x) quantized as the quantize kernel quantizes it (RCEIL, mx::quantize_values): its e4m3
+// codes, its block's scale byte, and whether the block is all zeros. Four lanes per block (4i ..
+// 4i + 3); every lane of the warp must call it (the block's extent is shuffled).
+struct QuantizedQuarter {
+  std::uint32_t codes[2];
+  std::uint8_t scale;
+  bool zeros;
+};
+__device__ __forceinline__ QuantizedQuarter quantize_quarter(const uint4& raw, bool is_f16) {
+  float v[8];
+  mx::widen_eight(raw, is_f16, v);
+  const mx::BlockExtent extent = mx::block_extent_of_four_lanes(v);
+  QuantizedQuarter q;
+  q.scale = mx::quantize_values(v, extent.amax, extent.non_finite, ScaleRule::kRceil, q.codes);
+  q.zeros = extent.amax == 0.0f && !extent.non_finite;
+  return q;
+}
+
 // Quantizes the CTA's tokens from p.x (bf16 or fp16, 16-byte aligned rows) into shared memory
 // with RCEIL through mx::quantize_values, as the quantize kernel does: the same bytes. Four
 // lanes per MX block, 8 values each (mx::block_extent_of_four_lanes), so the weights already in
@@ -164,12 +183,9 @@ __device__ __forceinline__ void quantize_activations(const GemmParams& p, int t0
                                                  static_cast<std::int64_t>(t0 + t) * p.ld_x +
                                                  kBlockSize * b + 8 * q));
     }
-    float v[8];
-    mx::widen_eight(raw, p.x_is_f16, v);
-    const mx::BlockExtent extent = mx::block_extent_of_four_lanes(v);
-    std::uint32_t bytes[2];
-    const std::uint8_t scale =
-        mx::quantize_values(v, extent.amax, extent.non_finite, ScaleRule::kRceil, bytes);
+    const QuantizedQuarter quarter = quantize_quarter(raw, p.x_is_f16);
+    const std::uint32_t(&bytes)[2] = quarter.codes;
+    const std::uint8_t scale = quarter.scale;
     if (valid) {
       if constexpr (kDequantized) {
         store_dequantized(s, t, b, q, bytes[0], bytes[1], scale);
@@ -355,17 +371,12 @@ __device__ __forceinline__ bool stage_unscaled_quantized(const GemmParams& p, in
   return stage_unscaled<kThreads>(
       s, x16_quarter_loader(p, t0, s),
       [&](const uint4& raw, std::uint32_t(&h)[4], std::uint32_t& exp) {
-        float v[8];
-        mx::widen_eight(raw, p.x_is_f16, v);
-        const mx::BlockExtent extent = mx::block_extent_of_four_lanes(v);
-        std::uint32_t codes[2];
-        const std::uint32_t scale =
-            mx::quantize_values(v, extent.amax, extent.non_finite, ScaleRule::kRceil, codes);
-        ptx::e4m3x4_to_f16x2x2(codes[0], h[0], h[1]);
-        ptx::e4m3x4_to_f16x2x2(codes[1], h[2], h[3]);
-        const bool zeros = extent.amax == 0.0f && !extent.non_finite;
-        exp = zeros ? scaled_domain::kZeroBlockByte : scale - scaled_domain::kLowByte;
-        return zeros || scaled_domain::in_window(scale);
+        const QuantizedQuarter quarter = quantize_quarter(raw, p.x_is_f16);
+        ptx::e4m3x4_to_f16x2x2(quarter.codes[0], h[0], h[1]);
+        ptx::e4m3x4_to_f16x2x2(quarter.codes[1], h[2], h[3]);
+        exp = quarter.zeros ? scaled_domain::kZeroBlockByte
+                            : std::uint32_t{quarter.scale} - scaled_domain::kLowByte;
+        return quarter.zeros || scaled_domain::in_window(quarter.scale);
       });
 }
 
