@@ -167,8 +167,8 @@ TEST(BatchInvariantSelection, ThePrefillTilesArePricedAtTheirMeasuredShares) {
 }
 
 // The GEMV's k-parts configs as the model sees them: 8 weight rows per warp, one warp per part
-// working (at most the row tile's warps: one of each of four row tiles in w32); and in W8A8 each
-// CTA quantizes x itself, as the GEMV's other configs do.
+// working (at most the row tile's warps: one of each of four row tiles in w32); and in W8A8 the
+// four-chain tile's CTAs quantize x themselves, where the 8-row tiles take the quantize kernel's.
 TEST(BatchInvariantSelection, TheModelSeesTheGemvChains) {
   const Registry r(builtin_kernels(), TunedTable{}, Environment::from({}));
   const Kernel& gemv = kernel_named(r, "gemv");

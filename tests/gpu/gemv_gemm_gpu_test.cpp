@@ -262,10 +262,10 @@ TEST_P(GemvKPartsConfig, QuantizingInsideEqualsTheQuantizeKernelFirst) {
   check_quantizing_inside(launcher(), shapes, rng);
 }
 
-// Finite rows, their scales in the scaled domain's window: each CTA quantizes into that domain
-// (its block of zeros too), where the quantize kernel's output, whose block of zeros has the
-// scale 2^-127, is chained in the scaled form; the same bits either way. One to three parts,
-// rows past N, 16 tokens.
+// Finite rows, their scales in the scaled domain's window: the four-chain tile's CTAs quantize
+// into that domain (the block of zeros too; the other tiles quantize into the scaled form),
+// where the quantize kernel's output, whose block of zeros has the scale 2^-127, is chained in
+// the scaled form; the same bits either way. One to three parts, rows past N, 16 tokens.
 TEST_P(GemvKPartsConfig, QuantizingIntoTheScaledDomainEqualsTheQuantizeKernelFirst) {
   MXL_REQUIRE_GPU();
   auto rng = make_rng();
