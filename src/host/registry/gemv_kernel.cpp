@@ -40,12 +40,12 @@ const detail::ConfigTable<GemvConfig>& compiled_configs() {
 
 // Where each CTA quantizes its own tokens, the SM does it once for each of its CTAs: the
 // elements an SM quantizes are its share of the grid's CTAs (rounded up) times a CTA's tokens
-// times K. The k-parts tiles of one K warp per row tile (gemv_gemm.cuh: kQuantizesUnscaled)
-// quantize in each CTA up to kKPartsSelfQuantizedElementsPerSm and take the quantize kernel's
-// output above it, as the others always do. Measured at M = 1 (each CTA quantizing against the
-// quantize kernel first, on the 8-row tiles; each over its W8A16 staging): 6144 x 2048 on 1.5
-// CTAs an SM 1.2 us faster, 2560 x 6144 on 2.4 level, 6144 x 6144 on 5.8 0.6 us slower,
-// 10240 x 5120 on 9.7 2.0 us slower.
+// times K. The k-parts tiles that quantize into the scaled domain (GemvInstanceInfo::
+// quantizes_unscaled: one K warp per row tile) quantize in each CTA up to
+// kKPartsSelfQuantizedElementsPerSm and take the quantize kernel's output above it, as the others
+// always do. Measured at M = 1 (each CTA quantizing against the quantize kernel first, on the 8-row
+// tiles; each over its W8A16 staging): 6144 x 2048 on 1.5 CTAs an SM 1.2 us faster, 2560 x 6144
+// on 2.4 level, 6144 x 6144 on 5.8 0.6 us slower, 10240 x 5120 on 9.7 2.0 us slower.
 constexpr std::int64_t kKPartsSelfQuantizedElementsPerSm = 20480;
 
 std::int64_t quantized_elements_per_sm(const Problem& problem, const GemvConfig& c) {
@@ -104,17 +104,18 @@ class GemvKernel final : public detail::ConfiguredKernel<GemvConfig> {
 
   // At a few tokens a separate quantize kernel costs a large share of the GEMV; each CTA
   // quantizes its tokens itself instead (16-byte aligned bf16/fp16 rows), or in W8A16 stages
-  // them as they are. No scratch. The k-parts configs of one K warp per row tile quantize into
-  // their scaled domain where an SM's CTAs quantize few elements (quantized_elements_per_sm);
-  // the others take the quantize kernel's output.
+  // them as they are. No scratch. The k-parts configs whose tile quantizes into the scaled
+  // domain (one K warp per row tile) do so where an SM's CTAs quantize few elements
+  // (quantized_elements_per_sm); the others take the quantize kernel's output.
   CallPlan plan(const Problem& problem, std::string_view config) const override {
     CallPlan p;
     if (as_is() && problem.operand != ActivationOperand::kMx) {
       p.activation = ActivationForm::kAsIs;
     } else if (problem.x_self_quantizable) {
       const auto c = find(config);
-      if (!c.k_parts || (c.kwarps == 1 && quantized_elements_per_sm(problem, c) <=
-                                              kKPartsSelfQuantizedElementsPerSm)) {
+      if (!c.k_parts ||
+          (device::gemv_gemm_instances()[static_cast<std::size_t>(c.instance)].quantizes_unscaled &&
+           quantized_elements_per_sm(problem, c) <= kKPartsSelfQuantizedElementsPerSm)) {
         p.activation = ActivationForm::kUnquantized;
       }
     }

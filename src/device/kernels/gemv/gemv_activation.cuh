@@ -184,15 +184,13 @@ __device__ __forceinline__ void quantize_activations(const GemmParams& p, int t0
                                                  kBlockSize * b + 8 * q));
     }
     const QuantizedQuarter quarter = quantize_quarter(raw, p.x_is_f16);
-    const std::uint32_t(&bytes)[2] = quarter.codes;
-    const std::uint8_t scale = quarter.scale;
     if (valid) {
       if constexpr (kDequantized) {
-        store_dequantized(s, t, b, q, bytes[0], bytes[1], scale);
+        store_dequantized(s, t, b, q, quarter.codes[0], quarter.codes[1], quarter.scale);
       } else {
         *reinterpret_cast<uint2*>(s.values + t * s.stride + kBlockSize * b + 8 * q) =
-            make_uint2(bytes[0], bytes[1]);
-        if (q == 0) s.scales[t * s.blocks + b] = mx::scale_from_byte(scale);
+            make_uint2(quarter.codes[0], quarter.codes[1]);
+        if (q == 0) s.scales[t * s.blocks + b] = mx::scale_from_byte(quarter.scale);
       }
     }
   }

@@ -130,9 +130,9 @@ int smem_bytes(std::int64_t m, int k) {
 // shared memory is the same for both (16-bit rows, no scales).
 template <class... Tiles>
 struct Instances {
-  static constexpr std::array<GemvInstanceInfo, sizeof...(Tiles)> kInfos = {
-      GemvInstanceInfo{Tiles::kTokens, Tiles::kWarps, Tiles::kStages, Tiles::kSplits,
-                       Tiles::kCtaRows, Tiles::kRows, Tiles::kKParts}...};
+  static constexpr std::array<GemvInstanceInfo, sizeof...(Tiles)> kInfos = {GemvInstanceInfo{
+      Tiles::kTokens, Tiles::kWarps, Tiles::kStages, Tiles::kSplits, Tiles::kCtaRows, Tiles::kRows,
+      Tiles::kKParts, Tiles::kQuantizesUnscaled}...};
   static constexpr std::array<int (*)(std::int64_t, int), sizeof...(Tiles)> kSizers = {
       smem_bytes<Tiles>...};
   static constexpr std::array<int (*)(std::int64_t, int), sizeof...(Tiles)> kSizersAsIs = {

@@ -21,6 +21,9 @@ struct GemvInstanceInfo {
   int rows;       // weight rows per CTA: tile_rows per row tile
   int tile_rows;  // weight rows per row tile: 16, or 8 (k parts, the weights as the mma's B)
   bool k_parts;   // the batch-invariant mode's K parts and order (gemv_gemm.cuh); no fp16 x
+  // k parts, W8A8: given a 16-bit x, each CTA quantizes it into the scaled domain itself (the
+  // others, given one, quantize it into the scaled form; the linear gives them e4m3 and scales)
+  bool quantizes_unscaled;
 };
 
 std::span<const GemvInstanceInfo> gemv_gemm_instances();
