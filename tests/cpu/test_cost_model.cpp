@@ -120,5 +120,30 @@ TEST(CostModel, ClustersOfThreeFillFewerSlotsThanPairs) {
   }
 }
 
+// Splits meet in memory where the kernel can and a cluster launch would not hold the CTAs one
+// to an SM: two fit an SM, or not every cluster fits the GPCs (36 of 3 on 132 SMs). The CTAs
+// must fit the SMs one each.
+TEST(CostModel, SplitsMeetInMemoryWhereAClusterWouldNotHoldTheCtasOneAnSm) {
+  WorkShape w = folded(64, 32, 3);
+  w.splits_can_meet_in_memory = true;
+  w.ctas_per_sm = 2;
+  EXPECT_TRUE(meets_splits_in_memory(w, 40, 132));   // 120 CTAs, two an SM over a cluster
+  EXPECT_FALSE(meets_splits_in_memory(w, 45, 132));  // 135 CTAs: not one an SM
+  EXPECT_FALSE(meets_splits_in_memory(w, 40, 114));
+  w.ctas_per_sm = 1;
+  EXPECT_TRUE(meets_splits_in_memory(w, 37, 132));   // 37 clusters of 3: 36 fit
+  EXPECT_FALSE(meets_splits_in_memory(w, 36, 132));  // they all fit: the cluster meets
+  WorkShape cannot = w;
+  cannot.splits_can_meet_in_memory = false;
+  EXPECT_FALSE(meets_splits_in_memory(cannot, 40, 132));
+  WorkShape unsplit = folded(64, 32, 1);
+  unsplit.splits_can_meet_in_memory = true;
+  EXPECT_FALSE(meets_splits_in_memory(unsplit, 40, 132));
+  // Priced so: qkv (2560 x 6144) at M = 16, 40 tiles of 64 x 32 in three splits, meeting in
+  // memory costs less than the same CTAs two to an SM over clusters of which only 36 hold.
+  w.ctas_per_sm = 2;
+  EXPECT_LT(us(w, 16, 2560, 6144), us(cannot, 16, 2560, 6144));
+}
+
 }  // namespace
 }  // namespace mxlinear::detail

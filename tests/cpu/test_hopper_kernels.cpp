@@ -313,19 +313,20 @@ TEST(PrefillKernel, AGridThatFitsTheSmsRunsOneCtaAnSm) {
   using device::prefill_launch_smem;
   constexpr int kSmall = 79 * 1024;  // 64 x 32, 4 stages: two fit an SM
   static_assert(ctas_per_sm_by_smem(kSmall) == 2);
-  const int spread = prefill_launch_smem(96, 132, 1, false, kSmall);
+  // (ctas, sms, clustered, persistent, smem)
+  const int spread = prefill_launch_smem(96, 132, false, false, kSmall);
   EXPECT_EQ(ctas_per_sm_by_smem(spread), 1);
   EXPECT_GE(spread, kSmall);
   EXPECT_LE(spread, device::kSm90MaxSmemPerCta);
-  EXPECT_EQ(prefill_launch_smem(132, 132, 1, false, kSmall), spread);
+  EXPECT_EQ(prefill_launch_smem(132, 132, false, false, kSmall), spread);
   // More CTAs than SMs need two an SM for one wave; a cluster split and a persistent walk place
   // their CTAs themselves; a tile of one CTA an SM already asks for enough.
-  EXPECT_EQ(prefill_launch_smem(133, 132, 1, false, kSmall), kSmall);
-  EXPECT_EQ(prefill_launch_smem(96, 132, 3, false, kSmall), kSmall);
-  EXPECT_EQ(prefill_launch_smem(96, 132, 1, true, kSmall), kSmall);
-  EXPECT_EQ(prefill_launch_smem(96, 132, 1, false, 150 * 1024), 150 * 1024);
+  EXPECT_EQ(prefill_launch_smem(133, 132, false, false, kSmall), kSmall);
+  EXPECT_EQ(prefill_launch_smem(96, 132, true, false, kSmall), kSmall);
+  EXPECT_EQ(prefill_launch_smem(96, 132, false, true, kSmall), kSmall);
+  EXPECT_EQ(prefill_launch_smem(96, 132, false, false, 150 * 1024), 150 * 1024);
   // A small part: the rule follows the SM count it is given.
-  EXPECT_EQ(prefill_launch_smem(96, 66, 1, false, kSmall), kSmall);
+  EXPECT_EQ(prefill_launch_smem(96, 66, false, false, kSmall), kSmall);
 }
 
 // A launch footprint needs the device (its occupancy); without one, or for a config that does
@@ -548,11 +549,18 @@ TEST(LinearWith, AGpuKernelIsRejectedOnAMachineWithoutOne) {
 
 std::size_t round_up_256(std::size_t v) { return (v + 255) / 256 * 256; }
 
-// On a 132-SM H200 linear()'s workspace is what it always was: the e4m3 activation, its scales,
-// the bf16 activation and from 256 rows the stream-K partial tiles and flags of 132 CTAs, each
-// part 256-byte aligned. With fewer SMs the last part shrinks with them.
+// On a 132-SM H200 linear()'s workspace is the e4m3 activation, its scales, the bf16 activation,
+// from 8 rows the split tiles (64 x 128 fp32) and arrival words of 132 CTAs, and from 256 rows
+// instead the stream-K partial tiles (128 x 256) and flags of 132 CTAs, each part 256-byte
+// aligned. With fewer SMs the last part shrinks with them.
 TEST(KernelPlans, TheWorkspaceOnAnH200KeepsItsBytes) {
+  const auto beyond = [](std::int64_t m, std::size_t sms) -> std::size_t {
+    if (m >= 256) return round_up_256(sms * (128 * 256 * 4 + 4));
+    return m >= 8 ? round_up_256(sms * (64 * 128 * 4 + 4)) : 0;
+  };
   for (const auto& [m, k] : {std::pair<std::int64_t, std::int64_t>{1, 128},
+                             {7, 4096},
+                             {8, 4096},
                              {255, 6144},
                              {256, 6144},
                              {300, 1000 * 32},
@@ -560,28 +568,55 @@ TEST(KernelPlans, TheWorkspaceOnAnH200KeepsItsBytes) {
     const auto elements = static_cast<std::size_t>(m * k);
     const std::size_t base =
         round_up_256(elements) + round_up_256(elements / 32) + round_up_256(elements * 2);
-    EXPECT_EQ(linear_workspace_bytes(m, k, kH200), base + (m >= 256 ? 17302272 : 0))
+    EXPECT_EQ(linear_workspace_bytes(m, k, kH200), base + beyond(m, 132))
         << "M = " << m << ", K = " << k;
     EXPECT_EQ(linear_workspace_bytes(m, k, DeviceDescription::parse("sm_90a:114")),
-              base + (m >= 256 ? 14942720 : 0));
+              base + beyond(m, 114));
   }
   // Without a device argument: the current device's.
   EXPECT_EQ(linear_workspace_bytes(300, 768),
             linear_workspace_bytes(300, 768, DeviceDescription::current()));
 }
 
-// Every plan of every built-in kernel, for random (M, K) on a described 132-SM and 114-SM
+// A split plan meets in memory where its CTAs fit the SMs one each and a cluster would not hold
+// them so: its scratch holds a tile per CTA after the bf16 activation, then an arrival word per
+// output tile, which the pass before the GEMM zeroes. qkv (2560 x 6144) at M = 16 in three
+// splits of 64 x 32: 120 CTAs on 132 SMs, two of which fit an SM.
+TEST(KernelPlans, SplitsThatMeetInMemoryPlanTheirTilesAndArrivalWords) {
+  const std::size_t activation = round_up_256(16 * 6144 * 2);
+  const CallPlan in_memory =
+      prefill_kernel().plan(problem(16, 2560, 6144, 132), "w64_t32_st4_overlap_split3");
+  EXPECT_EQ(in_memory.zero_words.count, 40u);
+  EXPECT_EQ(in_memory.zero_words.offset, activation + round_up_256(120 * 64 * 32 * 4));
+  EXPECT_EQ(in_memory.scratch_bytes, in_memory.zero_words.offset + round_up_256(40 * 4));
+  EXPECT_LE(in_memory.scratch_bytes, prefill_kernel().max_scratch_bytes(16, 6144, kH200));
+  // Over a cluster, nothing beyond the activation: more CTAs than SMs, fewer than 8 rows, a tile
+  // of two warpgroups (it meets over a cluster always), or no split.
+  for (const auto& [m, sms, config] :
+       {std::tuple<std::int64_t, int, const char*>{16, 114, "w64_t32_st4_overlap_split3"},
+        {7, 132, "w64_t32_st4_overlap_split3"},
+        {16, 132, "w128_t64_st4_overlap_split3"},
+        {16, 132, "w64_t32_st8_overlap_alt_split2"},
+        {16, 132, "w64_t32_st4_overlap"}}) {
+    SCOPED_TRACE(::testing::Message() << config << " at M = " << m << " on " << sms << " SMs");
+    const CallPlan plan = prefill_kernel().plan(problem(m, 2560, 6144, sms), config);
+    EXPECT_EQ(plan.zero_words.count, 0u);
+    EXPECT_EQ(plan.scratch_bytes, round_up_256(static_cast<std::size_t>(m) * 6144 * 2));
+  }
+}
+
 // device: its zero words lie inside its scratch, its scratch stays within the kernel's bound,
 // and linear_workspace_bytes() holds it beside the e4m3 activation and its scales.
 TEST(KernelPlans, LinearWorkspaceCoversEveryPlanOnDevicesOfAnySmCount) {
   auto rng = make_rng();
   std::uniform_int_distribution<std::int64_t> m_of(1, 12000), k_blocks(1, 512);
   const auto kernels = builtin_kernels();
-  int stream_k_plans = 0, plans = 0, a16_plans = 0;
+  int stream_k_plans = 0, split_plans = 0, plans = 0, a16_plans = 0;
   for (const DeviceDescription& device :
        {kH200, DeviceDescription::parse("sm_90a:114"), DeviceDescription::parse("sm_90a:8")}) {
     for (int i = 0; i < 60; ++i) {
-      const std::int64_t m = i < 3 ? 256 : m_of(rng), k = 32 * k_blocks(rng);
+      // M = 256 runs the stream-K configs; at M = 16 the 64-row split tiles fit 132 and 114 SMs.
+      const std::int64_t m = i < 3 ? 256 : (i < 6 ? 16 : m_of(rng)), k = 32 * k_blocks(rng);
       const auto elements = static_cast<std::size_t>(m * k);
       const std::size_t room = linear_workspace_bytes(m, k, device) - round_up_256(elements) -
                                round_up_256(elements / 32);
@@ -608,8 +643,15 @@ TEST(KernelPlans, LinearWorkspaceCoversEveryPlanOnDevicesOfAnySmCount) {
               EXPECT_NE(plan.activation, ActivationForm::kUnquantized);
             }
             if (plan.zero_words.count > 0) {
-              ++stream_k_plans;
-              EXPECT_EQ(plan.zero_words.count, static_cast<std::size_t>(device.sms));
+              // A stream-K flag per CTA (one an SM), or a split arrival word per output tile of a
+              // grid that fits the SMs.
+              if (config.find("_split") != std::string::npos) {
+                ++split_plans;
+                EXPECT_LE(plan.zero_words.count, static_cast<std::size_t>(device.sms));
+              } else {
+                ++stream_k_plans;
+                EXPECT_EQ(plan.zero_words.count, static_cast<std::size_t>(device.sms));
+              }
               // After the bf16 activation: the pass that writes it must not zero any of it.
               EXPECT_GE(plan.zero_words.offset, elements * 2);
             }
@@ -637,7 +679,8 @@ TEST(KernelPlans, LinearWorkspaceCoversEveryPlanOnDevicesOfAnySmCount) {
     }
   }
   EXPECT_GT(plans, 1000);
-  EXPECT_GT(stream_k_plans, 0);  // M = 256 runs the stream-K config
+  EXPECT_GT(stream_k_plans, 0);
+  EXPECT_GT(split_plans, 0);
   EXPECT_GT(a16_plans, 100);
 }
 

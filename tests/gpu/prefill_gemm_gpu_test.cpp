@@ -50,6 +50,7 @@ DeviceBuffer activation_bf16(const std::uint8_t* q, std::int64_t ld_q, const Dev
 
 struct Config {
   int instance, splits;
+  bool in_memory = false;  // K splits met in memory (GemmParams::split_tiles), not over a cluster
 };
 
 // The current device's SMs.
@@ -66,9 +67,22 @@ constexpr std::size_t kGuardBytes = 4096;
 // A stream-K config's partial tiles and flags for at most `ctas` CTAs (0: one per SM), poisoned
 // (the pre-pass must zero the flags) and followed by a poisoned guard, wired into `p`; a k-parts
 // config's part sums for every SM, poisoned (a part's sum is stored before it is read) and
-// followed by the guard; an empty buffer for the other configs.
-DeviceBuffer attach_stream_k(Config config, device::GemmParams& p, int ctas = 0) {
+// followed by the guard; splits met in memory, a tile for every CTA of p's grid and an arrival
+// word for every output tile, poisoned likewise (the pre-pass zeroes the words) and followed by
+// the guard; an empty buffer for the other configs.
+DeviceBuffer attach_workspace(Config config, device::GemmParams& p, int ctas = 0) {
   const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(config.instance)];
+  if (config.in_memory) {
+    const int tiles = (p.n + i.rows - 1) / i.rows * ((p.m + i.tokens - 1) / i.tokens);
+    const std::int64_t floats = std::int64_t{tiles} * config.splits * i.rows * i.tokens;
+    DeviceBuffer area(static_cast<std::size_t>(floats * 4 + tiles * 4) + kGuardBytes);
+    area.poison();
+    p.split_tiles = reinterpret_cast<float*>(area.get());
+    p.split_tile_floats = floats;
+    p.split_arrivals = reinterpret_cast<std::uint32_t*>(area.bytes() + floats * 4);
+    p.split_arrival_words = tiles;
+    return area;
+  }
   if (i.part_sums_in_memory) {
     DeviceBuffer sums(device::prefill_part_sum_bytes(device_sms()) + kGuardBytes);
     sums.poison();
@@ -87,7 +101,9 @@ DeviceBuffer attach_stream_k(Config config, device::GemmParams& p, int ctas = 0)
   return stream_k;
 }
 
+// The words the pre-pass zeroes for the GEMM: stream-K flags or split arrival words.
 device::ZeroedWords flags_of(const device::GemmParams& p) {
+  if (p.split_arrivals) return {p.split_arrivals, p.split_arrival_words};
   return {p.flags, p.flags ? p.stream_k_ctas : 0};
 }
 
@@ -101,7 +117,7 @@ std::vector<std::uint8_t> run_config(Config config, const MxOperand& a, const Mx
   DeviceBuffer out(static_cast<std::size_t>(a.rows * w.rows) * element_size(out_dtype));
   out.poison();
   device::GemmParams p = gemm_params(da, dw, out, out_dtype);
-  const DeviceBuffer stream_k = attach_stream_k(config, p, stream_k_ctas);
+  const DeviceBuffer stream_k = attach_workspace(config, p, stream_k_ctas);
   const DeviceBuffer a16 = activation_bf16(da.data.bytes(), a.k, da, flags_of(p));
   if (bias) {
     p.bias = bias->get();
@@ -116,7 +132,8 @@ std::vector<std::uint8_t> run_config(Config config, const MxOperand& a, const Mx
     EXPECT_TRUE(std::all_of(bytes.end() - kGuardBytes, bytes.end(),
                             [](std::uint8_t b) { return b == 0xFF; }))
         << "the launch wrote past its workspace (stream-K partial tiles and flags of "
-        << p.stream_k_ctas << " CTAs, or part sums of " << p.part_sum_slots << " SMs)";
+        << p.stream_k_ctas << " CTAs, part sums of " << p.part_sum_slots << " SMs, or "
+        << p.split_arrival_words << " tiles' splits)";
   }
   return out.download<std::uint8_t>(out.size());
 }
@@ -186,9 +203,13 @@ const GemmShape kShapes[] = {{1, 1, 128},     {7, 33, 256},   {300, 257, 512}, {
                              {70, 200, 1280}, {40, 196, 256}, {37, 90, 544},   {5, 70, 96}};
 
 // (instance, K splits): every config the registry entry offers.
-class PrefillGemmInstance : public ::testing::TestWithParam<std::tuple<int, int>> {
+// (instance, K splits, met in memory): every config the registry entry offers, with its splits
+// met over a cluster and, where the instance can, in memory.
+class PrefillGemmInstance : public ::testing::TestWithParam<std::tuple<int, int, bool>> {
  protected:
-  Config config() const { return {std::get<0>(GetParam()), std::get<1>(GetParam())}; }
+  Config config() const {
+    return {std::get<0>(GetParam()), std::get<1>(GetParam()), std::get<2>(GetParam())};
+  }
   // The shapes with at least as many 128-K chunks (a part chunk counts) as the config has splits.
   std::vector<GemmShape> shapes() const {
     std::vector<GemmShape> fitting;
@@ -400,6 +421,47 @@ TEST(PrefillStreamK, AWorkspaceForFewerCtasCapsTheGrid) {
             cudaErrorInvalidValue);
 }
 
+// A split launch given too small an area for its tiles or arrival words, or an instance whose
+// splits cannot meet in memory given one, is refused before it launches.
+TEST(PrefillSplitsInMemory, TheLauncherRefusesAnAreaItCannotUse) {
+  MXL_REQUIRE_GPU();
+  const auto& instances = device::prefill_gemm_instances();
+  int in_memory = -1, clustered_only = -1;
+  for (std::size_t i = 0; i < instances.size(); ++i) {
+    if (instances[i].persistent || instances[i].k_parts) continue;
+    if (instances[i].splits_in_memory && in_memory < 0) in_memory = static_cast<int>(i);
+    if (!instances[i].splits_in_memory && clustered_only < 0) clustered_only = static_cast<int>(i);
+  }
+  ASSERT_GE(in_memory, 0);
+  ASSERT_GE(clustered_only, 0);
+  constexpr int kM = 70, kN = 200, kK = 1024;
+  const DeviceBuffer w(kN * kK), a16(kM * kK * 2), out(kM * kN * 4);
+  DeviceBuffer area(1 << 20);
+  const auto refused = [&](int instance, std::int64_t floats, int words) {
+    device::GemmParams p;
+    p.m = kM;
+    p.n = kN;
+    p.k = kK;
+    p.w = w.bytes();
+    p.ld_w = kK;
+    p.out = out.get();
+    p.ld_out = kN;
+    p.split_tiles = reinterpret_cast<float*>(area.get());
+    p.split_tile_floats = floats;
+    p.split_arrivals = reinterpret_cast<std::uint32_t*>(area.bytes() + (1 << 19));
+    p.split_arrival_words = words;
+    return device::launch_prefill_gemm(p, a16.get(), kK, instance, 2, nullptr) ==
+           cudaErrorInvalidValue;
+  };
+  const auto& i = instances[static_cast<std::size_t>(in_memory)];
+  const int tiles = (kN + i.rows - 1) / i.rows * ((kM + i.tokens - 1) / i.tokens);
+  const std::int64_t floats = std::int64_t{tiles} * 2 * i.rows * i.tokens;
+  EXPECT_TRUE(refused(in_memory, floats - 1, tiles));
+  EXPECT_TRUE(refused(in_memory, floats, tiles - 1));
+  EXPECT_TRUE(refused(clustered_only, 1 << 17, 1 << 10));
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 // Every config says how many CTAs its launch has and how many the device holds at once: the
 // grid of shared down at M = 128 as the launcher builds it, whole clusters for a split, at most
 // one CTA per SM for a walk.
@@ -489,7 +551,7 @@ TEST_P(PrefillGemmInstance, ChainOfCallsInAGraphMatchesEager) {
   DeviceBuffer out[2] = {DeviceBuffer(kM * kN * 4), DeviceBuffer(kM * kN * 4)};
   DeviceBuffer a16(static_cast<std::size_t>(kM * kK) * 2);
   device::GemmParams p = gemm_params(da, dw[0], out[0], DType::kF32);
-  const DeviceBuffer stream_k = attach_stream_k(config(), p);
+  const DeviceBuffer stream_k = attach_workspace(config(), p);
   auto call = [&](int i, cudaStream_t stream) {
     const device::ActivationBf16Params pre =
         prepass_params(da.data.bytes(), kK, da, a16.get(), flags_of(p));
@@ -507,21 +569,27 @@ TEST_P(PrefillGemmInstance, ChainOfCallsInAGraphMatchesEager) {
   check_chain_graph_replay(call, 4, out);
 }
 
-std::string config_name(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
+std::string config_name(const ::testing::TestParamInfo<std::tuple<int, int, bool>>& info) {
   return detail::PrefillConfig::of(
              device::prefill_gemm_instances()[static_cast<std::size_t>(std::get<0>(info.param))],
              std::get<1>(info.param))
-      .name();
+             .name() +
+         (std::get<2>(info.param) ? "_in_memory" : "");
 }
 
 // Every (instance, split count) whose output tile fits the instance's ring: the registry's
 // configs.
-std::vector<std::tuple<int, int>> every_config() {
-  std::vector<std::tuple<int, int>> configs;
+std::vector<std::tuple<int, int, bool>> every_config() {
+  std::vector<std::tuple<int, int, bool>> configs;
   for (int instance = 0; instance < static_cast<int>(device::prefill_gemm_instances().size());
        ++instance) {
     for (int splits = 1; splits <= device::kPrefillMaxSplits; ++splits) {
-      if (device::prefill_gemm_splits_fit(instance, splits)) configs.emplace_back(instance, splits);
+      if (!device::prefill_gemm_splits_fit(instance, splits)) continue;
+      configs.emplace_back(instance, splits, false);
+      if (splits > 1 &&
+          device::prefill_gemm_instances()[static_cast<std::size_t>(instance)].splits_in_memory) {
+        configs.emplace_back(instance, splits, true);
+      }
     }
   }
   return configs;
@@ -542,12 +610,12 @@ TEST_P(PrefillPersistentWalk, ManyTilesPerCtaMatchFp64BitForBit) {
   check_exact_on_shapes(runner(), walks, rng);
 }
 
-std::vector<std::tuple<int, int>> persistent_configs() {
-  std::vector<std::tuple<int, int>> configs;
+std::vector<std::tuple<int, int, bool>> persistent_configs() {
+  std::vector<std::tuple<int, int, bool>> configs;
   for (int instance = 0; instance < static_cast<int>(device::prefill_gemm_instances().size());
        ++instance) {
     if (device::prefill_gemm_instances()[static_cast<std::size_t>(instance)].persistent) {
-      configs.emplace_back(instance, 1);
+      configs.emplace_back(instance, 1, false);
     }
   }
   return configs;

@@ -50,6 +50,14 @@ struct GemmParams {
   float* partials = nullptr;
   std::uint32_t* flags = nullptr;
   int stream_k_ctas = 0;
+  // The prefill kernel's K splits met in memory instead of over a thread-block cluster, when
+  // split_tiles is set: one fp32 tile per CTA (split_tile_floats floats in all) and one arrival
+  // word per output tile (split_arrival_words in all), zero when the kernel starts (the pass
+  // before it zeroes them: ZeroedWords). The launcher checks both counts against its grid.
+  float* split_tiles = nullptr;
+  std::uint32_t* split_arrivals = nullptr;
+  std::int64_t split_tile_floats = 0;
+  int split_arrival_words = 0;
   // The prefill kernel's k-parts tiles wider than 128 x 128: one fp32 tile per SM (%smid) where
   // a CTA keeps the sum of the K parts it has finished, for at least every SM of the device (the
   // launcher checks). Such a tile's shared memory holds one CTA an SM, so the slot is its own.

@@ -90,6 +90,17 @@ __device__ __forceinline__ std::uint32_t load_acquire_gpu(const std::uint32_t* w
   return value;
 }
 
+// Adds to a word at GPU scope, acquire and release: the writes this thread has seen (its CTA's,
+// after a barrier) are visible to whoever reads the sum, and what they published to it.
+__device__ __forceinline__ std::uint32_t add_acq_rel_gpu(std::uint32_t* word, std::uint32_t value) {
+  std::uint32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n"
+               : "=r"(old)
+               : "l"(word), "r"(value)
+               : "memory");
+  return old;
+}
+
 // Starts moving the box at (c0, c1) of a 2-D tensor map into L2, with no destination and no
 // barrier: a later tma_load_2d of the same box then reads L2.
 __device__ __forceinline__ void tma_prefetch_l2_2d(const CUtensorMap* map, int c0, int c1) {

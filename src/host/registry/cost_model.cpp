@@ -101,6 +101,13 @@ double cluster_fill(int size) {
   }
 }
 
+bool meets_splits_in_memory(const WorkShape& w, std::int64_t tiles, int sms) {
+  if (!w.splits_can_meet_in_memory || w.splits < 2 || tiles * w.splits > sms) return false;
+  const auto clusters_that_fit =
+      static_cast<std::int64_t>(std::floor(sms * cluster_fill(w.splits) / w.splits));
+  return w.ctas_per_sm >= 2 || tiles > clusters_that_fit;
+}
+
 double estimated_seconds(const WorkShape& w, ActivationPass pass, const LinearShape& shape,
                          const DeviceRates& r) {
   const double m = static_cast<double>(shape.m), n = static_cast<double>(shape.n),
@@ -119,7 +126,9 @@ double estimated_seconds(const WorkShape& w, ActivationPass pass, const LinearSh
       const double splits = std::min<double>(w.splits, chunks);
       const double k_cta = std::min(k, ceil_div(chunks, splits) * kChunkK);
       const double ctas = tiles * splits;
-      const double slots = sms * cluster_fill(w.splits);
+      const bool in_memory =
+          splits > 1 && meets_splits_in_memory(w, static_cast<std::int64_t>(tiles), r.sms);
+      const double slots = sms * (in_memory ? 1.0 : cluster_fill(w.splits));
       const double per_sm = ceil_div(ctas, slots);
       // Folded CTAs on one SM take turns on its tensor pipe; promoted ones overlap their
       // latency-bound widening; chained ones run side by side in waves of the CTAs it holds.
@@ -136,7 +145,11 @@ double estimated_seconds(const WorkShape& w, ActivationPass pass, const LinearSh
       streamed = ctas * cta_bytes(w, k_cta, m);
       const double waves = ceil_div(ctas, slots * w.ctas_per_sm);
       fill_drain = waves * r.tile_latency_s;
-      if (splits > 1) {
+      if (in_memory) {
+        // Every CTA writes its tile; the last of a tile's splits reads the others back.
+        const double tile_bytes = w.rows * w.tokens * 4.0;
+        fill_drain += waves * (r.memory_meeting_s + tile_bytes * splits / r.sm_bytes_per_s);
+      } else if (splits > 1) {
         const double share_bytes = w.rows * w.tokens * 4.0 * (splits - 1) / splits;
         fill_drain += waves * (r.cluster_meeting_s + share_bytes / r.meeting_bytes_per_s);
       }

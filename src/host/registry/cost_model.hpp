@@ -33,9 +33,11 @@ struct WorkShape {
 
   Engine engine = Engine::kWgmmaFolded;
   Walk walk = Walk::kTiles;
-  int rows = 64;            // weight rows of one CTA's output tile
-  int tokens = 8;           // activation rows of one CTA's output tile
-  int splits = 1;           // K ranges of a tile, met within a cluster of that many CTAs
+  int rows = 64;   // weight rows of one CTA's output tile
+  int tokens = 8;  // activation rows of one CTA's output tile
+  int splits = 1;  // K ranges of a tile, met over a cluster of that many CTAs or in memory
+  // The kernel can meet the splits in memory instead (meets_splits_in_memory says where).
+  bool splits_can_meet_in_memory = false;
   int ctas_per_sm = 1;      // CTAs of this config one SM holds at once
   int consumer_groups = 1;  // warpgroups sharing a tile's tensor work
   int consumer_warps = 4;   // warps widening and promoting the weights (promoted engines)
@@ -118,7 +120,10 @@ struct DeviceRates {
   double launch_s = 1.44e-6;            // a kernel launch on a stream
   double cluster_meeting_s = 1.36e-6;   // a cluster barrier of the split meeting
   double meeting_bytes_per_s = 6.25e9;  // a split's share received through distributed smem
-  double part_change_s = 4e-6;          // a k-parts tile's stop at each part change, 128 x 128
+  // A split meeting in memory beyond its bytes: the count and the reads' round trips (qkv's 120
+  // CTAs of 64 x 32 in three splits ran 1.7 us over the same CTAs unsplit, H100).
+  double memory_meeting_s = 1.5e-6;
+  double part_change_s = 4e-6;  // a k-parts tile's stop at each part change, 128 x 128
 
   static DeviceRates of(const DeviceDescription& device);
 };
@@ -131,6 +136,14 @@ constexpr std::int64_t kMeasuredSharesFromM = 16;
 // must fit one GPC. Measured on the H200 for 3 (36 clusters fit, 40 do not); the others follow
 // from its GPCs of 16 and 18 SMs.
 double cluster_fill(int size);
+
+// Whether the K splits of `w` over `tiles` output tiles meet in memory on `sms` SMs rather than
+// over a cluster: where the kernel can, the CTAs fit the SMs one each, and a cluster launch would
+// not hold them so: two fit an SM (the cluster scheduler then places them two to an SM), or not
+// all the clusters fit the GPCs (cluster_fill). There the CTAs launched plainly spread one to an
+// SM and meet through L2; elsewhere the cluster's meeting is the cheaper one (docs/PERFORMANCE.md,
+// "The kernels and why they are built so").
+bool meets_splits_in_memory(const WorkShape& w, std::int64_t tiles, int sms);
 
 // Seconds one call of M x N x K takes on `rates` with work shape `w` and `pass` ahead of it.
 double estimated_seconds(const WorkShape& w, ActivationPass pass, const LinearShape& shape,

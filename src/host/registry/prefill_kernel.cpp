@@ -130,18 +130,23 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
     p.activation =
         problem.x_dtype == DType::kE4M3 ? ActivationForm::kQuantized : ActivationForm::kDequantized;
     p.scratch_bytes = l.bytes;
-    p.zero_words = l.flags;
+    p.zero_words = l.zeroed();
     return p;
   }
 
-  // The bf16 activation; from the rows where stream-K and wide k-parts configs run, their
-  // partial tiles and flags or part sums for every SM.
+  // The bf16 activation; from the rows where split, stream-K and wide k-parts configs run, their
+  // partial tiles and flags, part sums or split tiles for every SM.
   std::size_t max_scratch_bytes(std::int64_t rows, std::int64_t k,
                                 const DeviceDescription& on) const override {
-    return activation_bytes({rows, 0, k}) + (rows >= device::kPrefillStreamKMinRows
-                                                 ? std::max(device::prefill_stream_k_bytes(on.sms),
-                                                            device::prefill_part_sum_bytes(on.sms))
-                                                 : 0);
+    std::size_t beyond = 0;
+    if (rows >= device::kPrefillSplitInMemoryMinRows) {
+      beyond = device::prefill_split_tile_bytes(on.sms);
+    }
+    if (rows >= device::kPrefillStreamKMinRows) {
+      beyond = std::max(
+          {beyond, device::prefill_stream_k_bytes(on.sms), device::prefill_part_sum_bytes(on.sms)});
+    }
+    return activation_bytes({rows, 0, k}) + beyond;
   }
 
   Verdict can_run(std::int64_t m, std::int64_t k, std::string_view config) const override {
@@ -171,9 +176,10 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
       return std::nullopt;
     }
     device::PrefillFootprint f;
+    const bool in_memory = split_area(shape, c, current_sms()).bytes > 0;
     if (device::prefill_gemm_footprint(c.instance, static_cast<int>(shape.m),
                                        static_cast<int>(shape.n), static_cast<int>(shape.k),
-                                       c.splits, &f) != cudaSuccess) {
+                                       c.splits, in_memory, &f) != cudaSuccess) {
       (void)cudaGetLastError();  // the query's error is not the stream's
       return std::nullopt;
     }
@@ -185,7 +191,10 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
   // to two.
   std::optional<detail::WorkShape> work_shape(const LinearShape& shape,
                                               std::string_view config) const override {
-    const auto c = compiled_configs().find(config);
+    return work_of(shape, compiled_configs().find(config));
+  }
+  static std::optional<detail::WorkShape> work_of(
+      const LinearShape& shape, const detail::Resolved<detail::PrefillConfig>& c) {
     if (c.instance < 0) return std::nullopt;
     using Walk = detail::PrefillConfig::Walk;
     const int by_smem = device::ctas_per_sm_by_smem(
@@ -199,6 +208,9 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
         .rows = c.rows,
         .tokens = c.tokens,
         .splits = c.splits,
+        .splits_can_meet_in_memory =
+            c.splits > 1 && shape.m >= device::kPrefillSplitInMemoryMinRows &&
+            device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)].splits_in_memory,
         .ctas_per_sm =
             std::max(1, std::min(by_smem, c.rows >= 128 || (c.k_parts && c.tokens >= 128) ? 1 : 2)),
         // Alternating warpgroups share one 64-row tile's stages: two consumers of its work.
@@ -228,6 +240,13 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
       p.flags = reinterpret_cast<std::uint32_t*>(scratch + flags.offset);
       p.stream_k_ctas = layout.stream_k_ctas;
     }
+    if (layout.split_arrivals.count > 0) {
+      auto* scratch = static_cast<std::uint8_t*>(call.workspace.data);
+      p.split_tiles = reinterpret_cast<float*>(scratch + layout.activation_bytes);
+      p.split_tile_floats = static_cast<std::int64_t>(layout.split_tile_bytes / 4);
+      p.split_arrivals = reinterpret_cast<std::uint32_t*>(scratch + layout.split_arrivals.offset);
+      p.split_arrival_words = static_cast<int>(layout.split_arrivals.count);
+    }
     if (layout.part_sum_slots > 0) {
       p.part_sums = reinterpret_cast<float*>(static_cast<std::uint8_t*>(call.workspace.data) +
                                              layout.activation_bytes);
@@ -248,7 +267,8 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
       a.ld_out = shape.k;
       a.m = p.m;
       a.k = p.k;
-      a.zero_for_next = {p.flags, static_cast<int>(flags.count)};
+      a.zero_for_next = {p.flags != nullptr ? p.flags : p.split_arrivals,
+                         static_cast<int>(layout.zeroed().count)};
       detail::check_cuda(device::launch_activation_bf16(a, call.stream),
                          "linear: launching the prefill activation pre-pass");
     }
@@ -278,12 +298,18 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
   // partial tile per CTA of a launch of at most `stream_k_ctas` CTAs (one per SM), and after
   // those a flag word per CTA, which must be zero when the GEMM starts; for a k-parts config
   // that keeps its part sums in memory, one fp32 tile per SM.
+  // A split config's call that meets in memory (split_area): one fp32 tile per CTA, then an
+  // arrival word per output tile, which must be zero when the GEMM starts.
   struct ScratchLayout {
     std::size_t activation_bytes = 0;
     int stream_k_ctas = 0;   // 0: not a stream-K config
     int part_sum_slots = 0;  // 0: no part sums in memory
     ScratchWords flags;
+    std::size_t split_tile_bytes = 0;
+    ScratchWords split_arrivals;  // count 0: the splits meet over a cluster (or none)
     std::size_t bytes = 0;
+    // The words the pass before the GEMM zeroes.
+    ScratchWords zeroed() const { return flags.count > 0 ? flags : split_arrivals; }
   };
   static ScratchLayout scratch_layout(const LinearShape& shape, std::string_view config, int sms) {
     ScratchLayout l;
@@ -295,6 +321,12 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
       l.bytes += device::prefill_part_sum_bytes(sms);
       return l;
     }
+    if (const SplitArea a = split_area(shape, c, sms); a.bytes > 0) {
+      l.split_tile_bytes = a.tile_bytes;
+      l.split_arrivals = {l.activation_bytes + a.arrivals_offset, a.arrivals};
+      l.bytes += a.bytes;
+      return l;
+    }
     if (c.instance < 0 || sms < 1 || c.walk != detail::PrefillConfig::Walk::kStreamK) return l;
     l.stream_k_ctas = sms;
     l.flags = {l.activation_bytes + static_cast<std::size_t>(sms) * c.rows * c.tokens * 4,
@@ -302,9 +334,32 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
     l.bytes += device::prefill_stream_k_bytes(sms);
     return l;
   }
-  static std::size_t activation_bytes(const LinearShape& shape) {
-    const auto bytes = static_cast<std::size_t>(shape.m * shape.k) * 2;
+  // Where a split config's call meets in memory on `sms` SMs (detail::meets_splits_in_memory):
+  // its tiles, then its arrival words (offsets from the area's start); bytes 0 where it meets
+  // over a cluster.
+  struct SplitArea {
+    std::size_t tile_bytes = 0, arrivals_offset = 0, arrivals = 0, bytes = 0;
+  };
+  static SplitArea split_area(const LinearShape& shape,
+                              const detail::Resolved<detail::PrefillConfig>& c, int sms) {
+    const auto tiles = static_cast<std::size_t>((shape.n + c.rows - 1) / c.rows *
+                                                ((shape.m + c.tokens - 1) / c.tokens));
+    const std::optional<detail::WorkShape> work = work_of(shape, c);
+    if (!work || !detail::meets_splits_in_memory(*work, static_cast<std::int64_t>(tiles), sms)) {
+      return {};
+    }
+    SplitArea a;
+    a.tile_bytes = tiles * static_cast<std::size_t>(c.splits * c.rows * c.tokens * 4);
+    a.arrivals_offset = round_up(a.tile_bytes);
+    a.arrivals = tiles;
+    a.bytes = a.arrivals_offset + round_up(tiles * 4);
+    return a;
+  }
+  static std::size_t round_up(std::size_t bytes) {
     return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+  }
+  static std::size_t activation_bytes(const LinearShape& shape) {
+    return round_up(static_cast<std::size_t>(shape.m * shape.k) * 2);
   }
 };
 

@@ -114,7 +114,8 @@ template <class Tile>
 constexpr PrefillInstanceInfo info() {
   return {Tile::kRows,           Tile::kTokens,  Tile::kStages,      Tile::kOverlap,
           Tile::kFixedSmemBytes, Tile::kBK,      Tile::kAlternating, Tile::kBarrierOffset,
-          Tile::kPersistent,     Tile::kStreamK, Tile::kKParts,      Tile::kPartSumsInMemory};
+          Tile::kPersistent,     Tile::kStreamK, Tile::kKParts,      Tile::kPartSumsInMemory,
+          Tile::kSplitsInMemory};
 }
 
 // Every compiled instance, in the order of their index (the registry's config names go by it).
@@ -221,20 +222,31 @@ cudaError_t launch(const GemmParams& p, const void* a_bf16, std::int64_t ld_a_bf
   if constexpr (Tile::kPartSumsInMemory) {
     if (p.part_sums == nullptr || p.part_sum_slots < sms) return cudaErrorInvalidValue;
   }
-  // One CTA an SM for a grid that fits the SMs so (prefill_launch_smem). Split 1 launches
-  // without a cluster.
+  // Splits met in memory: a slot for every CTA's tile and an arrival word for every output
+  // tile.
+  const bool clustered = splits > 1 && p.split_tiles == nullptr;
+  if (splits > 1 && !clustered) {
+    if (!Tile::kSplitsInMemory) return cudaErrorInvalidValue;
+    const long long tiles = static_cast<long long>(grid.x) * grid.z;
+    if (p.split_arrivals == nullptr || tiles > p.split_arrival_words ||
+        tiles * splits * Tile::kRows * Tile::kTokens > p.split_tile_floats) {
+      return cudaErrorInvalidValue;
+    }
+  }
+  // One CTA an SM for a grid that fits the SMs so (prefill_launch_smem). Only splits met over a
+  // cluster launch one.
   const int launched = prefill_launch_smem(static_cast<long long>(grid.x) * grid.y * grid.z, sms,
-                                           splits, Tile::kPersistent, smem);
+                                           clustered, Tile::kPersistent, smem);
   return launch_programmatic(prefill_gemm_kernel<Tile>, grid, dim3(Tile::kThreads),
                              static_cast<std::size_t>(launched), stream,
-                             splits > 1 ? static_cast<unsigned>(splits) : 0u, w_map, a_map, p);
+                             clustered ? static_cast<unsigned>(splits) : 0u, w_map, a_map, p);
 }
 
 // The launch's CTAs and how many the device holds at once: whole clusters of `splits` CTAs
 // (cudaOccupancyMaxActiveClusters, which also knows how clusters fit the GPCs), or CTAs per SM
 // times SMs for a plain launch.
 template <class Tile>
-cudaError_t footprint(int m, int n, int k, int splits, PrefillFootprint* out) {
+cudaError_t footprint(int m, int n, int k, int splits, bool in_memory, PrefillFootprint* out) {
   if (cudaError_t e = ensure_max_dynamic_smem<prefill_gemm_kernel<Tile>>(kSm90MaxSmemPerCta);
       e != cudaSuccess)
     return e;
@@ -246,11 +258,11 @@ cudaError_t footprint(int m, int n, int k, int splits, PrefillFootprint* out) {
       e != cudaSuccess)
     return e;
   out->ctas = static_cast<long long>(grid.x) * grid.y * grid.z;
-  if (splits == 1) {
+  if (splits == 1 || in_memory) {
     int sms = 0, per_sm = 0;
     if (cudaError_t e = current_sm_count(sms); e != cudaSuccess) return e;
     // With the shared memory the launch asks for (one CTA an SM where the grid fits so).
-    const int launched = prefill_launch_smem(out->ctas, sms, 1, Tile::kPersistent, smem);
+    const int launched = prefill_launch_smem(out->ctas, sms, false, Tile::kPersistent, smem);
     if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
             &per_sm, prefill_gemm_kernel<Tile>, Tile::kThreads, static_cast<std::size_t>(launched));
         e != cudaSuccess) {
@@ -291,7 +303,7 @@ constexpr std::array<MovesQuery, sizeof...(Tiles)> moves_queries_of(TileList<Til
   return {register_moves<Tiles>...};
 }
 
-using Query = cudaError_t (*)(int, int, int, int, PrefillFootprint*);
+using Query = cudaError_t (*)(int, int, int, int, bool, PrefillFootprint*);
 template <class... Tiles>
 constexpr std::array<Query, sizeof...(Tiles)> queries_of(TileList<Tiles...>) {
   return {footprint<Tiles>...};
@@ -324,6 +336,11 @@ std::size_t prefill_stream_k_bytes(int ctas) {
 
 std::size_t prefill_part_sum_bytes(int sms) {
   return tile_bytes_times(&PrefillInstanceInfo::part_sums_in_memory, 0, sms);
+}
+
+// A tile and an arrival word per CTA.
+std::size_t prefill_split_tile_bytes(int sms) {
+  return tile_bytes_times(&PrefillInstanceInfo::splits_in_memory, 4, sms);
 }
 
 int prefill_gemm_smem_bytes(int instance, int k, int splits) {
@@ -367,13 +384,13 @@ cudaError_t launch_prefill_gemm(const GemmParams& p, const void* a_bf16, std::in
   return kLaunchers[static_cast<std::size_t>(instance)](p, a_bf16, ld_a_bf16, splits, stream);
 }
 
-cudaError_t prefill_gemm_footprint(int instance, int m, int n, int k, int splits,
+cudaError_t prefill_gemm_footprint(int instance, int m, int n, int k, int splits, bool in_memory,
                                    PrefillFootprint* out) {
   if (!prefill_gemm_splits_fit(instance, splits) || splits > (k + 127) / 128 || m < 1 || n < 1) {
     return cudaErrorInvalidValue;
   }
   constexpr auto kQueries = queries_of(CompiledTiles{});
-  return kQueries[static_cast<std::size_t>(instance)](m, n, k, splits, out);
+  return kQueries[static_cast<std::size_t>(instance)](m, n, k, splits, in_memory, out);
 }
 
 cudaError_t prefill_gemm_register_moves(int instance, PrefillRegisterMoves* out) {

@@ -13,7 +13,8 @@
 //   B descriptor reads.
 // - e4m3 * 2^(s-127) is exact in bf16 down to bf16's subnormal range: a dequantized operand
 //   below 2^-126 is rounded to the 2^-133 grid (the flush bound MXFP8.md allows; tested).
-// - Optional split-K over a thread-block cluster (split_k.cuh), as in the decode kernel.
+// - Optional split-K over a thread-block cluster (split_k.cuh), as in the decode kernel, or met in
+//   memory where a cluster would not hold the CTAs one to an SM (split_in_memory.cuh).
 // - The tile and its main loop are in prefill_mainloop.cuh; the persistent and stream-K walks
 //   over the output tiles in prefill_walk.cuh.
 #pragma once
@@ -30,6 +31,7 @@
 #include "device/kernels/prefill/prefill_mainloop.cuh"
 #include "device/kernels/prefill/prefill_walk.cuh"
 #include "device/kernels/prefill/share_tile.cuh"
+#include "device/kernels/prefill/split_in_memory.cuh"
 #include "device/kernels/prefill/tile_store_16bit.cuh"
 #include "device/ptx/hopper_ptx.cuh"
 
@@ -101,7 +103,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         produce<Tile>(&w_map, &a_map, smem, full, empty, c_begin, chunks * Tile::kStagesPerChunk,
                       n0, t0);
       }
-      if (splits > 1) {
+      if (splits > 1 && p.split_tiles == nullptr) {
         // The output may still be read by the kernel before us.
         hopper::wait_prerequisite_grids();
         __syncwarp();  // the producer warp's lanes meet again before the aligned cluster barrier
@@ -143,21 +145,29 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         store_16bit_tile<Tile16, Tile::kConsumerThreads>(p, smem_ptr + Tile::kReduceOffset, n0, t0,
                                                          tid);
       } else {
+        // Splits met in memory exchange whole tiles (one share); over a cluster each split
+        // reduces its share of every split's tile.
+        const int shares = p.split_tiles != nullptr ? 1 : splits;
         if constexpr (Tile::kAlternating) {
           // The odd stages' sum first, then the even ones' added to it: the same order every run.
-          if (warpgroup == 1) write_accumulator_shares(tile, acc, 0, typename Tile::Shares(splits));
+          if (warpgroup == 1) write_accumulator_shares(tile, acc, 0, typename Tile::Shares(shares));
           hopper::named_barrier_sync(1, Tile::kConsumerThreads);
-          if (warpgroup == 0) add_accumulator_shares(tile, acc, 0, typename Tile::Shares(splits));
+          if (warpgroup == 0) add_accumulator_shares(tile, acc, 0, typename Tile::Shares(shares));
         } else {
-          write_accumulator_shares(tile, acc, 64 * warpgroup, typename Tile::Shares(splits));
+          write_accumulator_shares(tile, acc, 64 * warpgroup, typename Tile::Shares(shares));
         }
         if (splits == 1) {
           hopper::named_barrier_sync(1, Tile::kConsumerThreads);
           stamps.mark(timeline::kReduced);
           store_accumulator_tile<typename Tile::ReduceTile, Tile::kConsumerThreads>(p, tile, n0, t0,
                                                                                     tid);
-        } else {
+        } else if (!Tile::kSplitsInMemory || p.split_tiles == nullptr) {
           reduce_in_cluster<Tile>(p, smem, n0, t0, split, splits, stamps);
+        } else if constexpr (Tile::kSplitsInMemory) {
+          // The scale bytes are read: a word of theirs carries the arrival count.
+          meet_in_memory<Tile>(p, tile,
+                               reinterpret_cast<std::uint32_t*>(smem_ptr + Tile::kScaleOffset), n0,
+                               t0, split, splits, stamps);
         }
       }
       stamps.mark(timeline::kStored);

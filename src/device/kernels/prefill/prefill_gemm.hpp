@@ -26,6 +26,7 @@ struct PrefillInstanceInfo {
   bool stream_k;     // persistent, each CTA an equal run of (tile, 128-K chunk) units
   bool k_parts;      // sums K in the batch-invariant parts (batch_invariant_parts); K unsplit
   bool part_sums_in_memory;  // k parts: the finished parts' sum in GemmParams::part_sums
+  bool splits_in_memory;     // K splits may meet in GemmParams::split_tiles
 };
 
 // A CTA's weight scales sit in shared memory as one 4-byte word per row and 128-K chunk. Up to
@@ -51,6 +52,16 @@ inline constexpr int kPrefillMaxSplits = 8;
 std::size_t prefill_stream_k_bytes(int ctas);
 inline constexpr int kPrefillStreamKMinRows = 256;
 
+// The K splits of an instance with splits_in_memory may meet in memory (GemmParams::split_tiles)
+// from this many rows on (calls of fewer rows keep a small workspace); where they do is the
+// registry's choice. Every other split meets over a cluster.
+inline constexpr int kPrefillSplitInMemoryMinRows = 8;
+
+// The bytes of split tiles and arrival words the launches that meet in memory need on a device
+// of `sms` SMs (a tile of the largest such instance and a word per CTA; they meet in memory only
+// where their CTAs fit the SMs one each), a multiple of 256; 0 for sms < 1.
+std::size_t prefill_split_tile_bytes(int sms);
+
 // The bytes of part-sum tiles the k-parts instances that keep them in memory need on a device
 // of `sms` SMs (one fp32 tile of the largest of them per SM), a multiple of 256; 0 for sms < 1.
 // linear()'s workspace holds them from kPrefillStreamKMinRows rows up, where those configs run.
@@ -63,8 +74,9 @@ std::span<const PrefillInstanceInfo> prefill_gemm_instances();
 int prefill_gemm_smem_bytes(int instance, int k, int splits);
 
 // The dynamic shared memory a launch of `ctas` CTAs on `sms` SMs asks for, of an instance whose
-// CTA uses `smem`: that, or where an unsplit tile grid (not a persistent walk) has no more CTAs
-// than SMs and two of them would fit an SM, kPrefillOneCtaAnSmBytes, with which one does.
+// CTA uses `smem`: that, or where a tile grid launched without a cluster (not a persistent walk)
+// has no more CTAs than SMs and two of them would fit an SM, kPrefillOneCtaAnSmBytes, with which
+// one does.
 // Launched behind the previous kernel (programmatic launch), such a grid's CTAs otherwise went
 // two to an SM on the SMs that kernel freed first, and the doubled SMs set the time (dense
 // gate_up's 96 CTAs of 64 x 32 at M = 16: 34.1 us, 24.6 spread).
@@ -72,8 +84,9 @@ inline constexpr int kPrefillOneCtaAnSmBytes = kSm90SmemPerSm / 2 - kSm90SmemRes
 static_assert(ctas_per_sm_by_smem(kPrefillOneCtaAnSmBytes) == 1 &&
                   kPrefillOneCtaAnSmBytes <= kSm90MaxSmemPerCta,
               "one CTA an SM, within a CTA's limit");
-constexpr int prefill_launch_smem(long long ctas, int sms, int splits, bool persistent, int smem) {
-  if (persistent || splits > 1 || ctas > sms || ctas_per_sm_by_smem(smem) < 2) return smem;
+constexpr int prefill_launch_smem(long long ctas, int sms, bool clustered, bool persistent,
+                                  int smem) {
+  if (persistent || clustered || ctas > sms || ctas_per_sm_by_smem(smem) < 2) return smem;
   return smem < kPrefillOneCtaAnSmBytes ? kPrefillOneCtaAnSmBytes : smem;
 }
 
@@ -83,12 +96,13 @@ constexpr int prefill_launch_smem(long long ctas, int sms, int splits, bool pers
 bool prefill_gemm_splits_fit(int instance, int splits);
 
 // A launch's CTAs, and how many of them the current device holds at once (whole clusters of
-// the K splits for a split launch): more CTAs than that run in more than one wave.
+// the K splits for a split launch met over a cluster, not `in_memory`): more CTAs than that run
+// in more than one wave.
 struct PrefillFootprint {
   long long ctas = 0;
   long long resident_ctas = 0;
 };
-cudaError_t prefill_gemm_footprint(int instance, int m, int n, int k, int splits,
+cudaError_t prefill_gemm_footprint(int instance, int m, int n, int k, int splits, bool in_memory,
                                    PrefillFootprint* out);
 
 // The registers a thread an instance whose producer warpgroup gives its registers to the

@@ -82,6 +82,10 @@ struct PrefillTile {
   // a part change stores the tile and, from the second on, loads it first: 4-40% over the twin
   // tile at M = 1024-4096, docs/PERFORMANCE.md, "The batch-invariant mode").
   static constexpr bool kKParts = kShape.k_parts;
+  // A split tile of one consumer warpgroup meets its other splits in memory where the launch
+  // gives it the workspace (split_in_memory.cuh); the others always over a cluster.
+  static constexpr bool kSplitsInMemory =
+      kConsumerGroups == 1 && !kAlternating && !kKParts && !kPersistent;
   static constexpr bool kPartSumsInMemory =
       kShape.k_parts && (kShape.tokens > 128 || kShape.consumer_groups > 2);
   static constexpr int kRowGroups = kAlternating ? 1 : kConsumerGroups;  // 64-row groups
