@@ -23,8 +23,10 @@ enum Phase : int {
   kWaited = 1,    // past the wait on the previous kernel (griddepcontrol.wait)
   kPrologue = 2,  // activation staged or its first tiles issued; dependents may launch
   kMainLoop = 3,  // this thread's share of the K loop done
-  kReduced = 4,   // the CTA's (or cluster's) partial sums met; prefill splits: ready to meet
-  kStored = 5,    // the output tile written
+  // The CTA's (or cluster's) partial sums met; prefill splits over a cluster: ready to meet; in
+  // memory: marked by the last split only, once every split's tile is in.
+  kReduced = 4,
+  kStored = 5,  // the output tile written
 };
 
 // Points the decode (gemv, prefill) kernel's CTAs at `buffer` (device memory of capacity_ctas *
