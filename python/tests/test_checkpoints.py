@@ -288,6 +288,14 @@ def malformed_indexes(weight_map: dict) -> dict:
     }
 
 
+def same_json(a, b):
+    """Whether bytes a parse as the same JSON value as bytes b."""
+    try:
+        return json.loads(a) == json.loads(b)
+    except ValueError:  # not JSON, or not UTF-8 (UnicodeDecodeError is a ValueError)
+        return False
+
+
 def test_a_malformed_index_is_named(tmp_path):
     g = fresh_gen()
     tensors = hand_written_tensors(g)
@@ -310,8 +318,8 @@ def test_a_malformed_index_is_named(tmp_path):
             damaged[rng.randrange(len(damaged))] = rng.randrange(256)
         variants.append(bytes(damaged))
     for variant in variants:
-        if variant == valid:
-            continue  # a byte replaced with itself
+        if same_json(variant, valid):
+            continue  # a byte replaced with itself, or whitespace with whitespace: still valid
         index.write_bytes(variant)
         try:
             load_mxfp8(model, tmp_path)
