@@ -61,6 +61,11 @@ int device_sms() {
   return sms;
 }
 
+// The output tiles of an m x n call on `i`'s tile.
+int output_tiles(const device::PrefillInstanceInfo& i, int m, int n) {
+  return (n + i.rows - 1) / i.rows * ((m + i.tokens - 1) / i.tokens);
+}
+
 // Bytes of poisoned guard after a stream-K config's flags.
 constexpr std::size_t kGuardBytes = 4096;
 
@@ -73,7 +78,7 @@ constexpr std::size_t kGuardBytes = 4096;
 DeviceBuffer attach_workspace(Config config, device::GemmParams& p, int ctas = 0) {
   const auto& i = device::prefill_gemm_instances()[static_cast<std::size_t>(config.instance)];
   if (config.in_memory) {
-    const int tiles = (p.n + i.rows - 1) / i.rows * ((p.m + i.tokens - 1) / i.tokens);
+    const int tiles = output_tiles(i, p.m, p.n);
     const std::int64_t floats = std::int64_t{tiles} * config.splits * i.rows * i.tokens;
     DeviceBuffer area(static_cast<std::size_t>(floats * 4 + tiles * 4) + kGuardBytes);
     area.poison();
@@ -454,7 +459,7 @@ TEST(PrefillSplitsInMemory, TheLauncherRefusesAnAreaItCannotUse) {
            cudaErrorInvalidValue;
   };
   const auto& i = instances[static_cast<std::size_t>(in_memory)];
-  const int tiles = (kN + i.rows - 1) / i.rows * ((kM + i.tokens - 1) / i.tokens);
+  const int tiles = output_tiles(i, kM, kN);
   const std::int64_t floats = std::int64_t{tiles} * 2 * i.rows * i.tokens;
   EXPECT_TRUE(refused(in_memory, floats - 1, tiles));
   EXPECT_TRUE(refused(in_memory, floats, tiles - 1));

@@ -208,9 +208,7 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
         .rows = c.rows,
         .tokens = c.tokens,
         .splits = c.splits,
-        .splits_can_meet_in_memory =
-            c.splits > 1 && shape.m >= device::kPrefillSplitInMemoryMinRows &&
-            device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)].splits_in_memory,
+        .splits_can_meet_in_memory = can_meet_in_memory(shape, c),
         .ctas_per_sm =
             std::max(1, std::min(by_smem, c.rows >= 128 || (c.k_parts && c.tokens >= 128) ? 1 : 2)),
         // Alternating warpgroups share one 64-row tile's stages: two consumers of its work.
@@ -267,8 +265,12 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
       a.ld_out = shape.k;
       a.m = p.m;
       a.k = p.k;
-      a.zero_for_next = {p.flags != nullptr ? p.flags : p.split_arrivals,
-                         static_cast<int>(layout.zeroed().count)};
+      const ScratchWords zeroed = layout.zeroed();
+      a.zero_for_next = {zeroed.count > 0
+                             ? reinterpret_cast<std::uint32_t*>(
+                                   static_cast<std::uint8_t*>(call.workspace.data) + zeroed.offset)
+                             : nullptr,
+                         static_cast<int>(zeroed.count)};
       detail::check_cuda(device::launch_activation_bf16(a, call.stream),
                          "linear: launching the prefill activation pre-pass");
     }
@@ -342,6 +344,7 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
   };
   static SplitArea split_area(const LinearShape& shape,
                               const detail::Resolved<detail::PrefillConfig>& c, int sms) {
+    if (!can_meet_in_memory(shape, c)) return {};  // every unsplit call: no work shape built
     const auto tiles = static_cast<std::size_t>((shape.n + c.rows - 1) / c.rows *
                                                 ((shape.m + c.tokens - 1) / c.tokens));
     const std::optional<detail::WorkShape> work = work_of(shape, c);
@@ -354,6 +357,13 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
     a.arrivals = tiles;
     a.bytes = a.arrivals_offset + round_up(tiles * 4);
     return a;
+  }
+  // Whether a call of this config can meet its K splits in memory at all: the tile can, it
+  // splits, and M >= kPrefillSplitInMemoryMinRows (detail::meets_splits_in_memory says where).
+  static bool can_meet_in_memory(const LinearShape& shape,
+                                 const detail::Resolved<detail::PrefillConfig>& c) {
+    return c.instance >= 0 && c.splits > 1 && shape.m >= device::kPrefillSplitInMemoryMinRows &&
+           device::prefill_gemm_instances()[static_cast<std::size_t>(c.instance)].splits_in_memory;
   }
   static std::size_t round_up(std::size_t bytes) {
     return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
