@@ -1,6 +1,6 @@
 // The bench report's JSON schema and Markdown form, checked on a report shaped like the one
 // `mxlinear bench` writes for the seed model (fresh random figures every run), on broken copies
-// of it, and on the published H200 reports where bench/results/h200/ holds them.
+// of it, and on the published reports where bench/results/<gpu>/ holds them.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -125,20 +125,23 @@ TEST(BenchReport, SeedShapedReportConformsToTheSchema) {
 
 // The reports docs/PERFORMANCE.md quotes: once published, each must be one the bench's own
 // schema accepts and the Markdown form can print (pybench.json is the Python bench's and
-// humming-w8a16.json the Humming runner's, in their own forms).
-TEST(BenchReport, PublishedH200ReportsConformToTheSchema) {
-  const std::filesystem::path dir = MXLINEAR_SOURCE_DIR "/bench/results/h200";
+// humming-w8a16.json the Humming runner's, in their own forms). Every GPU's folder is read.
+TEST(BenchReport, PublishedReportsConformToTheSchema) {
+  const std::filesystem::path root = MXLINEAR_SOURCE_DIR "/bench/results";
   std::vector<std::filesystem::path> reports;
-  if (std::filesystem::is_directory(dir)) {
-    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-      const std::string name = entry.path().filename().string();
-      if (entry.path().extension() == ".json" && name != "pybench.json" &&
-          name != "humming-w8a16.json") {
-        reports.push_back(entry.path());
+  if (std::filesystem::is_directory(root)) {
+    for (const auto& folder : std::filesystem::directory_iterator(root)) {
+      if (!folder.is_directory()) continue;
+      for (const auto& entry : std::filesystem::directory_iterator(folder.path())) {
+        const std::string name = entry.path().filename().string();
+        if (entry.path().extension() == ".json" && name != "pybench.json" &&
+            name != "humming-w8a16.json") {
+          reports.push_back(entry.path());
+        }
       }
     }
   }
-  if (reports.empty()) GTEST_SKIP() << dir << " holds no published report in this tree";
+  if (reports.empty()) GTEST_SKIP() << root << " holds no published report in this tree";
   for (const auto& path : reports) {
     SCOPED_TRACE(path.string());
     std::ifstream in(path);
