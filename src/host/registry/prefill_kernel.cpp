@@ -231,23 +231,25 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
                                call.workspace.bytes, layout.bytes));
     }
     device::GemmParams p = detail::gemm_params(call);
-    const ScratchWords flags = layout.flags;
-    if (flags.count > 0) {
-      auto* scratch = static_cast<std::uint8_t*>(call.workspace.data);
-      p.partials = reinterpret_cast<float*>(scratch + layout.activation_bytes);
-      p.flags = reinterpret_cast<std::uint32_t*>(scratch + flags.offset);
+    // Past the bf16 activation: the stream-K partial tiles, the split tiles or the part sums.
+    auto* const scratch = static_cast<std::uint8_t*>(call.workspace.data);
+    float* const beyond_activation = reinterpret_cast<float*>(scratch + layout.activation_bytes);
+    const auto words_at = [scratch](const ScratchWords& words) {
+      return words.count > 0 ? reinterpret_cast<std::uint32_t*>(scratch + words.offset) : nullptr;
+    };
+    if (layout.flags.count > 0) {
+      p.partials = beyond_activation;
+      p.flags = words_at(layout.flags);
       p.stream_k_ctas = layout.stream_k_ctas;
     }
     if (layout.split_arrivals.count > 0) {
-      auto* scratch = static_cast<std::uint8_t*>(call.workspace.data);
-      p.split_tiles = reinterpret_cast<float*>(scratch + layout.activation_bytes);
+      p.split_tiles = beyond_activation;
       p.split_tile_floats = static_cast<std::int64_t>(layout.split_tile_bytes / 4);
-      p.split_arrivals = reinterpret_cast<std::uint32_t*>(scratch + layout.split_arrivals.offset);
+      p.split_arrivals = words_at(layout.split_arrivals);
       p.split_arrival_words = static_cast<int>(layout.split_arrivals.count);
     }
     if (layout.part_sum_slots > 0) {
-      p.part_sums = reinterpret_cast<float*>(static_cast<std::uint8_t*>(call.workspace.data) +
-                                             layout.activation_bytes);
+      p.part_sums = beyond_activation;
       p.part_sum_slots = layout.part_sum_slots;
     }
     require_layer(device::prefill_gemm_unsupported(p), shape);
@@ -266,11 +268,7 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
       a.m = p.m;
       a.k = p.k;
       const ScratchWords zeroed = layout.zeroed();
-      a.zero_for_next = {zeroed.count > 0
-                             ? reinterpret_cast<std::uint32_t*>(
-                                   static_cast<std::uint8_t*>(call.workspace.data) + zeroed.offset)
-                             : nullptr,
-                         static_cast<int>(zeroed.count)};
+      a.zero_for_next = {words_at(zeroed), static_cast<int>(zeroed.count)};
       detail::check_cuda(device::launch_activation_bf16(a, call.stream),
                          "linear: launching the prefill activation pre-pass");
     }
