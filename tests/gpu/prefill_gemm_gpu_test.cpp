@@ -122,7 +122,7 @@ std::vector<std::uint8_t> run_config(Config config, const MxOperand& a, const Mx
   DeviceBuffer out(static_cast<std::size_t>(a.rows * w.rows) * element_size(out_dtype));
   out.poison();
   device::GemmParams p = gemm_params(da, dw, out, out_dtype);
-  const DeviceBuffer stream_k = attach_workspace(config, p, stream_k_ctas);
+  const DeviceBuffer workspace = attach_workspace(config, p, stream_k_ctas);
   const DeviceBuffer a16 = activation_bf16(da.data.bytes(), a.k, da, flags_of(p));
   if (bias) {
     p.bias = bias->get();
@@ -132,8 +132,8 @@ std::vector<std::uint8_t> run_config(Config config, const MxOperand& a, const Mx
   EXPECT_EQ(device::launch_prefill_gemm(p, a16.get(), a.k, config.instance, config.splits, nullptr),
             cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  if (stream_k.size() > 0) {
-    const auto bytes = stream_k.download<std::uint8_t>(stream_k.size());
+  if (workspace.size() > 0) {
+    const auto bytes = workspace.download<std::uint8_t>(workspace.size());
     EXPECT_TRUE(std::all_of(bytes.end() - kGuardBytes, bytes.end(),
                             [](std::uint8_t b) { return b == 0xFF; }))
         << "the launch wrote past its workspace (stream-K partial tiles and flags of "
@@ -207,7 +207,6 @@ void check_flush_bound(const GemmRunner& run, TinyScales tiny, std::mt19937_64& 
 const GemmShape kShapes[] = {{1, 1, 128},     {7, 33, 256},   {300, 257, 512}, {130, 129, 1024},
                              {70, 200, 1280}, {40, 196, 256}, {37, 90, 544},   {5, 70, 96}};
 
-// (instance, K splits): every config the registry entry offers.
 // (instance, K splits, met in memory): every config the registry entry offers, with its splits
 // met over a cluster and, where the instance can, in memory.
 class PrefillGemmInstance : public ::testing::TestWithParam<std::tuple<int, int, bool>> {
@@ -556,7 +555,7 @@ TEST_P(PrefillGemmInstance, ChainOfCallsInAGraphMatchesEager) {
   DeviceBuffer out[2] = {DeviceBuffer(kM * kN * 4), DeviceBuffer(kM * kN * 4)};
   DeviceBuffer a16(static_cast<std::size_t>(kM * kK) * 2);
   device::GemmParams p = gemm_params(da, dw[0], out[0], DType::kF32);
-  const DeviceBuffer stream_k = attach_workspace(config(), p);
+  const DeviceBuffer workspace = attach_workspace(config(), p);
   auto call = [&](int i, cudaStream_t stream) {
     const device::ActivationBf16Params pre =
         prepass_params(da.data.bytes(), kK, da, a16.get(), flags_of(p));
