@@ -20,6 +20,12 @@
 
 namespace mxlinear::detail {
 
+// The output tiles of `rows` weight rows by `tokens` activation rows that cover an M x N call.
+constexpr std::int64_t output_tiles(const LinearShape& shape, std::int64_t rows,
+                                    std::int64_t tokens) {
+  return (shape.n + rows - 1) / rows * ((shape.m + tokens - 1) / tokens);
+}
+
 // A config and the index of the compiled instance that runs it; instance < 0: the kernel has no
 // such config.
 template <class Config>

@@ -50,8 +50,7 @@ constexpr std::int64_t kKPartsSelfQuantizedElementsPerSm = 20480;
 
 std::int64_t quantized_elements_per_sm(const Problem& problem, const GemvConfig& c) {
   const LinearShape& s = problem.shape;
-  const std::int64_t ctas =
-      (s.n + c.rows - 1) / c.rows * ((s.m + c.tokens - 1) / c.tokens) * c.splits;
+  const std::int64_t ctas = detail::output_tiles(s, c.rows, c.tokens) * c.splits;
   const std::int64_t sms = std::max(1, problem.sms);
   return (ctas + sms - 1) / sms * std::min<std::int64_t>(s.m, c.tokens) * s.k;
 }

@@ -343,8 +343,7 @@ class PrefillKernel final : public detail::ConfiguredKernel<detail::PrefillConfi
   static SplitArea split_area(const LinearShape& shape,
                               const detail::Resolved<detail::PrefillConfig>& c, int sms) {
     if (!can_meet_in_memory(shape, c)) return {};  // every unsplit call: no work shape built
-    const auto tiles = static_cast<std::size_t>((shape.n + c.rows - 1) / c.rows *
-                                                ((shape.m + c.tokens - 1) / c.tokens));
+    const auto tiles = static_cast<std::size_t>(detail::output_tiles(shape, c.rows, c.tokens));
     const std::optional<detail::WorkShape> work = work_of(shape, c);
     if (!work || !detail::meets_splits_in_memory(*work, static_cast<std::int64_t>(tiles), sms)) {
       return {};
